@@ -1,0 +1,35 @@
+"""Chat data model: message elements, `MessageChain`, the message events, sessions and strategies."""
+
+from core.chat.message_elements import BaseMessageElement
+from core.chat.message_utils import (
+    KiraCustomEvent,
+    KiraEvent,
+    KiraExceptionEvent,
+    KiraIMMessage,
+    KiraIMSentResult,
+    KiraLifecycleEvent,
+    KiraMessageBatchEvent,
+    KiraMessageEvent,
+    KiraStepResult,
+    MessageChain,
+    MessageStrategy,
+)
+from core.chat.session import Group, Session, User
+
+__all__ = [
+    "BaseMessageElement",
+    "MessageChain",
+    "MessageStrategy",
+    "KiraEvent",
+    "KiraIMMessage",
+    "KiraMessageEvent",
+    "KiraMessageBatchEvent",
+    "KiraIMSentResult",
+    "KiraStepResult",
+    "KiraExceptionEvent",
+    "KiraCustomEvent",
+    "KiraLifecycleEvent",
+    "Session",
+    "Group",
+    "User",
+]

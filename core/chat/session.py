@@ -1,0 +1,61 @@
+"""Who a message comes from and where it belongs: `User`, `Group` and `Session` (sid `adapter_name:dm|gm:id`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["User", "Group", "Session", "SessionIdError"]
+
+
+class SessionIdError(ValueError):
+    """A session id that is not of the form `adapter_name:dm|gm:id`."""
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A chat user: platform id and display name."""
+
+    user_id: str
+    nickname: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A group chat: platform id and name."""
+
+    group_id: str
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One conversation: a direct chat (`dm`) or a group (`gm`) on one adapter. `sid` is its stable id."""
+
+    adapter_name: str
+    session_type: str  # "dm" or "gm"
+    session_id: str
+
+    def __post_init__(self) -> None:
+        if self.session_type not in ("dm", "gm"):
+            raise SessionIdError(f"session type must be 'dm' or 'gm', not {self.session_type!r}")
+
+    @property
+    def sid(self) -> str:
+        """The session id, `adapter_name:dm|gm:id`."""
+        return f"{self.adapter_name}:{self.session_type}:{self.session_id}"
+
+    @property
+    def is_group(self) -> bool:
+        """True for a group chat."""
+        return self.session_type == "gm"
+
+    @classmethod
+    def from_sid(cls, sid: str) -> Session:
+        """Parse `adapter_name:dm|gm:id`; the id may itself contain colons."""
+        parts = sid.split(":", 2)
+        if len(parts) != 3 or not parts[0] or not parts[2]:
+            raise SessionIdError(f"session id {sid!r} is not of the form 'adapter_name:dm|gm:id'")
+        return cls(parts[0], parts[1], parts[2])
+
+    def __str__(self) -> str:
+        return self.sid

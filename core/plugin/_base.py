@@ -1,0 +1,158 @@
+"""What a plugin is: its `Manifest`, the `PluginContext` the framework hands it, and the `BasePlugin` class."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.plugin._events import custom_event_name
+from core.plugin._log import get_logger
+
+if TYPE_CHECKING:
+    from core.plugin._manager import PluginManager
+
+__all__ = ["Manifest", "PluginContext", "BasePlugin"]
+
+
+class Manifest(BaseModel):
+    """`manifest.json` of a plugin. `core_version` is a PEP 440 specifier checked against the framework version."""
+
+    model_config = ConfigDict(extra="allow")
+
+    plugin_id: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    display_name: str = ""
+    version: str = "0.0.0"
+    author: str = ""
+    description: str = ""
+    core_version: str = ""
+
+
+class PluginContext:
+    """Everything the framework gives one plugin: its id, logger, config, directories and owned background tasks.
+
+    Tasks started with `spawn()` belong to the plugin: they are cancelled when it is disabled, unloaded or reloaded.
+    """
+
+    def __init__(
+        self,
+        plugin_id: str,
+        *,
+        manifest: Manifest | None = None,
+        plugin_dir: Path | None = None,
+        data_dir: Path | None = None,
+        config: dict[str, Any] | None = None,
+        manager: PluginManager | None = None,
+    ) -> None:
+        self.plugin_id = plugin_id
+        self.manifest = manifest or Manifest(plugin_id=plugin_id)
+        self.plugin_dir = plugin_dir
+        self.data_dir = data_dir or Path("data") / "plugin_data" / plugin_id
+        self.config: dict[str, Any] = config if config is not None else {}
+        self.manager = manager
+        self.logger: logging.Logger = get_logger(f"plugin.{plugin_id}")
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._cleanups: list[Callable[[], Awaitable[None] | None]] = []
+
+    @property
+    def app(self) -> Any:
+        """The running application (adapters, provider, history), or None outside one."""
+        return self.manager.app if self.manager is not None else None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The manifest as a dict."""
+        return self.manifest.model_dump()
+
+    @property
+    def allowed_media_roots(self) -> list[Path]:
+        """Directories whose files output tags such as `<file>` and `<img>` may send (operator-configured)."""
+        return list(self.manager.media_roots) if self.manager is not None else [self.data_dir]
+
+    async def dispatch_custom(self, event_name: str, data: Any = None) -> Any:
+        """Dispatch the custom event `event_name` to every `@on.custom_event(event_name=...)` hook; returns it."""
+        from core.chat.message_utils import KiraCustomEvent
+
+        event = KiraCustomEvent(event_name, data)
+        if self.manager is not None:
+            await self.manager.engine.dispatch(custom_event_name(event_name), event)
+        return event
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
+        """Run `coro` as a background task owned by this plugin; a failure is logged with the plugin id."""
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.plugin_id}:{name or 'task'}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def on_stop(self, cleanup: Callable[[], Awaitable[None] | None]) -> None:
+        """Call `cleanup` when the plugin stops (after `terminate()`), newest first."""
+        self._cleanups.append(cleanup)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.logger.error("background task %s of plugin %r failed", task.get_name(), self.plugin_id,
+                              exc_info=task.exception())
+
+    @property
+    def tasks(self) -> frozenset[asyncio.Task[Any]]:
+        """The plugin's background tasks still running."""
+        return frozenset(self._tasks)
+
+    async def close(self) -> None:
+        """Cancel and await every owned task, then run the `on_stop` cleanups (each failure logged)."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                if asyncio.current_task() is not None and asyncio.current_task().cancelling():
+                    raise
+            except Exception:  # noqa: BLE001 - already logged by _task_done
+                pass
+        while self._cleanups:
+            cleanup = self._cleanups.pop()
+            try:
+                result = cleanup()
+                if asyncio.iscoroutine(result) or isinstance(result, Awaitable):
+                    await result
+            except Exception:
+                self.logger.exception("cleanup of plugin %r failed", self.plugin_id)
+
+    def __repr__(self) -> str:
+        return f"PluginContext({self.plugin_id!r})"
+
+
+class BasePlugin:
+    """Base class of a plugin: `__init__(ctx, cfg)`, then `await initialize()`; `await terminate()` when it stops.
+
+    `cfg` is the plugin's validated configuration (defaults from `schema.json`, overridden by the operator).
+    Hooks (`@on.<event>()`), tools (`@register.tool`) and tags (`@register.tag`) are methods of the subclass.
+    """
+
+    def __init__(self, ctx: PluginContext, cfg: dict[str, Any] | None = None) -> None:
+        self.ctx = ctx
+        self.cfg: dict[str, Any] = cfg if cfg is not None else {}
+
+    @property
+    def plugin_id(self) -> str:
+        """This plugin's id (from its manifest)."""
+        return self.ctx.plugin_id
+
+    @property
+    def logger(self) -> logging.Logger:
+        """This plugin's logger (`hookchat.plugin.<plugin_id>`)."""
+        return self.ctx.logger
+
+    async def initialize(self) -> None:
+        """Called once after construction, before any hook runs. Raise to refuse to load (the reason is shown)."""
+
+    async def terminate(self) -> None:
+        """Called when the plugin is disabled, unloaded or reloaded, and at shutdown."""

@@ -1,0 +1,342 @@
+"""The hook engine: pluggy is the registry, the async call loop is ours.
+
+Hooks of an event run one after another in descending priority; ties run in plugin load order (plugins load
+sorted by plugin id), then in source order within a plugin. The sorted chain per event is cached and rebuilt only
+when plugins are registered or unregistered; a dispatch keeps the chain it started with. A hook that raises or
+passes its deadline is logged with its plugin id and hook name, reported to `exception` hooks, and the chain
+goes on. Deadlines cost no cancel scope per hook: one watchdog task cancels a dispatch whose hook has not moved
+for its deadline, and a watchdog thread reports event-loop stalls with the plugin and hook that was running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import math
+import threading
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from core.plugin._events import EventType
+from core.plugin._log import logger
+from core.plugin._markers import HOOK_ATTR, PROJECT, HookMeta
+from core.plugin._signals import hook_failed, loop_stalled, send
+
+__all__ = ["HookEngine", "HookEntry", "HookRegistrationError", "HookTimeout"]
+
+_EXCEPTION = EventType.EXCEPTION.value
+
+
+class HookRegistrationError(TypeError):
+    """A hook cannot be registered (for example it is not `async def`); the message names plugin and function."""
+
+
+class HookTimeout(TimeoutError):
+    """A hook ran past its deadline and was cancelled."""
+
+
+@dataclass(frozen=True, slots=True)
+class HookEntry:
+    """One hook in a resolved chain: what runs, for which plugin, at which priority and deadline."""
+
+    fn: Callable[..., Any]
+    plugin_id: str
+    hook_name: str
+    event: str
+    priority: int
+    deadline: float
+
+    def describe(self) -> dict[str, Any]:
+        """The entry as introspection data: plugin, function, priority, deadline."""
+        return {
+            "plugin_id": self.plugin_id,
+            "function": self.hook_name,
+            "priority": self.priority,
+            "deadline": self.deadline,
+        }
+
+
+class _Dispatch:
+    """The watchdog's view of one task's dispatching: the hook running now (None between dispatches), a `seq`
+    that moves with every dispatch, and the hook the watchdog expired. One per task, kept in a context variable."""
+
+    __slots__ = ("task", "entry", "seq", "seen", "seen_at", "expired", "__weakref__")
+
+    def __init__(self, task: asyncio.Task[Any] | None) -> None:
+        self.task = task
+        self.entry: HookEntry | None = None
+        self.seq = 0  # moves once per dispatch, so the same entry in two dispatches counts as progress
+        self.seen: tuple[HookEntry | None, int] | None = None
+        self.seen_at = 0.0
+        self.expired: HookEntry | None = None
+
+
+class HookEngine(pluggy.PluginManager):
+    """The pluggy plugin manager of hookchat, with a cached priority-ordered async dispatch.
+
+    `default_deadline` (seconds) bounds every hook that sets no deadline of its own; `stall_threshold` (seconds)
+    is how long the event loop may be blocked before the stall watchdog reports it.
+    """
+
+    def __init__(self, *, default_deadline: float = 10.0, stall_threshold: float = 0.5) -> None:
+        super().__init__(PROJECT)
+        self.default_deadline = default_deadline
+        self.stall_threshold = stall_threshold
+        self._chains: dict[str, tuple[HookEntry, ...]] = {}
+        self._load_order: dict[str, int] = {}
+        self._next_order = 0
+        self._records: weakref.WeakSet[_Dispatch] = weakref.WeakSet()
+        self._record_var: contextvars.ContextVar[_Dispatch] = contextvars.ContextVar("hookchat_dispatch")
+        self._watchdog: asyncio.Task[None] | None = None
+        self._watchdog_loop: asyncio.AbstractEventLoop | None = None
+        self._stall_thread: threading.Thread | None = None
+        self._stop_thread = threading.Event()
+        self._beat = time.monotonic()
+
+    # -- registration -------------------------------------------------------------------------------------------
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        """Register `plugin` under `name` (its plugin id); every `@on` hook on it must be `async def`."""
+        label = name or self.get_canonical_name(plugin)
+        for attr in dir(plugin):
+            if self.parse_hookimpl_opts(plugin, attr) is None:
+                continue
+            fn = inspect.getattr_static(plugin, attr)
+            fn = getattr(fn, "__func__", fn)
+            if not inspect.iscoroutinefunction(fn):
+                raise HookRegistrationError(
+                    f"hook {type(plugin).__name__}.{attr} of plugin {label!r} is not async: "
+                    "declare it with 'async def' (hooks run on the event loop)"
+                )
+        registered = super().register(plugin, name)
+        if registered is not None and registered not in self._load_order:
+            self._load_order[registered] = self._next_order
+            self._next_order += 1
+        self._chains = {}
+        return registered
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        """Unregister a plugin and all its hooks; dispatches already running keep the chain they started with."""
+        out = super().unregister(plugin, name)
+        self._chains = {}
+        return out
+
+    def set_load_order(self, plugin_ids: list[str]) -> None:
+        """Fix the tie-break order of equal-priority hooks to `plugin_ids` (the plugin manager passes them sorted)."""
+        self._load_order = {pid: i for i, pid in enumerate(plugin_ids)}
+        self._next_order = len(plugin_ids)
+        self._chains = {}
+
+    # -- chains ---------------------------------------------------------------------------------------------------
+
+    def chain(self, event: str) -> tuple[HookEntry, ...]:
+        """The resolved, ordered hooks of `event` (cached until plugins change)."""
+        chain = self._chains.get(event)
+        if chain is None:
+            chain = self._chains[event] = self._build_chain(event)
+        return chain
+
+    def events(self) -> list[str]:
+        """Every event that has at least one hook."""
+        return sorted(name for name, caller in vars(self.hook).items() if caller.get_hookimpls())
+
+    def _build_chain(self, event: str) -> tuple[HookEntry, ...]:
+        caller = getattr(self.hook, event, None)
+        if caller is None:
+            return ()
+        keyed = []
+        for impl in caller.get_hookimpls():
+            fn = impl.function
+            meta: HookMeta | None = getattr(fn, HOOK_ATTR, None)
+            priority = meta.priority if meta else 0
+            deadline = meta.deadline if meta and meta.deadline else self.default_deadline
+            code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+            line = code.co_firstlineno if code else 0
+            entry = HookEntry(fn, impl.plugin_name, getattr(fn, "__name__", repr(fn)), event, priority, deadline)
+            keyed.append(((-priority, self._load_order.get(impl.plugin_name, math.inf), line), entry))
+        keyed.sort(key=lambda item: item[0])
+        return tuple(entry for _, entry in keyed)
+
+    # -- dispatch -------------------------------------------------------------------------------------------------
+
+    async def dispatch(self, event_name: str, event: Any, *args: Any) -> None:
+        """Run the hooks of `event_name` as `hook(event, *args)` in order, until one calls `event.stop()`.
+
+        A hook that raises or passes its deadline is reported and skipped; cancellation from outside propagates.
+        """
+        chain = self._chains.get(event_name)
+        if chain is None:
+            chain = self.chain(event_name)
+        if not chain:
+            return
+        task = asyncio.current_task()
+        record = self._record_var.get(None)
+        if record is None or record.task is not task:
+            record = self._new_record(task)
+        outer = record.entry
+        # A call with spread arguments costs more than the hooks themselves; most events pass 0 or 2 arguments.
+        arity = len(args)
+        if arity == 2:
+            first, second = args
+        try:
+            for entry in chain:
+                if event.is_stopped:
+                    break
+                record.entry = entry
+                try:
+                    if arity == 0:
+                        await entry.fn(event)
+                    elif arity == 2:
+                        await entry.fn(event, first, second)
+                    else:
+                        await entry.fn(event, *args)
+                except asyncio.CancelledError:
+                    if record.expired is not entry or not self._absorb_timeout(task):
+                        raise
+                    record.expired = None
+                    await self._report(entry, HookTimeout(f"hook passed its {entry.deadline:g} s deadline"), event)
+                except Exception as exc:  # noqa: BLE001 - isolation is the point
+                    await self._report(entry, exc, event)
+        finally:
+            record.entry = outer
+            record.seq += 1
+        if record.expired is not None:
+            # A hook swallowed the watchdog's cancellation and returned: still a timeout.
+            entry, record.expired = record.expired, None
+            self._absorb_timeout(task)
+            await self._report(entry, HookTimeout(f"hook passed its {entry.deadline:g} s deadline"), event)
+
+    def _new_record(self, task: asyncio.Task[Any] | None) -> _Dispatch:
+        """The first dispatch of a task: give it a watchdog record (and make sure the watchdogs run on its loop)."""
+        if self._watchdog_loop is not (task.get_loop() if task else None) or self._watchdog is None:
+            self._start_watchdog()
+        record = _Dispatch(task)
+        self._record_var.set(record)
+        self._records.add(record)
+        return record
+
+    @staticmethod
+    def _absorb_timeout(task: asyncio.Task[Any] | None) -> bool:
+        """Undo the watchdog's cancel request; False when another cancellation (from outside) is also pending."""
+        if task is None:
+            return False
+        return task.uncancel() == 0
+
+    async def _report(self, entry: HookEntry, error: BaseException, event: Any) -> None:
+        timed_out = isinstance(error, HookTimeout)
+        tb = "".join(traceback.format_exception(error)) if not timed_out else ""
+        logger.error(
+            "plugin %r hook %s (%s) %s: %s%s",
+            entry.plugin_id,
+            entry.hook_name,
+            entry.event,
+            "timed out" if timed_out else "raised",
+            error,
+            f"\n{tb}" if tb else "",
+        )
+        send(
+            hook_failed,
+            self,
+            plugin_id=entry.plugin_id,
+            hook_name=entry.hook_name,
+            event_name=entry.event,
+            error=error,
+            timed_out=timed_out,
+        )
+        if entry.event == _EXCEPTION:
+            return  # a failing exception hook is logged, never re-dispatched
+        from core.chat.message_utils import KiraExceptionEvent
+
+        await self.dispatch(
+            _EXCEPTION,
+            KiraExceptionEvent(error, entry.plugin_id, entry.hook_name, entry.event, event, tb, timed_out),
+        )
+
+    # -- watchdogs ------------------------------------------------------------------------------------------------
+
+    def _start_watchdog(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._watchdog is not None and not self._watchdog.done() and self._watchdog_loop is loop:
+            return
+        self._watchdog_loop = loop
+        self._watchdog = loop.create_task(self._watch_deadlines(), name="hookchat-hook-watchdog")
+        if self._stall_thread is None or not self._stall_thread.is_alive():
+            self._stop_thread.clear()
+            self._stall_thread = threading.Thread(target=self._watch_stalls, name="hookchat-stall-watchdog", daemon=True)
+            self._stall_thread.start()
+
+    def _tick(self) -> float:
+        return max(0.005, min(0.1, self.default_deadline / 4, self.stall_threshold / 4))
+
+    async def _watch_deadlines(self) -> None:
+        """Cancel a dispatch whose current hook has not changed for its deadline."""
+        tick = self._tick()
+        while True:
+            await asyncio.sleep(tick)
+            now = self._beat = time.monotonic()
+            records = [r for r in list(self._records) if r.entry is not None]
+            for record in records:
+                entry = record.entry
+                if record.seen is None or record.seen[0] is not entry or record.seen[1] != record.seq:
+                    record.seen, record.seen_at = (entry, record.seq), now
+                elif (
+                    entry is not None
+                    and record.expired is None
+                    and now - record.seen_at >= entry.deadline
+                    and record.task is not None
+                ):
+                    record.expired = entry
+                    record.task.cancel()
+            tick = min(tick, min((r.entry.deadline / 4 for r in records if r.entry), default=tick))
+
+    def _watch_stalls(self) -> None:
+        """Runs in a thread: when the loop's heartbeat stops, report the hook the blocked task is running."""
+        reported_beat = None
+        while not self._stop_thread.wait(self.stall_threshold / 2):
+            loop = self._watchdog_loop
+            beat = self._beat
+            stalled = time.monotonic() - beat
+            if loop is None or loop.is_closed() or stalled < self.stall_threshold or reported_beat == beat:
+                continue
+            reported_beat = beat
+            running = asyncio.tasks._current_tasks.get(loop)  # read-only peek from another thread
+            entry = next((r.entry for r in list(self._records) if r.task is running and r.entry), None)
+            if entry is not None:
+                logger.warning(
+                    "event loop blocked for %.2f s while plugin %r hook %s (%s) was running: "
+                    "move blocking work to a thread (anyio.to_thread.run_sync)",
+                    stalled,
+                    entry.plugin_id,
+                    entry.hook_name,
+                    entry.event,
+                )
+            else:
+                logger.warning("event loop blocked for %.2f s outside any hook", stalled)
+            send(
+                loop_stalled,
+                self,
+                seconds=stalled,
+                plugin_id=entry.plugin_id if entry else None,
+                hook_name=entry.hook_name if entry else None,
+            )
+
+    async def aclose(self) -> None:
+        """Stop the watchdogs (the engine restarts them on the next dispatch)."""
+        self._stop_thread.set()
+        watchdog, self._watchdog, self._watchdog_loop = self._watchdog, None, None
+        if watchdog is not None and not watchdog.done():
+            watchdog.cancel()
+            try:
+                await watchdog
+            except (asyncio.CancelledError, RuntimeError):
+                pass
+        if self._stall_thread is not None:
+            self._stall_thread.join(timeout=1)
+            self._stall_thread = None

@@ -1,0 +1,15 @@
+"""Logging: the framework logger and one child logger per plugin (`hookchat.plugin.<plugin_id>`)."""
+
+from __future__ import annotations
+
+import logging
+
+__all__ = ["logger", "get_logger"]
+
+#: The framework's logger; plugin loggers are its children, so one handler sees everything.
+logger = logging.getLogger("hookchat")
+
+
+def get_logger(name: str) -> logging.Logger:
+    """A logger for `name` under the framework's logger (plugins get `hookchat.plugin.<plugin_id>` this way)."""
+    return logger.getChild(name)

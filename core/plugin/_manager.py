@@ -1,0 +1,544 @@
+"""Finding, loading and stopping plugins: folders with a manifest, installed packages with an entry point, and
+plugin classes handed over in-process. One plugin that fails is reported with its reason and skipped; stopping a
+plugin removes everything it registered (hooks, tools, tags, tasks), by owner, never by name alone."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+from pydantic import ValidationError
+
+import core
+from core.plugin._base import BasePlugin, Manifest, PluginContext
+from core.plugin._engine import HookEngine
+from core.plugin._events import EventType
+from core.plugin._log import logger
+from core.plugin._markers import TAG_ATTR, TOOL_ATTR, TagMeta, ToolMeta
+from core.plugin._registry import OwnedRegistry
+from core.plugin._signals import plugin_failed, plugin_loaded, plugin_unloaded, send
+
+__all__ = [
+    "PluginManager",
+    "PluginSource",
+    "PluginStatus",
+    "PluginLoadError",
+    "PluginConfigError",
+    "ENTRY_POINT_GROUP",
+    "ENTRY_MODULES",
+]
+
+ENTRY_POINT_GROUP = "hookchat.plugins"
+ENTRY_MODULES = ("main.py", "plugin.py", "__init__.py")
+_MODULE_ROOT = "hookchat_plugins"
+
+State = Literal["discovered", "loaded", "disabled", "error"]
+
+
+class PluginLoadError(Exception):
+    """A plugin could not be loaded; the message is the reason shown in the plugin status."""
+
+
+class PluginConfigError(PluginLoadError):
+    """A plugin's configuration does not match its `schema.json`; the message names the plugin and the field."""
+
+
+@dataclass
+class PluginSource:
+    """Where a plugin comes from: a folder, an installed package's entry point, or a class given in-process."""
+
+    plugin_id: str
+    manifest: Manifest
+    path: Path | None = None
+    entry_point: importlib.metadata.EntryPoint | None = None
+    plugin_class: type | None = None
+    schema: dict[str, Any] | None = None
+
+    @property
+    def origin(self) -> str:
+        """A human-readable origin: the folder, `entry point <name>`, or the class name."""
+        if self.path is not None:
+            return str(self.path)
+        if self.entry_point is not None:
+            return f"entry point {self.entry_point.name} ({self.entry_point.value})"
+        return f"class {getattr(self.plugin_class, '__qualname__', '?')}"
+
+
+@dataclass
+class PluginStatus:
+    """One plugin's state (`loaded`, `disabled`, `error`, `discovered`), the reason for an error, and what it registered."""
+
+    plugin_id: str
+    state: State
+    origin: str = ""
+    version: str = ""
+    reason: str | None = None
+    hooks: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    tasks: int = 0
+
+
+@dataclass
+class _Loaded:
+    source: PluginSource
+    instance: Any
+    ctx: PluginContext
+    modules: list[str]
+
+
+class PluginManager:
+    """Loads plugins into a `HookEngine` and keeps the registries of what they contributed.
+
+    `plugin_dirs` are scanned for plugin folders (each with `manifest.json`); installed distributions are scanned
+    for the `hookchat.plugins` entry point group. Plugins load sorted by plugin id, which is also the tie-break
+    order of equal-priority hooks. `plugin_config` maps plugin id to the operator's settings for it.
+    """
+
+    def __init__(
+        self,
+        engine: HookEngine | None = None,
+        *,
+        plugin_dirs: list[Path | str] = (),  # type: ignore[assignment]
+        data_dir: Path | str = "data",
+        plugin_config: dict[str, dict[str, Any]] | None = None,
+        disabled: set[str] | frozenset[str] = frozenset(),
+        media_roots: list[Path | str] = (),  # type: ignore[assignment]
+        entry_points: bool = True,
+        init_timeout: float = 30.0,
+        app: Any = None,
+    ) -> None:
+        self.engine = engine or HookEngine()
+        self.plugin_dirs = [Path(p) for p in plugin_dirs]
+        self.data_dir = Path(data_dir)
+        self.plugin_config = dict(plugin_config or {})
+        self.disabled_ids = set(disabled)
+        self.media_roots = [Path(p) for p in media_roots] or [self.data_dir]
+        self.use_entry_points = entry_points
+        self.init_timeout = init_timeout
+        self.app = app
+        from core.utils.tool_utils import BaseTool
+
+        self.tools: OwnedRegistry[BaseTool] = OwnedRegistry("tool")
+        self.tags: OwnedRegistry[Any] = OwnedRegistry("tag")
+        self._sources: dict[str, PluginSource] = {}
+        self._loaded: dict[str, _Loaded] = {}
+        self._status: dict[str, PluginStatus] = {}
+
+    # -- discovery ------------------------------------------------------------------------------------------------
+
+    def add_class(self, plugin_class: type, plugin_id: str | None = None, manifest: Manifest | None = None) -> PluginSource:
+        """Make an in-process plugin class loadable (used by the testing kit); the id defaults to the class name."""
+        pid = plugin_id or (manifest.plugin_id if manifest else _snake(plugin_class.__name__))
+        source = PluginSource(pid, manifest or Manifest(plugin_id=pid), plugin_class=plugin_class)
+        self._add_source(source)
+        return source
+
+    def add_folder(self, path: Path | str) -> PluginSource:
+        """Make the plugin folder at `path` loadable."""
+        source = _read_folder(Path(path))
+        self._add_source(source)
+        return source
+
+    def _add_source(self, source: PluginSource) -> None:
+        known = self._sources.get(source.plugin_id)
+        if known is not None and known.origin != source.origin:
+            reason = f"duplicate plugin id {source.plugin_id!r}: already provided by {known.origin}"
+            self._fail(source.plugin_id, reason, source.origin)
+            return
+        self._sources[source.plugin_id] = source
+        self._status.setdefault(source.plugin_id, PluginStatus(source.plugin_id, "discovered", source.origin,
+                                                                source.manifest.version))
+        self.engine.set_load_order(sorted(self._sources))
+
+    def discover(self) -> list[PluginSource]:
+        """Scan the plugin directories and entry points; returns every source found (failures get an error status)."""
+        found: list[PluginSource] = []
+        for root in self.plugin_dirs:
+            if not root.is_dir():
+                continue
+            for folder in sorted(p for p in root.iterdir() if p.is_dir() and (p / "manifest.json").is_file()):
+                try:
+                    source = _read_folder(folder)
+                except PluginLoadError as exc:
+                    self._fail(folder.name, str(exc), str(folder))
+                    continue
+                self._add_source(source)
+                found.append(source)
+        if self.use_entry_points:
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                source = PluginSource(ep.name, Manifest(plugin_id=ep.name), entry_point=ep)
+                self._add_source(source)
+                found.append(source)
+        return found
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    async def load_all(self) -> list[PluginStatus]:
+        """Discover, then load every plugin not disabled by the operator, in plugin id order."""
+        await anyio.to_thread.run_sync(self.discover)
+        for pid in sorted(self._sources):
+            if pid in self.disabled_ids:
+                self._status[pid].state = "disabled"
+                continue
+            if pid not in self._loaded:
+                await self.load(pid)
+        return self.statuses()
+
+    async def load(self, plugin_id: str) -> PluginStatus:
+        """Import, configure, construct and initialise one plugin, then register its hooks, tools and tags.
+
+        Never raises for a broken plugin: the returned status says `error` and why.
+        """
+        source = self._sources.get(plugin_id)
+        if source is None:
+            return self._fail(plugin_id, f"no plugin {plugin_id!r} was found in {self.plugin_dirs} or entry points")
+        if plugin_id in self._loaded:
+            return self._status[plugin_id]
+        ctx: PluginContext | None = None
+        instance: Any = None
+        modules: list[str] = []
+        try:
+            _check_core_version(source.manifest)
+            plugin_class, modules = await anyio.to_thread.run_sync(self._import, source)
+            cfg = validate_config(plugin_id, source.schema, self.plugin_config.get(plugin_id, {}))
+            ctx = PluginContext(
+                plugin_id,
+                manifest=source.manifest,
+                plugin_dir=source.path,
+                data_dir=self.data_dir / "plugin_data" / plugin_id,
+                config=cfg,
+                manager=self,
+            )
+            instance = _construct(plugin_class, ctx, cfg)
+            with anyio.fail_after(self.init_timeout):
+                await instance.initialize()
+            self.engine.register(instance, name=plugin_id)
+            self._register_declared(instance, ctx)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise
+            await self._discard(plugin_id, instance, ctx, modules, terminate=instance is not None)
+            reason = _reason(exc)
+            logger.error("plugin %r failed to load: %s", plugin_id, reason,
+                         exc_info=not isinstance(exc, PluginLoadError))
+            return self._fail(plugin_id, reason, source.origin)
+        self._loaded[plugin_id] = _Loaded(source, instance, ctx, modules)
+        status = self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version)
+        logger.info("plugin %r loaded from %s", plugin_id, source.origin)
+        send(plugin_loaded, self, plugin_id=plugin_id)
+        return status
+
+    async def unload(self, plugin_id: str) -> None:
+        """Stop a plugin and forget it: hooks, tools, tags, tasks and its imported modules are removed."""
+        await self._stop(plugin_id)
+        self._sources.pop(plugin_id, None)
+        self._status.pop(plugin_id, None)
+
+    async def disable(self, plugin_id: str) -> None:
+        """Stop a plugin but keep it known, with status `disabled`; `enable` loads it again."""
+        await self._stop(plugin_id)
+        self.disabled_ids.add(plugin_id)
+        if plugin_id in self._sources:
+            self._status[plugin_id] = PluginStatus(plugin_id, "disabled", self._sources[plugin_id].origin,
+                                                   self._sources[plugin_id].manifest.version)
+
+    async def enable(self, plugin_id: str) -> PluginStatus:
+        """Load a disabled (or failed) plugin."""
+        self.disabled_ids.discard(plugin_id)
+        return await self.load(plugin_id)
+
+    async def reload(self, plugin_id: str) -> PluginStatus:
+        """Stop a plugin, re-read its folder (manifest, schema, code) and load it again."""
+        source = self._sources.get(plugin_id)
+        await self._stop(plugin_id)
+        if source is not None and source.path is not None:
+            try:
+                self._sources[plugin_id] = _read_folder(source.path)
+            except PluginLoadError as exc:
+                return self._fail(plugin_id, str(exc), str(source.path))
+        return await self.load(plugin_id)
+
+    async def shutdown(self) -> None:
+        """Stop every loaded plugin, in reverse load order."""
+        for pid in sorted(self._loaded, reverse=True):
+            await self._stop(pid)
+
+    async def _stop(self, plugin_id: str) -> None:
+        loaded = self._loaded.pop(plugin_id, None)
+        if loaded is None:
+            return
+        await self._discard(plugin_id, loaded.instance, loaded.ctx, loaded.modules, terminate=True)
+        logger.info("plugin %r stopped", plugin_id)
+        send(plugin_unloaded, self, plugin_id=plugin_id)
+
+    async def _discard(
+        self, plugin_id: str, instance: Any, ctx: PluginContext | None, modules: list[str], *, terminate: bool
+    ) -> None:
+        """Remove everything `plugin_id` registered; run `terminate()` (isolated, bounded) if asked."""
+        if instance is not None and self.engine.is_registered(instance):
+            self.engine.unregister(instance)
+        self.tools.remove_owner(plugin_id)
+        self.tags.remove_owner(plugin_id)
+        if terminate and instance is not None:
+            try:
+                with anyio.fail_after(self.init_timeout):
+                    await instance.terminate()
+            except Exception:
+                logger.exception("plugin %r: terminate() failed", plugin_id)
+        if ctx is not None:
+            await ctx.close()
+        for name in modules:
+            sys.modules.pop(name, None)
+
+    def _fail(self, plugin_id: str, reason: str, origin: str = "") -> PluginStatus:
+        status = self._status[plugin_id] = PluginStatus(plugin_id, "error", origin, reason=reason)
+        send(plugin_failed, self, plugin_id=plugin_id, reason=reason)
+        return status
+
+    # -- import and registration ----------------------------------------------------------------------------------
+
+    def _import(self, source: PluginSource) -> tuple[type, list[str]]:
+        """Runs in a worker thread: import the plugin's code and find its plugin class."""
+        if source.plugin_class is not None:
+            return source.plugin_class, []
+        if source.entry_point is not None:
+            obj = source.entry_point.load()
+            cls = obj if isinstance(obj, type) else _find_plugin_class(obj, source.plugin_id)
+            return cls, []
+        assert source.path is not None
+        return _import_folder(source)
+
+    def _register_declared(self, instance: Any, ctx: PluginContext) -> None:
+        """Register the `@register.tool` and `@register.tag` methods of a plugin instance, owned by its id."""
+        from core.utils.tool_utils import FunctionTool
+
+        for name, fn in _declared(instance, TOOL_ATTR):
+            meta: ToolMeta = getattr(fn, TOOL_ATTR)
+            tool = FunctionTool(meta.name, meta.description, meta.params, getattr(instance, name),
+                                timeout=meta.timeout, role=meta.role, ctx=ctx)
+            self.tools.add(meta.name, tool, ctx.plugin_id)
+        declared_tags = _declared(instance, TAG_ATTR)
+        if declared_tags:
+            from core.tag import FunctionTag
+
+            for name, fn in declared_tags:
+                tag_meta: TagMeta = getattr(fn, TAG_ATTR)
+                tag = FunctionTag(tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx)
+                self.tags.add(tag_meta.name, tag, ctx.plugin_id)
+
+    # -- introspection --------------------------------------------------------------------------------------------
+
+    def get_plugin(self, plugin_id: str) -> Any:
+        """The loaded plugin instance, or None."""
+        loaded = self._loaded.get(plugin_id)
+        return loaded.instance if loaded else None
+
+    def loaded_ids(self) -> list[str]:
+        """The ids of loaded plugins, in load order."""
+        return sorted(self._loaded)
+
+    def status(self, plugin_id: str) -> PluginStatus | None:
+        """One plugin's status, with what it registered right now; None when unknown."""
+        status = self._status.get(plugin_id)
+        if status is None:
+            return None
+        loaded = self._loaded.get(plugin_id)
+        status.hooks = sorted(
+            f"{e.event}:{e.hook_name}" for ev in self.engine.events() for e in self.engine.chain(ev)
+            if e.plugin_id == plugin_id
+        )
+        status.tools = sorted(self.tools.by_owner(plugin_id))
+        status.tags = sorted(self.tags.by_owner(plugin_id))
+        status.tasks = len(loaded.ctx.tasks) if loaded else 0
+        return status
+
+    def statuses(self) -> list[PluginStatus]:
+        """Every known plugin's status, sorted by plugin id."""
+        return [s for pid in sorted(self._status) if (s := self.status(pid)) is not None]
+
+    def hook_chains(self) -> dict[str, list[dict[str, Any]]]:
+        """Per event, the resolved hook order: plugin id, function, priority and deadline."""
+        return {event: [e.describe() for e in self.engine.chain(event)] for event in self.engine.events()}
+
+    async def dispatch_loaded(self, plugin_id: str | None = None) -> None:
+        """Fire the `loaded` event (after start-up with None, or for one plugin enabled at run time)."""
+        from core.chat.message_utils import KiraLifecycleEvent
+
+        await self.engine.dispatch(EventType.LOADED.value, KiraLifecycleEvent(plugin_id))
+
+
+# -- helpers ------------------------------------------------------------------------------------------------------
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, PluginLoadError):
+        return str(exc)
+    if isinstance(exc, TimeoutError):
+        return "initialize() did not finish in time"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PluginLoadError(f"cannot read {what} {path}: {exc}") from exc
+
+
+def _read_folder(folder: Path) -> PluginSource:
+    """Read a plugin folder's manifest and schema (no code is imported)."""
+    raw = _read_json(folder / "manifest.json", "manifest")
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}" for e in exc.errors())
+        raise PluginLoadError(f"invalid manifest {folder / 'manifest.json'}: {problems}") from exc
+    schema_file = folder / "schema.json"
+    schema = _read_json(schema_file, "schema") if schema_file.is_file() else None
+    if schema is not None and not isinstance(schema, dict):
+        raise PluginLoadError(f"{schema_file} must be a JSON object of config fields")
+    return PluginSource(manifest.plugin_id, manifest, path=folder.resolve(), schema=schema)
+
+
+def _check_core_version(manifest: Manifest) -> None:
+    if not manifest.core_version:
+        return
+    try:
+        spec = SpecifierSet(manifest.core_version)
+    except InvalidSpecifier as exc:
+        raise PluginLoadError(f"core_version {manifest.core_version!r} is not a PEP 440 specifier") from exc
+    if Version(core.__version__) not in spec:
+        raise PluginLoadError(
+            f"needs hookchat {manifest.core_version}, but this is hookchat {core.__version__}"
+        )
+
+
+def _import_folder(source: PluginSource) -> tuple[type, list[str]]:
+    folder = source.path
+    assert folder is not None
+    entry = next((name for name in ENTRY_MODULES if (folder / name).is_file()), None)
+    if entry is None:
+        raise PluginLoadError(f"{folder} has no entry module ({', '.join(ENTRY_MODULES)})")
+    package = f"{_MODULE_ROOT}.{re.sub(r'[^0-9A-Za-z_]', '_', source.plugin_id)}"
+    if _MODULE_ROOT not in sys.modules:
+        root = types.ModuleType(_MODULE_ROOT)
+        root.__path__ = []
+        sys.modules[_MODULE_ROOT] = root
+    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        del sys.modules[name]  # a reload re-imports from the files
+    before = set(sys.modules)
+    try:
+        init = folder / "__init__.py"
+        spec = importlib.util.spec_from_file_location(
+            package, init if init.is_file() else None, submodule_search_locations=[str(folder)]
+        )
+        assert spec is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[package] = module
+        if spec.loader is not None:
+            spec.loader.exec_module(module)
+        if entry != "__init__.py":
+            module = importlib.import_module(f"{package}.{entry[:-3]}")
+    except Exception as exc:
+        for name in set(sys.modules) - before:
+            sys.modules.pop(name, None)
+        sys.modules.pop(package, None)
+        raise PluginLoadError(f"import of {folder / entry} failed: {type(exc).__name__}: {exc}") from exc
+    modules = sorted(set(sys.modules) - before | {package})
+    return _find_plugin_class(module, source.plugin_id, source.manifest), modules
+
+
+def _find_plugin_class(module: Any, plugin_id: str, manifest: Manifest | None = None) -> type:
+    wanted = (manifest.model_extra or {}).get("entry_class") if manifest else None
+    classes = [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type)
+        and issubclass(obj, BasePlugin)
+        and obj.__module__.startswith(getattr(module, "__name__", ""))
+        and not inspect.isabstract(obj)
+        and (wanted is None or obj.__name__ == wanted)
+    ]
+    if len(classes) != 1:
+        what = "no" if not classes else f"{len(classes)} ({', '.join(c.__name__ for c in classes)})"
+        raise PluginLoadError(
+            f"plugin {plugin_id!r}: expected one BasePlugin subclass in {getattr(module, '__name__', module)}, "
+            f"found {what}; set \"entry_class\" in manifest.json to choose"
+        )
+    return classes[0]
+
+
+def _construct(plugin_class: type, ctx: PluginContext, cfg: dict[str, Any]) -> Any:
+    """Build the plugin instance; classes may define `_hookchat_construct(ctx, cfg)` to adapt other SDKs."""
+    factory = getattr(plugin_class, "_hookchat_construct", None)
+    if factory is not None:
+        return factory(ctx, cfg)
+    return plugin_class(ctx, cfg)
+
+
+def _declared(instance: Any, attr: str) -> list[tuple[str, Any]]:
+    out = []
+    for name in dir(type(instance)):
+        fn = inspect.getattr_static(instance, name, None)
+        fn = getattr(fn, "__func__", fn)
+        if fn is not None and getattr(fn, attr, None) is not None:
+            out.append((name, fn))
+    return out
+
+
+_JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
+
+
+def schema_to_jsonschema(plugin_id: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """Turn a `schema.json` (field name -> {type, default, description, ...JSON Schema keywords}) into one
+    JSON Schema object; a schema that already is a JSON Schema object (`"type": "object"`) is used as is."""
+    if schema.get("type") == "object" and isinstance(schema.get("properties"), dict):
+        return schema
+    properties: dict[str, Any] = {}
+    for field_name, spec in schema.items():
+        if not isinstance(spec, dict) or spec.get("type") not in _JSON_TYPES:
+            raise PluginConfigError(
+                f"plugin {plugin_id!r}: schema.json field {field_name!r} needs a \"type\" among {sorted(_JSON_TYPES)}"
+            )
+        properties[field_name] = {k: v for k, v in spec.items() if k not in ("default", "description", "hint")}
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+def validate_config(plugin_id: str, schema: dict[str, Any] | None, values: dict[str, Any]) -> dict[str, Any]:
+    """Defaults from `schema` overlaid with `values`, validated; a bad value raises `PluginConfigError` naming the
+    plugin and the field."""
+    if not schema:
+        return dict(values)
+    from jsonschema import Draft202012Validator
+
+    json_schema = schema_to_jsonschema(plugin_id, schema)
+    properties = json_schema.get("properties", {})
+    source = schema if json_schema is not schema else properties
+    cfg = {name: spec["default"] for name, spec in source.items() if isinstance(spec, dict) and "default" in spec}
+    cfg.update(values)
+    errors = sorted(Draft202012Validator(json_schema).iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = ".".join(map(str, err.absolute_path))
+        if not where and err.validator == "additionalProperties":
+            where = ", ".join(sorted(set(cfg) - set(properties)))
+            raise PluginConfigError(f"plugin {plugin_id!r}: unknown config field {where!r}")
+        raise PluginConfigError(f"plugin {plugin_id!r}: config field {where!r}: {err.message}")
+    return cfg

@@ -1,0 +1,196 @@
+"""Tools the model can call: `BaseTool`, the `FunctionTool` that wraps `@register.tool` methods and handlers, and
+`ToolSet`, the set of tools one request offers. Every tool, however it was registered, obeys the same rules:
+a name matching `[A-Za-z0-9_.\\-]{1,64}`, a JSON Schema for its arguments, and a timeout of at most 300 s."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+__all__ = ["BaseTool", "FunctionTool", "ToolSet", "ToolDefinitionError", "validate_tool_rules", "MAX_TOOL_TIMEOUT"]
+
+TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+MAX_TOOL_TIMEOUT = 300.0
+DEFAULT_TOOL_TIMEOUT = 30.0
+EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
+
+
+class ToolDefinitionError(ValueError):
+    """A tool breaks the rules (bad name, bad timeout, bad schema); the message says which rule and how to fix it."""
+
+
+def validate_tool_rules(name: str, timeout: float, parameters: Any, *, where: str = "") -> None:
+    """Check the rules every tool follows; raise `ToolDefinitionError` naming the tool (and `where` it came from)."""
+    origin = f" (registered by {where})" if where else ""
+    if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
+        raise ToolDefinitionError(
+            f"tool name {name!r}{origin} is invalid: use 1 to 64 characters from A-Z a-z 0-9 _ . -"
+        )
+    if not isinstance(timeout, int | float) or not 0 < timeout <= MAX_TOOL_TIMEOUT:
+        raise ToolDefinitionError(
+            f"tool {name!r}{origin}: timeout {timeout!r} must be a number of seconds above 0 and at most 300"
+        )
+    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+        raise ToolDefinitionError(f"tool {name!r}{origin}: parameters must be a JSON Schema object ({{'type': 'object'}})")
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as exc:
+        raise ToolDefinitionError(f"tool {name!r}{origin}: parameters are not a valid JSON Schema: {exc.message}") from exc
+
+
+class BaseTool:
+    """A tool as a class: set `name`, `description`, `parameters` (JSON Schema) and implement `async execute`.
+
+    Add it to one request with `req.tool_set.add(MyTool(ctx=self.ctx))` (or the class itself) in an `llm_request`
+    hook. `timeout` (seconds, at most 300) bounds each call; `role` scopes it to one persona (None: every persona).
+    """
+
+    name: str = ""
+    description: str = ""
+    parameters: dict[str, Any] = EMPTY_PARAMETERS
+    timeout: float = DEFAULT_TOOL_TIMEOUT
+    role: str | None = None
+
+    def __init__(self, ctx: Any = None, **kwargs: Any) -> None:
+        self.ctx = ctx
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+        validate_tool_rules(self.name, self.timeout, self.parameters, where=type(self).__qualname__)
+
+    @property
+    def owner(self) -> str | None:
+        """The plugin id this tool belongs to, if it came from a plugin."""
+        return getattr(self.ctx, "plugin_id", None)
+
+    async def execute(self, **params: Any) -> Any:
+        """Run the tool with the model's (validated) arguments; return a str, a `ToolResult` or JSON data."""
+        raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
+
+    async def invoke(self, event: Any, arguments: dict[str, Any]) -> Any:
+        """How the agent loop calls the tool; `BaseTool` ignores the event, `FunctionTool` passes it on."""
+        return await self.execute(**arguments)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The tool in the OpenAI tools format."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class FunctionTool(BaseTool):
+    """A tool backed by a function: `@register.tool` methods (called `(event, **params)`) and imperative handlers.
+
+    `pass_event=False` calls the handler with the arguments only (the seed 000 / 002 style `async def f(*, city)`).
+    Sync handlers are run in a worker thread so they cannot block the event loop.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        parameters: dict[str, Any] | None,
+        handler: Callable[..., Awaitable[Any] | Any],
+        *,
+        timeout: float = DEFAULT_TOOL_TIMEOUT,
+        role: str | None = None,
+        ctx: Any = None,
+        pass_event: bool = True,
+        remote: bool = False,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.parameters = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
+        self.handler = handler
+        self.timeout = timeout
+        self.role = role
+        self.pass_event = pass_event
+        self.remote = remote
+        self._is_async = inspect.iscoroutinefunction(handler)
+        super().__init__(ctx=ctx)
+
+    async def invoke(self, event: Any, arguments: dict[str, Any]) -> Any:
+        args = (event,) if self.pass_event else ()
+        if self._is_async:
+            return await self.handler(*args, **arguments)
+        import anyio
+
+        result = await anyio.to_thread.run_sync(lambda: self.handler(*args, **arguments))
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def execute(self, **params: Any) -> Any:
+        return await self.invoke(None, params)
+
+
+class ToolSet:
+    """The tools offered to the model in one request: add, remove, get, `in`, iterate, export to OpenAI format."""
+
+    def __init__(self, tools: list[BaseTool] | None = None) -> None:
+        self._tools: dict[str, BaseTool] = {}
+        for tool in tools or ():
+            self.add(tool)
+
+    def add(self, tool: BaseTool | type[BaseTool]) -> BaseTool:
+        """Add a tool instance, or a `BaseTool` subclass (instantiated without ctx). A tool of the same name is
+        replaced, so a per-request tool overrides a global one."""
+        if isinstance(tool, type):
+            if not issubclass(tool, BaseTool):
+                raise ToolDefinitionError(f"{tool!r} is not a BaseTool subclass")
+            tool = tool()
+        if not isinstance(tool, BaseTool):
+            raise ToolDefinitionError(f"{tool!r} is not a BaseTool instance")
+        self._tools[tool.name] = tool
+        return tool
+
+    def remove(self, name: str) -> BaseTool | None:
+        """Remove the tool called `name`; returns it, or None when there was none."""
+        return self._tools.pop(name, None)
+
+    def get(self, name: str) -> BaseTool | None:
+        """The tool called `name`, or None."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """The tool names, in insertion order."""
+        return list(self._tools)
+
+    def copy(self) -> ToolSet:
+        """A shallow copy (the same tool objects)."""
+        out = ToolSet()
+        out._tools = dict(self._tools)
+        return out
+
+    def clear(self) -> None:
+        """Remove every tool."""
+        self._tools.clear()
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """Every tool in the OpenAI tools format."""
+        return [t.to_openai() for t in self._tools.values()]
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, BaseTool):
+            return self._tools.get(item.name) is item
+        return item in self._tools
+
+    def __iter__(self) -> Iterator[BaseTool]:
+        return iter(list(self._tools.values()))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __bool__(self) -> bool:
+        return bool(self._tools)
+
+    def __repr__(self) -> str:
+        return f"ToolSet({list(self._tools)})"

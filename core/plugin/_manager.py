@@ -5,6 +5,7 @@ plugin removes everything it registered (hooks, tools, tags, tasks), by owner, n
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
@@ -146,9 +147,13 @@ class PluginManager:
         self._add_source(source)
         return source
 
-    def add_folder(self, path: Path | str) -> PluginSource:
-        """Make the plugin folder at `path` loadable."""
-        source = _read_folder(Path(path))
+    def add_folder(self, path: Path | str) -> PluginSource | None:
+        """Make the plugin folder at `path` loadable; an unreadable folder gets an error status and None."""
+        try:
+            source = _read_folder(Path(path))
+        except PluginLoadError as exc:
+            self._fail(Path(path).name, str(exc), str(path))
+            return None
         self._add_source(source)
         return source
 
@@ -236,10 +241,10 @@ class PluginManager:
                          exc_info=not isinstance(exc, PluginLoadError))
             return self._fail(plugin_id, reason, source.origin)
         self._loaded[plugin_id] = _Loaded(source, instance, ctx, modules)
-        status = self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version)
+        self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version)
         logger.info("plugin %r loaded from %s", plugin_id, source.origin)
         send(plugin_loaded, self, plugin_id=plugin_id)
-        return status
+        return self.status(plugin_id)  # type: ignore[return-value] - known now
 
     async def unload(self, plugin_id: str) -> None:
         """Stop a plugin and forget it: hooks, tools, tags, tasks and its imported modules are removed."""
@@ -300,8 +305,8 @@ class PluginManager:
                 logger.exception("plugin %r: terminate() failed", plugin_id)
         if ctx is not None:
             await ctx.close()
-        for name in modules:
-            sys.modules.pop(name, None)
+        if modules:
+            await anyio.to_thread.run_sync(_forget_modules, modules)
 
     def _fail(self, plugin_id: str, reason: str, origin: str = "") -> PluginStatus:
         status = self._status[plugin_id] = PluginStatus(plugin_id, "error", origin, reason=reason)
@@ -441,14 +446,17 @@ def _import_folder(source: PluginSource) -> tuple[type, list[str]]:
         root = types.ModuleType(_MODULE_ROOT)
         root.__path__ = []
         sys.modules[_MODULE_ROOT] = root
-    for name in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+    for name in _package_modules(package):
         del sys.modules[name]  # a reload re-imports from the files
-    before = set(sys.modules)
+    importlib.invalidate_caches()  # a file added since the last import must be found
     try:
         init = folder / "__init__.py"
-        spec = importlib.util.spec_from_file_location(
-            package, init if init.is_file() else None, submodule_search_locations=[str(folder)]
-        )
+        if init.is_file():
+            spec = importlib.util.spec_from_file_location(package, init, submodule_search_locations=[str(folder)])
+        else:
+            # spec_from_file_location() gives None without a file: build the package spec for the bare folder.
+            spec = importlib.machinery.ModuleSpec(package, None, is_package=True)
+            spec.submodule_search_locations = [str(folder)]
         assert spec is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[package] = module
@@ -457,12 +465,30 @@ def _import_folder(source: PluginSource) -> tuple[type, list[str]]:
         if entry != "__init__.py":
             module = importlib.import_module(f"{package}.{entry[:-3]}")
     except Exception as exc:
-        for name in set(sys.modules) - before:
+        for name in _package_modules(package):
             sys.modules.pop(name, None)
-        sys.modules.pop(package, None)
         raise PluginLoadError(f"import of {folder / entry} failed: {type(exc).__name__}: {exc}") from exc
-    modules = sorted(set(sys.modules) - before | {package})
-    return _find_plugin_class(module, source.plugin_id, source.manifest), modules
+    return _find_plugin_class(module, source.plugin_id, source.manifest), _package_modules(package)
+
+
+def _package_modules(package: str) -> list[str]:
+    """The plugin's own modules. Libraries it imported stay: another copy of a library breaks its users (and
+    extension modules cannot be imported twice)."""
+    return sorted(m for m in list(sys.modules) if m == package or m.startswith(package + "."))
+
+
+def _forget_modules(modules: list[str]) -> None:
+    """Drop a stopped plugin's modules and their bytecode caches, so the next import runs the files as they are
+    then: a cache is trusted while the source keeps its size and its mtime in whole seconds, which misses an edit
+    saved within the same second."""
+    for name in modules:
+        module = sys.modules.pop(name, None)
+        cached = getattr(getattr(module, "__spec__", None), "cached", None)
+        if cached:
+            try:
+                Path(cached).unlink(missing_ok=True)
+            except OSError:
+                pass
 
 
 def _find_plugin_class(module: Any, plugin_id: str, manifest: Manifest | None = None) -> type:

@@ -1,0 +1,162 @@
+"""The application: one object that owns the hook engine, the plugins, the model provider, the history store,
+the adapters and the message pipeline, and starts and stops them in order (`async with HookChat(config) as app`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from core.chat.adapter import ALL_ELEMENTS, Adapter
+from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, KiraLifecycleEvent, MessageChain
+from core.chat.pipeline import MessagePipeline, Received, TurnScheduler
+from core.chat.session import Session
+from core.config import HookchatConfig
+from core.plugin._engine import HookEngine
+from core.plugin._log import logger
+from core.plugin._manager import PluginManager
+from core.plugin._signals import message_sent, send
+from core.provider.agent import AgentLoop, AgentSettings
+from core.provider.llm import LLMProvider
+
+__all__ = ["HookChat", "build_provider"]
+
+
+def build_provider(config: HookchatConfig) -> LLMProvider:
+    """The provider the config names (`default_provider`, else the first), else the embedded local model."""
+    chosen = None
+    if config.providers:
+        chosen = next((p for p in config.providers if p.name == config.default_provider), config.providers[0])
+    if chosen is None or chosen.type == "local":
+        from core.provider.local import LocalLlamaProvider
+
+        return LocalLlamaProvider()
+    from core.provider.openai_provider import OpenAIProvider
+
+    return OpenAIProvider(
+        base_url=chosen.base_url,
+        api_key=chosen.api_key.get_secret_value() if chosen.api_key else None,
+        models=list(chosen.models),
+        timeout=chosen.timeout,
+        max_retries=chosen.max_retries,
+    )
+
+
+class HookChat:
+    """The running bot. `plugins` adds plugin classes or folders to those found in the configured directories."""
+
+    def __init__(
+        self,
+        config: HookchatConfig | None = None,
+        *,
+        provider: LLMProvider | None = None,
+        adapters: list[Adapter] = (),  # type: ignore[assignment]
+        plugins: list[type | str | Path] = (),  # type: ignore[assignment]
+        history: bool = True,
+        entry_points: bool = True,
+    ) -> None:
+        self.config = config or HookchatConfig()
+        limits, deadlines = self.config.limits, self.config.deadlines
+        self.data_dir = Path(self.config.data.dir)
+        self.engine = HookEngine(default_deadline=deadlines.hook_default, stall_threshold=deadlines.stall_threshold)
+        self.plugins = PluginManager(
+            self.engine,
+            plugin_dirs=list(self.config.plugins.dirs),
+            data_dir=self.data_dir,
+            plugin_config=dict(self.config.plugins.config),
+            disabled=set(self.config.plugins.disabled),
+            media_roots=[self.data_dir, *self.config.media.allowed_dirs],
+            entry_points=entry_points,
+            app=self,
+        )
+        self._extra_plugins = list(plugins)
+        self.provider = provider if provider is not None else build_provider(self.config)
+        self.adapters: dict[str, Adapter] = {a.name: a for a in adapters}
+        self.history: Any = None
+        if history:
+            from core.history import HistoryStore
+
+            self.history = HistoryStore(
+                self.data_dir / "history.sqlite3", max_turns=limits.history_turns or None,
+                max_tokens=limits.history_tokens,
+            )
+        self.agent = AgentLoop(
+            self.engine,
+            self.provider,
+            self.send,
+            tools=self.plugins.tools,
+            tags=self.plugins.tags,
+            history=self.history,
+            settings=AgentSettings(max_steps=limits.max_steps, tool_timeout=limits.tool_timeout),
+        )
+        self.scheduler = TurnScheduler(self.agent.run_turn, limits.max_concurrent_turns)
+        self.pipeline = MessagePipeline(self.engine, self.scheduler, self.capabilities)
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open history, load plugins, start adapters, then fire `loaded`."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.history is not None:
+            await self.history.open()
+        for item in self._extra_plugins:
+            if isinstance(item, type):
+                self.plugins.add_class(item)
+            else:
+                self.plugins.add_folder(item)
+        await self.plugins.load_all()
+        for status in self.plugins.statuses():
+            if status.state == "error":
+                logger.warning("plugin %r skipped: %s", status.plugin_id, status.reason)
+        for adapter in self.adapters.values():
+            await adapter.start(self)
+        self._started = True
+        await self.plugins.dispatch_loaded(None)
+
+    async def aclose(self) -> None:
+        """Fire `shutdown`, stop turns, adapters and plugins, close history, the provider and the engine."""
+        if self._started:
+            await self.engine.dispatch("shutdown", KiraLifecycleEvent(None))
+        self._started = False
+        await self.scheduler.aclose()
+        for adapter in self.adapters.values():
+            try:
+                await adapter.stop()
+            except Exception:
+                logger.exception("adapter %r failed to stop", adapter.name)
+        await self.plugins.shutdown()
+        if self.history is not None:
+            await self.history.close()
+        await self.provider.aclose()
+        await self.engine.aclose()
+
+    async def __aenter__(self) -> HookChat:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- messages -------------------------------------------------------------------------------------------------
+
+    async def receive(self, message: KiraIMMessage) -> Received:
+        """Deliver an incoming platform message to the pipeline (adapters call this)."""
+        return await self.pipeline.receive(message)
+
+    def add_adapter(self, adapter: Adapter) -> None:
+        """Register an adapter (start it yourself if the app is running)."""
+        self.adapters[adapter.name] = adapter
+
+    def capabilities(self, session: Session) -> frozenset[str]:
+        """The element types the session's adapter can send."""
+        adapter = self.adapters.get(session.adapter_name)
+        return adapter.capabilities if adapter is not None else ALL_ELEMENTS
+
+    async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
+        """Send a message to a session through its adapter."""
+        adapter = self.adapters.get(session.adapter_name)
+        if adapter is None:
+            return KiraIMSentResult(chain, session, ok=False, error=f"no adapter called {session.adapter_name!r}")
+        result = await adapter.send(session, chain)
+        send(message_sent, self, session=session, chain=chain, result=result)
+        return result

@@ -1,0 +1,336 @@
+"""The agent loop: one turn of one session, from the batch to the model, tools and sent messages, to history.
+
+Per step: `llm_request` hooks edit the request -> the model answers -> `llm_response` hooks -> the output is parsed
+into messages, each passed to `after_xml_parse` hooks and sent (text written beside tool calls goes out before the
+tools run) -> tools run concurrently, one `tool_result` per call -> `step_result`. Steps repeat while the model
+calls tools, at most `max_steps`; the last step withholds tools and tells the model to conclude. `final_result`
+runs exactly once per turn that was not stopped; then the turn is appended to history. `stop()` at any stage ends
+the turn: nothing later runs, nothing more is sent, and history records only what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import anyio
+from jsonschema import Draft202012Validator
+
+from core.chat.message_elements import Text
+from core.chat.message_utils import (
+    KiraExceptionEvent,
+    KiraIMSentResult,
+    KiraMessageBatchEvent,
+    KiraStepResult,
+    MessageChain,
+)
+from core.chat.pipeline import TurnResult
+from core.chat.session import Session
+from core.plugin._engine import HookEngine
+from core.plugin._log import logger
+from core.plugin._registry import OwnedRegistry
+from core.prompt_manager import Prompt, default_system_prompt
+from core.provider.llm import (
+    ChatMessage,
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+    ProviderError,
+    ToolCall,
+    ToolResult,
+)
+from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
+
+__all__ = ["AgentLoop", "AgentSettings", "CONCLUDE_PROMPT"]
+
+CONCLUDE_PROMPT = (
+    "This is the last step of this turn: tools are no longer available. Answer the user now with what you have."
+)
+#: How often one exact call (same tool, same arguments) may run in a turn before it is refused.
+MAX_IDENTICAL_CALLS = 2
+
+
+@dataclass
+class AgentSettings:
+    """Limits and texts of the agent loop."""
+
+    max_steps: int = 8
+    tool_timeout: float = 30.0
+    sections: dict[str, str] | None = None  # initial content of the default system prompt sections
+    error_text: str = "Sorry, I could not get an answer from the model ({reason})."
+
+
+class AgentLoop:
+    """Runs turns. `send(session, chain)` delivers a message through the session's adapter."""
+
+    def __init__(
+        self,
+        engine: HookEngine,
+        provider: LLMProvider,
+        send: Callable[[Session, MessageChain], Awaitable[KiraIMSentResult]],
+        *,
+        tools: OwnedRegistry[BaseTool] | None = None,
+        tags: OwnedRegistry[Any] | None = None,
+        history: Any = None,
+        settings: AgentSettings | None = None,
+    ) -> None:
+        self.engine = engine
+        self.provider = provider
+        self.send = send
+        self.tools = tools if tools is not None else OwnedRegistry("tool")
+        self.tags = tags if tags is not None else OwnedRegistry("tag")
+        self.history = history
+        self.settings = settings or AgentSettings()
+
+    # -- the turn -------------------------------------------------------------------------------------------------
+
+    async def run_turn(self, batch: KiraMessageBatchEvent) -> TurnResult:
+        """Run one turn for `batch`; never raises for a plugin, tool or model failure."""
+        result = TurnResult(batch)
+        dispatch = self.engine.dispatch
+        await dispatch("im_batch_message", batch)
+        if batch.is_stopped:
+            result.stopped = True
+            return result
+        batch.tool_attachments = []
+        history = await self.history.get_history(batch.sid) if self.history is not None else []
+        turn: list[ChatMessage] = []
+        sent_all = MessageChain()
+        calls_seen: dict[str, int] = {}
+        user_prompt = self._user_prompt(batch)
+        max_steps = max(1, self.settings.max_steps)
+        for step in range(max_steps):
+            last = step == max_steps - 1
+            req, tag_set = self._build_request(batch, history, turn, user_prompt if step == 0 else "")
+            await dispatch("llm_request", batch, req, tag_set)
+            if batch.is_stopped:
+                break
+            self._finish_request(req, tag_set, last)
+            if step == 0:
+                turn.append(ChatMessage("user", req.user_prompt))
+            try:
+                resp = await self._call_model(req)
+            except ProviderError as exc:
+                logger.error("model call failed for %s: %s", batch.sid, exc)
+                result.error = str(exc)
+                await self._send(batch, MessageChain([Text(self.settings.error_text.format(reason=exc))]), result)
+                break
+            await dispatch("llm_response", batch, resp)
+            if batch.is_stopped:
+                break
+            resp.step = KiraStepResult(raw_output=resp.text_response, step=step)
+            step_sent = await self._deliver(batch, resp, tag_set, result)
+            sent_all.extend(e for r in step_sent for e in r.chain)
+            if batch.is_stopped:
+                turn.append(ChatMessage("assistant", _sent_text(step_sent)))
+                break
+            calls = resp.tool_calls if not last else []
+            turn.append(ChatMessage("assistant", resp.text_response, tool_calls=list(calls)))
+            if calls:
+                resp.tool_results = await self._run_tools(batch, req.tool_set, calls, calls_seen)
+                for tool_result in resp.tool_results:
+                    turn.append(ChatMessage("tool", tool_result.text, tool_call_id=tool_result.call_id))
+                for tool_result in resp.tool_results:
+                    await dispatch("tool_result", batch, tool_result)
+                    if batch.is_stopped:
+                        break
+                if batch.is_stopped:
+                    break
+            await dispatch("step_result", batch, resp)
+            if batch.is_stopped or not calls:
+                break
+        result.stopped = batch.is_stopped
+        if not batch.is_stopped:
+            await dispatch("final_result", batch, sent_all)
+        if self.history is not None and turn:
+            await self.history.append_turn(batch.sid, turn)
+        return result
+
+    @staticmethod
+    def _user_prompt(batch: KiraMessageBatchEvent) -> str:
+        if len(batch.messages) == 1:
+            return batch.messages[0].message_repr
+        lines = []
+        for m in batch.messages:
+            who = m.sender.nickname or m.sender.user_id
+            lines.append(f"[{who}] {m.message_repr}")
+        return "\n".join(lines)
+
+    # -- requests -------------------------------------------------------------------------------------------------
+
+    def _build_request(
+        self, batch: KiraMessageBatchEvent, history: list[ChatMessage], turn: list[ChatMessage], user_prompt: str
+    ) -> tuple[LLMRequest, Any]:
+        role = getattr(batch, "role", None)
+        tool_set = ToolSet([t for t in self.tools.active() if t.role is None or t.role == role])
+        from core.tag import TagSet
+
+        tag_set = TagSet()
+        for tag in self.tags.active():
+            tag_set.register(tag)
+        system = default_system_prompt(self.settings.sections)
+        time_section = next(p for p in system if p.name == "time")
+        if not time_section.content:
+            time_section.content = f"Current time: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+        req = LLMRequest(messages=[*history, *turn], system_prompt=system, user_prompt=user_prompt, tool_set=tool_set)
+        return req, tag_set
+
+    @staticmethod
+    def _finish_request(req: LLMRequest, tag_set: Any, last: bool) -> None:
+        """After the `llm_request` hooks: teach the tags the request ended up with, and close the last step."""
+        fmt = req.get_prompt("format")
+        protocol = tag_set.to_prompt() if len(tag_set) else ""
+        if fmt is None:
+            req.system_prompt.append(Prompt(protocol, "format", "core"))
+        elif protocol:
+            fmt.content = f"{protocol}\n{fmt.content}" if fmt.content else protocol
+        if last:
+            req.tool_set = ToolSet()
+            req.tool_choice = "none"
+            req.system_prompt.append(Prompt(CONCLUDE_PROMPT, "conclude", "core"))
+        elif not req.tool_set:
+            req.tool_choice = "none"
+
+    async def _call_model(self, req: LLMRequest) -> LLMResponse:
+        started = time.perf_counter()
+        try:
+            resp = await self.provider.complete(req)
+        except ProviderError:
+            raise
+        except Exception as exc:  # a provider bug must not crash the turn either
+            raise ProviderError(f"{type(exc).__name__}: {exc}") from exc
+        if not resp.time_cost:
+            resp.time_cost = time.perf_counter() - started
+        return resp
+
+    # -- output -------------------------------------------------------------------------------------------------
+
+    async def _deliver(
+        self, batch: KiraMessageBatchEvent, resp: LLMResponse, tag_set: Any, result: TurnResult
+    ) -> list[KiraIMSentResult]:
+        """Parse the step's output into messages; each goes through `after_xml_parse`, then out."""
+        if not resp.text_response.strip():
+            return []
+        from core.tag import parse_output
+
+        chains = await parse_output(resp.text_response, tag_set, batch, on_error=self._tag_failed(batch))
+        step_sent: list[KiraIMSentResult] = []
+        for chain in chains:
+            await self.engine.dispatch("after_xml_parse", batch, chain)
+            if batch.is_stopped:
+                break
+            if not chain:
+                continue
+            sent = await self._send(batch, chain, result)
+            step_sent.append(sent)
+            if batch.is_stopped:
+                break
+        assert resp.step is not None
+        resp.step.sent = step_sent
+        return step_sent
+
+    async def _send(self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult) -> KiraIMSentResult:
+        try:
+            sent = await self.send(batch.session, chain)
+        except Exception as exc:  # an adapter that raises is reported, not fatal
+            logger.exception("sending to %s failed", batch.sid)
+            sent = KiraIMSentResult(chain, batch.session, ok=False, error=str(exc))
+        result.sent.append(sent)
+        await self.engine.dispatch("message_sent", batch, sent)
+        return sent
+
+    def _tag_failed(self, batch: KiraMessageBatchEvent) -> Callable[[Any, BaseException], Awaitable[None]]:
+        async def report(tag: Any, exc: BaseException) -> None:
+            owner = getattr(tag, "owner", None) or "core"
+            logger.error("plugin %r tag <%s> failed: %s", owner, getattr(tag, "name", "?"), exc, exc_info=exc)
+            await self.engine.dispatch(
+                "exception", KiraExceptionEvent(exc, owner, f"tag:{getattr(tag, 'name', '?')}", "tag", batch)
+            )
+
+        return report
+
+    # -- tools ----------------------------------------------------------------------------------------------------
+
+    async def _run_tools(
+        self, batch: KiraMessageBatchEvent, tool_set: ToolSet, calls: list[ToolCall], seen: dict[str, int]
+    ) -> list[ToolResult]:
+        """Run the step's calls concurrently; every failure becomes an error result the model sees."""
+        results = await asyncio.gather(*(self._run_tool(batch, tool_set, call, seen) for call in calls))
+        for r in results:
+            batch.tool_attachments.extend(r.attachments)
+        return list(results)
+
+    async def _run_tool(
+        self, batch: KiraMessageBatchEvent, tool_set: ToolSet, call: ToolCall, seen: dict[str, int]
+    ) -> ToolResult:
+        def error(text: str) -> ToolResult:
+            return ToolResult(text=text, is_error=True, tool_name=call.name, arguments=call.arguments, call_id=call.id)
+
+        tool = tool_set.get(call.name)
+        if tool is None:
+            return error(f"error: there is no tool called {call.name!r}; available: {', '.join(tool_set.names())}")
+        if not isinstance(call.arguments, dict):
+            return error("error: tool arguments must be a JSON object")
+        if call.raw_arguments and call.arguments == {} and call.raw_arguments.strip() not in ("", "{}"):
+            try:
+                json.loads(call.raw_arguments)
+            except ValueError:
+                return error(f"error: the arguments are not valid JSON: {call.raw_arguments[:200]!r}")
+        problems = sorted(Draft202012Validator(tool.parameters).iter_errors(call.arguments), key=str)
+        if problems:
+            where = ".".join(map(str, problems[0].absolute_path)) or "arguments"
+            return error(f"error: invalid arguments for {call.name}: {where}: {problems[0].message}")
+        key = f"{call.name}\x00{json.dumps(call.arguments, sort_keys=True, default=str)}"
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] > MAX_IDENTICAL_CALLS:
+            return error(
+                f"error: {call.name} was already called {MAX_IDENTICAL_CALLS} times with these exact arguments in "
+                "this turn; use the earlier results instead of calling it again"
+            )
+        timeout = min(tool.timeout or self.settings.tool_timeout, MAX_TOOL_TIMEOUT)
+        try:
+            with anyio.fail_after(timeout):
+                output = await tool.invoke(batch, dict(call.arguments))
+        except TimeoutError:
+            logger.error("tool %s (plugin %r) timed out after %g s", call.name, tool.owner, timeout)
+            return error(f"error: the tool {call.name} did not answer within {timeout:g} s")
+        except Exception as exc:  # noqa: BLE001 - a tool failure is the model's information, not a crash
+            logger.exception("tool %s (plugin %r) raised", call.name, tool.owner)
+            return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")
+        result = to_tool_result(output)
+        result.tool_name, result.arguments, result.call_id = call.name, call.arguments, call.id
+        return result
+
+
+def to_tool_result(output: Any) -> ToolResult:
+    """Normalise what a tool returned: a `ToolResult`, a str, `{"output", "is_error", "error"}`, or JSON data."""
+    if isinstance(output, ToolResult):
+        return output
+    if isinstance(output, str):
+        return ToolResult(text=output)
+    if isinstance(output, dict) and "is_error" in output and ("output" in output or "error" in output):
+        is_error = bool(output.get("is_error"))
+        body = output.get("output")
+        text = body if isinstance(body, str) else _json(body) if body is not None else ""
+        if is_error and output.get("error"):
+            text = f"error: {output['error']}" + (f"\n{text}" if text else "")
+        return ToolResult(text=text, is_error=is_error)
+    if output is None:
+        return ToolResult(text="")
+    return ToolResult(text=_json(output))
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _sent_text(sent: list[KiraIMSentResult]) -> str:
+    return "\n".join(r.chain.message_repr for r in sent)

@@ -1,0 +1,198 @@
+"""The testing kit for plugin authors: run the real pipeline in-process against a scripted model.
+
+    async with ChatHarness(plugins=[MyPlugin], provider=ScriptedProvider(["Hello!"])) as bot:
+        chains = await bot.send("hi")
+        assert chains[0].plain_text == "Hello!"
+
+`ScriptedProvider` replies in order and records every request; `RecordingAdapter` records every message the bot
+sends; `ChatHarness` wires them to a real `HookChat` with a temporary data directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import core
+from core.app import HookChat
+from core.chat.adapter import ALL_ELEMENTS, Adapter
+from core.chat.message_elements import BaseMessageElement, Text
+from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain, MessageStrategy
+from core.chat.session import Group, Session, User
+from core.config import HookchatConfig
+from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, ToolCall
+
+__all__ = ["ScriptedProvider", "RecordingAdapter", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
+
+#: The framework's own plugins (chat debounce, built-in tags, examples).
+BUILTIN_PLUGINS_DIR = Path(core.__file__).resolve().parent.parent / "plugins"
+#: The built-in plugins a harness loads unless told otherwise: without the chat plugin no message reaches the model.
+DEFAULT_BUILTINS = ("chat", "builtin_tags")
+
+
+class ScriptedProvider(LLMProvider):
+    """A fake model for tests: answers with `responses` in order and records each request in `.requests`.
+
+    Each response is a `str` (the model's text), a list of `ToolCall` (a step that calls tools), an `LLMResponse`
+    (used as given), or an exception (raised as a `ProviderError`, to test model failures). Running out of
+    responses raises `ProviderError` saying so.
+    """
+
+    name = "scripted"
+
+    def __init__(self, responses: Iterable[str | list[ToolCall] | LLMResponse | BaseException] = ()) -> None:
+        self.responses = list(responses)
+        self.requests: list[LLMRequest] = []
+
+    def add(self, *responses: str | list[ToolCall] | LLMResponse | BaseException) -> None:
+        """Queue more responses."""
+        self.responses.extend(responses)
+
+    async def complete(self, req: LLMRequest) -> LLMResponse:
+        self.requests.append(copy.copy(req))
+        if not self.responses:
+            raise ProviderError(f"ScriptedProvider has no response left for request #{len(self.requests)}")
+        item = self.responses.pop(0)
+        if isinstance(item, BaseException):
+            raise item if isinstance(item, ProviderError) else ProviderError(str(item))
+        if isinstance(item, LLMResponse):
+            return item
+        if isinstance(item, str):
+            return LLMResponse(text_response=item, model=self.name)
+        calls = list(item)
+        return LLMResponse(tool_calls=calls, model=self.name, finish_reason="tool_calls")
+
+
+class RecordingAdapter(Adapter):
+    """A fake platform for tests: records every message the bot sends in `.sent` (a list of `KiraIMSentResult`)."""
+
+    name = "test"
+
+    def __init__(self, name: str = "test", capabilities: frozenset[str] = ALL_ELEMENTS) -> None:
+        super().__init__(name)
+        self.capabilities = capabilities
+        self.sent: list[KiraIMSentResult] = []
+
+    async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
+        result = KiraIMSentResult(MessageChain(chain), session, ok=True, message_id=f"sent-{len(self.sent) + 1}")
+        self.sent.append(result)
+        return result
+
+
+class ChatHarness:
+    """Runs the real pipeline in-process: plugins (classes or folders), a provider, a `RecordingAdapter`.
+
+    `config` may be a `HookchatConfig` or a dict of its sections; the data directory is a fresh temporary one
+    unless the config sets it. The built-in chat and tag plugins load too (`builtins=()` to leave them out).
+    """
+
+    def __init__(
+        self,
+        plugins: Iterable[type | str | Path] = (),
+        provider: LLMProvider | None = None,
+        config: HookchatConfig | dict[str, Any] | None = None,
+        *,
+        builtins: Iterable[str] = DEFAULT_BUILTINS,
+        history: bool = True,
+        adapter: RecordingAdapter | None = None,
+    ) -> None:
+        self.provider = provider if provider is not None else ScriptedProvider()
+        self.adapter = adapter or RecordingAdapter()
+        self._plugins = [*(BUILTIN_PLUGINS_DIR / name for name in builtins), *plugins]
+        self._config = config
+        self._history = history
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.app: HookChat | None = None
+
+    def _make_config(self) -> HookchatConfig:
+        raw = self._config
+        if isinstance(raw, HookchatConfig):
+            data = raw.model_dump()
+        else:
+            data = copy.deepcopy(raw or {})
+        data.setdefault("plugins", {}).setdefault("dirs", [])
+        data.setdefault("adapters", {}).setdefault("console", False)
+        if not (data.get("data") or {}).get("dir"):
+            self._tmp = tempfile.TemporaryDirectory(prefix="hookchat-test-")
+            data.setdefault("data", {})["dir"] = self._tmp.name
+        return HookchatConfig.model_validate(data)
+
+    async def __aenter__(self) -> ChatHarness:
+        self.app = HookChat(
+            self._make_config(),
+            provider=self.provider,
+            adapters=[self.adapter],
+            plugins=self._plugins,
+            history=self._history,
+            entry_points=False,
+        )
+        await self.app.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self.app is not None:
+            await self.app.aclose()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    @property
+    def requests(self) -> list[LLMRequest]:
+        """Every request the provider received (when it is a `ScriptedProvider`)."""
+        return getattr(self.provider, "requests", [])
+
+    @property
+    def sent(self) -> list[MessageChain]:
+        """Every message the bot sent so far, in order."""
+        return [r.chain for r in self.adapter.sent]
+
+    def plugin(self, plugin_id: str) -> Any:
+        """The loaded plugin instance `plugin_id`."""
+        assert self.app is not None, "use the harness as 'async with ChatHarness(...) as bot'"
+        return self.app.plugins.get_plugin(plugin_id)
+
+    def message(
+        self,
+        content: str | MessageChain | Iterable[BaseMessageElement],
+        *,
+        user_id: str = "user",
+        group_id: str | None = None,
+        mentioned: bool | None = None,
+        nickname: str = "",
+    ) -> KiraIMMessage:
+        """Build the `KiraIMMessage` a platform would deliver (a group message when `group_id` is given)."""
+        chain = MessageChain([Text(content)]) if isinstance(content, str) else MessageChain(content)
+        session = Session(self.adapter.name, "gm" if group_id else "dm", group_id or user_id)
+        return KiraIMMessage(
+            chain,
+            User(user_id, nickname),
+            session,
+            group=Group(group_id) if group_id else None,
+            is_mentioned=mentioned if mentioned is not None else group_id is None,
+        )
+
+    async def send(
+        self,
+        content: str | MessageChain | Iterable[BaseMessageElement],
+        *,
+        user_id: str = "user",
+        group_id: str | None = None,
+        mentioned: bool | None = None,
+        nickname: str = "",
+    ) -> list[MessageChain]:
+        """Deliver a message and return the chains the bot sent for the turn it caused ([] when none).
+
+        A buffered message is flushed at once, as if the debounce had expired: no sleeping.
+        """
+        assert self.app is not None, "use the harness as 'async with ChatHarness(...) as bot'"
+        message = self.message(content, user_id=user_id, group_id=group_id, mentioned=mentioned, nickname=nickname)
+        received = await self.app.receive(message)
+        turn = received.turn
+        if turn is None and received.strategy is MessageStrategy.BUFFER:
+            turn = self.app.pipeline.flush(message.session)
+        if turn is None:
+            return []
+        result = await turn
+        return result.chains

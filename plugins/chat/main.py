@@ -1,0 +1,72 @@
+"""The built-in chat behaviour: buffer incoming messages per session and flush them to the model after
+`flush_messages` messages or `quiet_seconds` of quiet; in groups, only when mentioned or woken by a wake word."""
+
+from __future__ import annotations
+
+import asyncio
+
+from core.chat import KiraMessageEvent
+from core.plugin import BasePlugin, Priority, on
+
+
+class ChatPlugin(BasePlugin):
+    """Sets the `buffer` strategy first (SYS_HIGH), so any later hook may still choose another one."""
+
+    async def initialize(self) -> None:
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._wake_words = [w.lower() for w in self.cfg["wake_words"] if w]
+        self.ctx.spawn(self._evict_idle_buffers(), name="evict-idle-buffers")
+
+    async def terminate(self) -> None:
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+
+    @property
+    def _pipeline(self):
+        app = self.ctx.app
+        return app.pipeline if app is not None else None
+
+    def wants(self, event: KiraMessageEvent) -> bool:
+        """Whether the bot should answer this message at all."""
+        if event.group is None:
+            return True
+        if not self.cfg["answer_in_groups"]:
+            return False
+        text = event.message_repr.lower()
+        return event.is_mentioned or any(word in text for word in self._wake_words)
+
+    @on.im_message(priority=Priority.SYS_HIGH)
+    async def choose_strategy(self, event: KiraMessageEvent, *args, **kwargs):
+        if not self.wants(event):
+            return
+        pipeline = self._pipeline
+        buffered = pipeline.buffers.size(event.sid) if pipeline is not None else 0
+        if buffered + 1 >= self.cfg["flush_messages"]:
+            self._cancel_timer(event.sid)
+            event.flush()
+        else:
+            event.buffer()
+
+    @on.message_buffered(priority=Priority.SYS_LOW)
+    async def restart_quiet_timer(self, event: KiraMessageEvent, *args, **kwargs):
+        self._cancel_timer(event.sid)
+        loop = asyncio.get_running_loop()
+        self._timers[event.sid] = loop.call_later(self.cfg["quiet_seconds"], self._flush, event.sid)
+
+    def _cancel_timer(self, sid: str) -> None:
+        handle = self._timers.pop(sid, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _flush(self, sid: str) -> None:
+        self._timers.pop(sid, None)
+        if self._pipeline is not None:
+            self._pipeline.flush(sid)
+
+    async def _evict_idle_buffers(self) -> None:
+        idle = float(self.cfg["idle_evict_seconds"])
+        while True:
+            await asyncio.sleep(idle / 2)
+            if self._pipeline is not None:
+                self._pipeline.buffers.evict_idle(idle)

@@ -1,0 +1,76 @@
+"""The built-in chat plugin: debounce by count and by quiet time, groups, wake words, timers owned by it."""
+
+import asyncio
+
+import pytest
+
+from core.chat import MessageStrategy
+from core.testing import ChatHarness, ScriptedProvider
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_buffer_flushes_when_it_reaches_flush_messages():
+    config = {"plugins": {"config": {"chat": {"flush_messages": 3, "quiet_seconds": 60}}}}
+    async with ChatHarness(provider=ScriptedProvider(["all three"]), config=config) as bot:
+        first = await bot.app.receive(bot.message("a"))
+        second = await bot.app.receive(bot.message("b"))
+        third = await bot.app.receive(bot.message("c"))
+        assert [first.strategy, second.strategy, third.strategy] == [MessageStrategy.BUFFER] * 2 + [MessageStrategy.FLUSH]
+        result = await third.turn
+    assert result.chains[0].plain_text == "all three"
+    assert [m.message_repr for m in result.batch.messages] == ["a", "b", "c"]
+
+
+async def test_buffer_flushes_after_quiet_seconds():
+    config = {"plugins": {"config": {"chat": {"flush_messages": 100, "quiet_seconds": 0.01}}}}
+    async with ChatHarness(provider=ScriptedProvider(["after the quiet"]), config=config) as bot:
+        await bot.app.receive(bot.message("a"))
+        await bot.app.receive(bot.message("b"))
+        for _ in range(500):
+            if bot.adapter.sent:
+                break
+            await asyncio.sleep(0.01)
+        assert bot.sent[0].plain_text == "after the quiet"
+        assert bot.requests[0].user_prompt == "[user] a\n[user] b"
+
+
+async def test_groups_answer_only_when_mentioned_or_woken():
+    config = {"plugins": {"config": {"chat": {"wake_words": ["Robo"]}}}}
+    async with ChatHarness(provider=ScriptedProvider(["mentioned", "woken"]), config=config) as bot:
+        assert await bot.send("chatter", group_id="g1", mentioned=False) == []
+        assert (await bot.send("hey", group_id="g1", mentioned=True))[0].plain_text == "mentioned"
+        assert (await bot.send("hey robo!", group_id="g1", mentioned=False))[0].plain_text == "woken"
+        assert len(bot.requests) == 2
+
+
+async def test_disabling_the_chat_plugin_cancels_its_timers_and_tasks():
+    config = {"plugins": {"config": {"chat": {"flush_messages": 100, "quiet_seconds": 0.05}}}}
+    async with ChatHarness(provider=ScriptedProvider(["never"]), config=config) as bot:
+        await bot.app.receive(bot.message("a"))
+        chat = bot.plugin("chat")
+        assert chat._timers and bot.app.plugins.status("chat").tasks == 1
+        await bot.app.plugins.disable("chat")
+        assert chat._timers == {}
+        assert all(t.done() for t in chat.ctx.tasks) and not chat.ctx.tasks
+        await asyncio.sleep(0.1)
+        assert bot.adapter.sent == [], "a stopped plugin's timer never fires"
+
+
+async def test_idle_buffers_are_evicted():
+    async with ChatHarness(provider=ScriptedProvider([]), builtins=()) as bot:
+        from core.plugin import BasePlugin, on
+
+        buffers = bot.app.pipeline.buffers
+
+        class Buffer(BasePlugin):
+            @on.im_message()
+            async def keep(self, event, *_):
+                event.buffer()
+
+        bot.app.plugins.add_class(Buffer)
+        await bot.app.plugins.load("buffer")
+        await bot.app.receive(bot.message("lingering"))
+        assert len(buffers) == 1
+        assert buffers.evict_idle(0) == ["test:dm:user"]
+        assert len(buffers) == 0

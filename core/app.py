@@ -22,11 +22,12 @@ __all__ = ["HookChat", "build_provider"]
 
 
 def build_provider(config: HookchatConfig) -> LLMProvider:
-    """The provider the config names (`default_provider`, else the first), else the embedded local model."""
-    chosen = None
-    if config.providers:
-        chosen = next((p for p in config.providers if p.name == config.default_provider), config.providers[0])
-    if chosen is None or chosen.type == "local":
+    """The provider the config chooses (`HookchatConfig.provider()`); the embedded local model when it names none.
+
+    A `local` provider with a `base_url` is a local OpenAI-compatible server, reached like any other endpoint.
+    """
+    chosen = config.provider()
+    if chosen is None or (chosen.type == "local" and not chosen.base_url):
         from core.provider.local import LocalLlamaProvider
 
         return LocalLlamaProvider()
@@ -34,10 +35,11 @@ def build_provider(config: HookchatConfig) -> LLMProvider:
 
     return OpenAIProvider(
         base_url=chosen.base_url,
+        models=list(chosen.models) or ["default"],
         api_key=chosen.api_key.get_secret_value() if chosen.api_key else None,
-        models=list(chosen.models),
         timeout=chosen.timeout,
         max_retries=chosen.max_retries,
+        name=chosen.name,
     )
 
 
@@ -63,7 +65,7 @@ class HookChat:
             plugin_dirs=list(self.config.plugins.dirs),
             data_dir=self.data_dir,
             plugin_config=dict(self.config.plugins.config),
-            disabled=set(self.config.plugins.disabled),
+            is_enabled=self.config.plugins.is_enabled,
             media_roots=[self.data_dir, *self.config.media.allowed_dirs],
             entry_points=entry_points,
             app=self,
@@ -76,8 +78,10 @@ class HookChat:
             from core.history import HistoryStore
 
             self.history = HistoryStore(
-                self.data_dir / "history.sqlite3", max_turns=limits.history_turns or None,
+                self.config.data.history_path,
+                max_turns=limits.history_turns,
                 max_tokens=limits.history_tokens,
+                retain_turns=limits.history_retain_turns,
             )
         self.agent = AgentLoop(
             self.engine,

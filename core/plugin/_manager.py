@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -105,7 +106,8 @@ class PluginManager:
 
     `plugin_dirs` are scanned for plugin folders (each with `manifest.json`); installed distributions are scanned
     for the `hookchat.plugins` entry point group. Plugins load sorted by plugin id, which is also the tie-break
-    order of equal-priority hooks. `plugin_config` maps plugin id to the operator's settings for it.
+    order of equal-priority hooks. `plugin_config` maps plugin id to the operator's settings for it; `disabled`
+    and `is_enabled` (the operator's enabled/disabled lists) decide which plugins `load_all` skips.
     """
 
     def __init__(
@@ -116,6 +118,7 @@ class PluginManager:
         data_dir: Path | str = "data",
         plugin_config: dict[str, dict[str, Any]] | None = None,
         disabled: set[str] | frozenset[str] = frozenset(),
+        is_enabled: Callable[[str], bool] | None = None,
         media_roots: list[Path | str] = (),  # type: ignore[assignment]
         entry_points: bool = True,
         init_timeout: float = 30.0,
@@ -126,6 +129,7 @@ class PluginManager:
         self.data_dir = Path(data_dir)
         self.plugin_config = dict(plugin_config or {})
         self.disabled_ids = set(disabled)
+        self._is_enabled = is_enabled
         self.media_roots = [Path(p) for p in media_roots] or [self.data_dir]
         self.use_entry_points = entry_points
         self.init_timeout = init_timeout
@@ -195,7 +199,7 @@ class PluginManager:
         """Discover, then load every plugin not disabled by the operator, in plugin id order."""
         await anyio.to_thread.run_sync(self.discover)
         for pid in sorted(self._sources):
-            if pid in self.disabled_ids:
+            if pid in self.disabled_ids or (self._is_enabled is not None and not self._is_enabled(pid)):
                 self._status[pid].state = "disabled"
                 continue
             if pid not in self._loaded:

@@ -1,0 +1,358 @@
+"""The operator's configuration: one TOML file validated into `HookchatConfig`, secrets from the environment.
+
+`load_config` is the one way in; see docs/configuration.md for every key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+__all__ = [
+    "HookchatConfig",
+    "DataConfig",
+    "PluginsConfig",
+    "ProviderConfig",
+    "LimitsConfig",
+    "DeadlinesConfig",
+    "AdapterConfig",
+    "AdaptersConfig",
+    "ServerConfig",
+    "MediaConfig",
+    "ConfigError",
+    "load_config",
+    "DEFAULT_CONFIG_PATH",
+    "CONFIG_PATH_ENV",
+    "API_KEY_ENV",
+    "SERVER_TOKEN_ENV",
+]
+
+DEFAULT_CONFIG_PATH = Path("hookchat.toml")
+"""The file `load_config(None)` reads when `HOOKCHAT_CONFIG` is not set (relative to the working directory)."""
+CONFIG_PATH_ENV = "HOOKCHAT_CONFIG"
+"""Environment variable naming the config file when `load_config` is given no path."""
+API_KEY_ENV = "HOOKCHAT_API_KEY"
+"""Environment variable holding the default provider's API key when nothing more specific gives one."""
+SERVER_TOKEN_ENV = "HOOKCHAT_SERVER_TOKEN"
+"""Default name of the environment variable holding the HTTP tool registry's bearer token."""
+
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_MIB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """The config file cannot be used. The message names the file, where (key path, or line and column) and why.
+
+    `path` is the file (None for defaults), `issues` the `(key_path, reason)` pairs of a validation failure, and
+    `line`/`column` the position of a TOML syntax error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: Path | None = None,
+        issues: list[tuple[str, str]] | None = None,
+        line: int | None = None,
+        column: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.issues = issues or []
+        self.line = line
+        self.column = column
+
+
+def _duplicates(names: list[str]) -> str:
+    return ", ".join(sorted({n for n in names if names.count(n) > 1}))
+
+
+def _resolve_path(value: Path, info: ValidationInfo) -> Path:
+    """Make a path absolute against the config file's directory (the working directory without a file)."""
+    base = (info.context or {}).get("base_dir") or Path.cwd()
+    return Path(os.path.normpath(base / value.expanduser()))
+
+
+_ResolvedPath = Annotated[Path, AfterValidator(_resolve_path)]
+
+
+class _Section(BaseModel):
+    # Unknown keys are errors (a typo must not be silently ignored); defaults go through the validators too, so
+    # default paths are made absolute like configured ones.
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class DataConfig(_Section):
+    """`[data]`: where hookchat keeps its state (history database, plugin data)."""
+
+    dir: _ResolvedPath = Path("data")
+
+    @property
+    def history_path(self) -> Path:
+        """The history database file, `<dir>/history.sqlite3`."""
+        return self.dir / "history.sqlite3"
+
+
+class PluginsConfig(_Section):
+    """`[plugins]`: where plugins are found, which load, and each plugin's own settings.
+
+    `enabled` empty means every plugin found is enabled; otherwise only those listed. `disabled` always wins.
+    `config` maps a plugin id to its settings table (`[plugins.config.<plugin_id>]`), validated against the
+    plugin's `schema.json` when the plugin loads, not here.
+    """
+
+    dirs: list[_ResolvedPath] = [Path("plugins"), Path("data/plugins")]
+    enabled: list[str] = []
+    disabled: list[str] = []
+    config: dict[str, dict[str, Any]] = {}
+
+    def is_enabled(self, plugin_id: str) -> bool:
+        """Whether the plugin with this id should load, by the `enabled` and `disabled` lists."""
+        if plugin_id in self.disabled:
+            return False
+        return not self.enabled or plugin_id in self.enabled
+
+
+class ProviderConfig(_Section):
+    """One `[[providers]]` entry: a model backend and its models in failover order.
+
+    `type = "openai"` is any OpenAI-compatible HTTP API (needs `base_url` or the official default, and at least one
+    model); `type = "local"` is the embedded local model, or a local server when `base_url` is given. The key comes
+    from the environment variable named by `api_key_env`; `api_key` in the file works but is discouraged.
+    """
+
+    name: str = Field(min_length=1)
+    type: Literal["openai", "local"]
+    base_url: str | None = None
+    api_key_env: str | None = Field(default=None, pattern=_ENV_NAME)
+    api_key: SecretStr | None = None
+    models: list[Annotated[str, Field(min_length=1)]] = []
+    timeout: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _openai_needs_model(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        if info.data.get("type") == "openai" and not value:
+            raise ValueError("an openai provider needs at least one model")
+        return value
+
+
+class LimitsConfig(_Section):
+    """`[limits]`: bounds that keep one busy or misbehaving session from taking the whole bot down.
+
+    `history_turns`/`history_tokens` bound the history sent with each request (see History);
+    `history_retain_turns` (optional) trims each session's stored history to about that many turns.
+    """
+
+    max_concurrent_turns: int = Field(default=64, gt=0)
+    max_steps: int = Field(default=8, gt=0)
+    history_turns: int = Field(default=50, ge=0)
+    history_tokens: int | None = Field(default=None, gt=0)
+    history_retain_turns: int | None = Field(default=None, gt=0)
+    max_buffered_sessions: int = Field(default=10_000, gt=0)
+    max_tool_timeout: float = Field(default=300.0, gt=0, le=300)
+    tool_timeout: float = Field(default=30.0, gt=0)
+
+    @field_validator("tool_timeout")
+    @classmethod
+    def _tool_timeout_within_max(cls, value: float, info: ValidationInfo) -> float:
+        cap = info.data.get("max_tool_timeout")
+        if cap is not None and value > cap:
+            raise ValueError(f"must not exceed max_tool_timeout ({cap})")
+        return value
+
+
+class DeadlinesConfig(_Section):
+    """`[deadlines]`: how long a hook may run before it is cancelled, and when the loop counts as stalled."""
+
+    hook_default: float = Field(default=10.0, gt=0)
+    stall_threshold: float = Field(default=0.5, gt=0)
+
+
+class AdapterConfig(_Section):
+    """One `[[adapters.instances]]` entry: a chat platform connection.
+
+    `name` (default: the type) is the adapter name in session ids `name:dm|gm:id`; `options` is passed to the
+    adapter, which validates it.
+    """
+
+    type: str = Field(min_length=1)
+    name: str | None = Field(default=None, pattern=r"^[^:\s]+$")
+    enabled: bool = True
+    options: dict[str, Any] = {}
+
+    @property
+    def adapter_name(self) -> str:
+        """The name used in session ids: `name`, or the type when no name is set."""
+        return self.name or self.type
+
+
+class AdaptersConfig(_Section):
+    """`[adapters]`: the interactive console, and the list of platform adapters."""
+
+    console: bool = True
+    instances: list[AdapterConfig] = []
+
+    @field_validator("instances")
+    @classmethod
+    def _unique_names(cls, value: list[AdapterConfig]) -> list[AdapterConfig]:
+        dupes = _duplicates([a.adapter_name for a in value])
+        if dupes:
+            raise ValueError(f"adapter names must be unique; give each a distinct `name` ({dupes})")
+        return value
+
+
+class ServerConfig(_Section):
+    """`[server]`: the HTTP tool registry. The bearer token comes from the variable named by `token_env`."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    token_env: str = Field(default=SERVER_TOKEN_ENV, pattern=_ENV_NAME)
+    token: SecretStr | None = None
+    max_body_bytes: int = Field(default=_MIB, gt=0)
+
+
+class MediaConfig(_Section):
+    """`[media]`: directories, besides the bot's own data, that `<file>` and `<img>` tags may read from."""
+
+    allowed_dirs: list[_ResolvedPath] = []
+
+
+class HookchatConfig(_Section):
+    """The whole configuration. Every section has defaults, so an empty file (or none) is a working config.
+
+    Paths are absolute once loaded. Secrets are `SecretStr`: they print as `**********`; read them with
+    `.get_secret_value()`.
+    """
+
+    # Section defaults are empty tables validated per load, so their default paths resolve against that file.
+    data: DataConfig = Field(default_factory=dict)
+    plugins: PluginsConfig = Field(default_factory=dict)
+    providers: list[ProviderConfig] = []
+    default_provider: str | None = None
+    limits: LimitsConfig = Field(default_factory=dict)
+    deadlines: DeadlinesConfig = Field(default_factory=dict)
+    adapters: AdaptersConfig = Field(default_factory=dict)
+    server: ServerConfig = Field(default_factory=dict)
+    media: MediaConfig = Field(default_factory=dict)
+
+    @field_validator("providers")
+    @classmethod
+    def _unique_providers(cls, value: list[ProviderConfig]) -> list[ProviderConfig]:
+        dupes = _duplicates([p.name for p in value])
+        if dupes:
+            raise ValueError(f"provider names must be unique ({dupes})")
+        return value
+
+    @field_validator("default_provider")
+    @classmethod
+    def _known_provider(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or "providers" not in info.data:  # nothing to check, or the providers are already wrong
+            return value
+        names = [p.name for p in info.data["providers"]]
+        if value not in names:
+            raise ValueError(f"{value!r} is not the name of a [[providers]] entry ({', '.join(names) or 'none'})")
+        return value
+
+    def provider(self) -> ProviderConfig | None:
+        """The default provider: `default_provider`, else the first listed; None means the embedded local model."""
+        for p in self.providers:
+            if self.default_provider is None or p.name == self.default_provider:
+                return p
+        return None
+
+
+def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = None) -> HookchatConfig:
+    """Read, validate and complete the configuration.
+
+    With `path` None the file is `$HOOKCHAT_CONFIG`, else `hookchat.toml` in the working directory, and a missing
+    default file gives the defaults; an explicit `path` must exist. Relative paths in the file resolve against the
+    file's directory. Secrets are then filled from `env` (default `os.environ`): each provider's key from its
+    `api_key_env` variable (overriding `api_key`), else `HOOKCHAT_API_KEY` for the default provider if it has no
+    key; the server token from its `token_env` variable (default `HOOKCHAT_SERVER_TOKEN`). Raises `ConfigError`.
+    """
+    env = os.environ if env is None else env
+    explicit = path is not None or bool(env.get(CONFIG_PATH_ENV))
+    file = Path(path if path is not None else env.get(CONFIG_PATH_ENV) or DEFAULT_CONFIG_PATH).expanduser()
+    found = file.is_file()
+    if not found and explicit:
+        raise ConfigError(f"{file}: config file not found", path=file)
+    data = _read_toml(file) if found else {}
+    base_dir = file.absolute().parent if found else Path.cwd()
+    try:
+        config = HookchatConfig.model_validate(data, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise _validation_error(file if found else None, exc) from None
+    _apply_env_secrets(config, env)
+    return config
+
+
+def _read_toml(file: Path) -> dict[str, Any]:
+    try:
+        with file.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        reason = str(exc)
+        m = re.search(r"\(at line (\d+), column (\d+)\)$", reason)
+        if m is None:  # "(at end of document)" and the like: no line to point at
+            raise ConfigError(f"{file}: TOML syntax error: {reason}", path=file) from None
+        line, column = int(m.group(1)), int(m.group(2))
+        reason = reason[: m.start()].rstrip()
+        raise ConfigError(
+            f"{file}:{line}:{column}: TOML syntax error: {reason}", path=file, line=line, column=column
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: cannot read config file: {exc}", path=file) from None
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _validation_error(file: Path | None, exc: ValidationError) -> ConfigError:
+    issues = []
+    for e in exc.errors(include_url=False, include_input=False):
+        reason = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            reason = "unknown key (check the spelling; see docs/configuration.md)"
+        issues.append((_key_path(e["loc"]), reason))
+    where = str(file) if file is not None else "config"
+    lines = [f"{where}: {key}: {reason}" for key, reason in issues]
+    return ConfigError("\n".join(lines), path=file, issues=issues)
+
+
+def _apply_env_secrets(config: HookchatConfig, env: Mapping[str, str]) -> None:
+    for p in config.providers:
+        if p.api_key_env and env.get(p.api_key_env):
+            p.api_key = SecretStr(env[p.api_key_env])
+    default = config.provider()
+    if default is not None and default.api_key is None and env.get(API_KEY_ENV):
+        default.api_key = SecretStr(env[API_KEY_ENV])
+    if env.get(config.server.token_env):
+        config.server.token = SecretStr(env[config.server.token_env])

@@ -1,0 +1,416 @@
+"""The conversation history store: completed turns per session in one SQLite file (WAL mode), owned by a single
+worker thread so the event loop never waits on the database. Each `append_turn` is durable when it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from core.provider.llm import ChatMessage
+
+__all__ = ["HistoryStore", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    sid TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    tokens INTEGER NOT NULL,
+    messages TEXT NOT NULL,
+    meta TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_sid_id ON turns (sid, id);
+"""
+# AUTOINCREMENT: a turn id is never reused after a delete, so a plugin holding an old id cannot edit a newer turn.
+
+_MAX_BATCH = 512  # jobs committed in one transaction at most
+_TRIM_EVERY = 64  # with retain_turns, a session is trimmed on its first append and then on every 64th
+
+
+class HistoryError(RuntimeError):
+    """The history store is not open, or its database failed; the message says which and why."""
+
+
+class TurnNotFoundError(HistoryError, LookupError):
+    """No turn has this id (it was deleted, pruned, or never existed)."""
+
+
+@dataclass(slots=True)
+class Turn:
+    """One completed turn of a session: its messages in order (user, assistant, tool calls and results) and meta."""
+
+    id: int
+    sid: str
+    created_at: float
+    messages: list[ChatMessage]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def estimate_tokens(messages: list[ChatMessage]) -> int:
+    """Approximate tokens of `messages`: 4 per message plus ceil(chars / 4) of its content and tool calls.
+
+    Characters counted are the content, each tool call's name and raw arguments. It is an estimate (chars/4 fits
+    English; other scripts use more tokens per character), good enough for bounding the history sent to a model.
+    """
+    total = 0
+    for m in messages:
+        chars = len(m.content)
+        for call in m.tool_calls:
+            chars += len(call.name) + len(call.raw_arguments or "")
+        total += 4 + (chars + 3) // 4
+    return total
+
+
+def _encode(messages: list[ChatMessage]) -> str:
+    for m in messages:
+        if not isinstance(m, ChatMessage):
+            raise TypeError(f"history messages must be ChatMessage, not {type(m).__name__}")
+    return json.dumps([m.to_dict() for m in messages], ensure_ascii=False, separators=(",", ":"))
+
+
+def _decode(text: str) -> list[ChatMessage]:
+    return [ChatMessage.from_dict(d) for d in json.loads(text)]
+
+
+def _row_to_turn(row: tuple[Any, ...]) -> Turn:
+    return Turn(id=row[0], sid=row[1], created_at=row[2], messages=_decode(row[3]), meta=json.loads(row[4]))
+
+
+def _check_limit(name: str, value: int | None) -> None:
+    if value is not None and value < 0:
+        raise ValueError(f"{name} must be >= 0 or None, not {value}")
+
+
+_Job = tuple[Callable[[sqlite3.Connection], Any] | None, "asyncio.Future[Any]"]
+_Outcome = tuple["asyncio.Future[Any]", bool, Any]
+
+
+def _settle(outcomes: list[_Outcome]) -> None:
+    for fut, ok, value in outcomes:
+        if fut.done():  # the caller was cancelled; its job ran anyway
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
+
+
+class HistoryStore:
+    """Completed turns of every session in one SQLite file, with an async API for the pipeline and plugins.
+
+    One worker thread owns the only connection and runs every query, taken from a FIFO queue; jobs queued while a
+    transaction runs are committed together in the next one (group commit), and each caller's await returns after
+    the commit that contains its job. So operations take effect in the order they were called, a read sees every
+    write called before it, and a turn whose `append_turn` returned survives a crash of the process (WAL with
+    `synchronous=NORMAL`; pass `synchronous="FULL"` to also survive power loss, at an fsync per commit).
+
+    `max_turns` and `max_tokens` are the default bounds of `get_history` (None: unbounded). `retain_turns` (None:
+    keep everything) trims each session on disk to its newest `retain_turns` turns on its first append after open
+    and then on every 64th, so a session holds at most 63 turns more. A job whose caller was cancelled still runs.
+    The store needs the asyncio event loop (anyio's asyncio backend); use it from the loop that opened it.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        max_turns: int | None = 50,
+        max_tokens: int | None = None,
+        retain_turns: int | None = None,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+    ) -> None:
+        _check_limit("max_turns", max_turns)
+        _check_limit("max_tokens", max_tokens)
+        if retain_turns is not None and retain_turns < 1:
+            raise ValueError(f"retain_turns must be >= 1 or None, not {retain_turns}")
+        if synchronous not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
+        self.path = path if str(path) == ":memory:" else Path(path)
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.retain_turns = retain_turns
+        self.synchronous = synchronous
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: queue.SimpleQueue[_Job] | None = None
+        self._thread: threading.Thread | None = None
+        self._appends_since_trim: dict[str, int] = {}  # per session; only the worker thread touches it
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Start the worker thread, open (or create) the database and its schema. Raises `HistoryError`."""
+        if self._queue is not None:
+            raise HistoryError("history store is already open")
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise HistoryError("HistoryStore needs a running asyncio event loop (anyio's asyncio backend)") from None
+        self._queue = queue.SimpleQueue()
+        self._appends_since_trim = {}
+        ready: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(target=self._work, args=(ready,), name="hookchat-history", daemon=True)
+        self._thread.start()
+        try:
+            await ready
+        except BaseException:  # failed or cancelled: stop the worker if it got as far as its loop
+            self._queue.put((None, self._loop.create_future()))
+            self._queue = None
+            raise
+
+    async def close(self) -> None:
+        """Finish every queued job, then close the database. Safe to call twice."""
+        q, self._queue = self._queue, None
+        if q is None:
+            return
+        assert self._loop is not None
+        done: asyncio.Future[None] = self._loop.create_future()
+        q.put((None, done))
+        await asyncio.shield(done)
+
+    async def __aenter__(self) -> HistoryStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- the pipeline's API ----------------------------------------------------------------------------------------
+
+    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None) -> int:
+        """Append one completed turn of session `sid` in one transaction and return its id.
+
+        The turn is committed when this returns. Raises `TypeError` for a message that is not a `ChatMessage` or meta
+        that is not JSON-serialisable, before anything is queued.
+        """
+        text = _encode(messages)  # first: it checks the message types
+        row = (sid, time.time(), estimate_tokens(messages), text, json.dumps(meta or {}))
+        retain, since_trim = self.retain_turns, self._appends_since_trim
+
+        def job(conn: sqlite3.Connection) -> int:
+            turn_id = conn.execute(
+                "INSERT INTO turns (sid, created_at, tokens, messages, meta) VALUES (?, ?, ?, ?, ?)", row
+            ).lastrowid
+            if retain is not None:
+                # Trimming costs a walk over `retain` index entries, so do it once per _TRIM_EVERY appends of the
+                # session, and on its first append since open (a restart must not postpone it for ever).
+                count = since_trim.get(sid, _TRIM_EVERY)
+                if count >= _TRIM_EVERY:
+                    conn.execute(
+                        "DELETE FROM turns WHERE sid = ?1 AND id <= "
+                        "(SELECT id FROM turns WHERE sid = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                        (sid, retain),
+                    )
+                    count = 0
+                since_trim[sid] = count + 1
+            return turn_id
+
+        return await self._submit(job)
+
+    async def get_history(
+        self, sid: str, *, max_turns: int | None = None, max_tokens: int | None = None
+    ) -> list[ChatMessage]:
+        """The messages of the session's newest turns, oldest first, within the bounds.
+
+        Whole turns only: the newest turns whose count is at most `max_turns` and whose `estimate_tokens` sum is
+        at most `max_tokens`; a turn that would overflow the token budget ends the history there (it is never cut
+        in half, so tool calls keep their results). Each bound left None takes the store's default.
+        """
+        turns = self.max_turns if max_turns is None else max_turns
+        tokens = self.max_tokens if max_tokens is None else max_tokens
+        _check_limit("max_turns", turns)
+        _check_limit("max_tokens", tokens)
+
+        def job(conn: sqlite3.Connection) -> list[ChatMessage]:
+            picked: list[str] = []
+            used = 0
+            rows = conn.execute(
+                "SELECT tokens, messages FROM turns WHERE sid = ? ORDER BY id DESC LIMIT ?",
+                (sid, -1 if turns is None else turns),
+            )
+            for turn_tokens, text in rows:
+                used += turn_tokens
+                if tokens is not None and used > tokens:
+                    break
+                picked.append(text)
+            out: list[ChatMessage] = []
+            for text in reversed(picked):
+                out.extend(_decode(text))
+            return out
+
+        return await self._submit(job)
+
+    # -- the plugins' editing API ----------------------------------------------------------------------------------
+
+    async def list_turns(self, sid: str, limit: int | None = None) -> list[Turn]:
+        """The session's turns oldest first; with `limit`, only the newest `limit` of them."""
+        _check_limit("limit", limit)
+
+        def job(conn: sqlite3.Connection) -> list[Turn]:
+            rows = conn.execute(
+                "SELECT id, sid, created_at, messages, meta FROM turns WHERE sid = ? ORDER BY id DESC LIMIT ?",
+                (sid, -1 if limit is None else limit),
+            ).fetchall()
+            return [_row_to_turn(r) for r in reversed(rows)]
+
+        return await self._submit(job)
+
+    async def get_turn(self, turn_id: int) -> Turn | None:
+        """The turn with this id, or None."""
+
+        def job(conn: sqlite3.Connection) -> Turn | None:
+            row = conn.execute(
+                "SELECT id, sid, created_at, messages, meta FROM turns WHERE id = ?", (turn_id,)
+            ).fetchone()
+            return None if row is None else _row_to_turn(row)
+
+        return await self._submit(job)
+
+    async def replace_turn(
+        self, turn_id: int, messages: list[ChatMessage], meta: dict[str, Any] | None = None
+    ) -> None:
+        """Replace the messages (and, if given, the meta) of a turn; its id, session and time stay.
+
+        Raises `TurnNotFoundError` when no turn has this id, so an edit is never lost silently.
+        """
+        text, turn_tokens = _encode(messages), estimate_tokens(messages)
+        meta_text = None if meta is None else json.dumps(meta)
+
+        def job(conn: sqlite3.Connection) -> None:
+            cur = conn.execute(
+                "UPDATE turns SET messages = ?, tokens = ?, meta = coalesce(?, meta) WHERE id = ?",
+                (text, turn_tokens, meta_text, turn_id),
+            )
+            if cur.rowcount == 0:
+                raise TurnNotFoundError(f"no history turn has id {turn_id}")
+
+        await self._submit(job)
+
+    async def delete_turn(self, turn_id: int) -> bool:
+        """Delete a turn; True if it existed."""
+        return await self._submit(lambda conn: conn.execute("DELETE FROM turns WHERE id = ?", (turn_id,)).rowcount > 0)
+
+    async def clear(self, sid: str) -> int:
+        """Delete every turn of a session; returns how many there were."""
+        return await self._submit(lambda conn: conn.execute("DELETE FROM turns WHERE sid = ?", (sid,)).rowcount)
+
+    async def sessions(self) -> list[str]:
+        """The ids of every session that has at least one turn, sorted."""
+        return await self._submit(
+            lambda conn: [r[0] for r in conn.execute("SELECT DISTINCT sid FROM turns ORDER BY sid")]
+        )
+
+    # -- the worker ------------------------------------------------------------------------------------------------
+
+    def _submit(self, fn: Callable[[sqlite3.Connection], Any]) -> asyncio.Future[Any]:
+        if self._queue is None:
+            raise HistoryError("history store is not open (call `await store.open()` or use `async with`)")
+        assert self._loop is not None
+        fut = self._loop.create_future()
+        self._queue.put((fn, fut))
+        return fut
+
+    def _post(self, outcomes: list[_Outcome]) -> None:
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(_settle, outcomes)
+        except RuntimeError:  # the loop is closed; nobody is waiting any more
+            pass
+
+    def _connect(self) -> sqlite3.Connection:
+        if isinstance(self.path, Path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a commit is written to the WAL (the OS holds it) before it returns, so a killed
+            # process loses nothing; only a power loss can drop the last commits. FULL fsyncs every commit.
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.executescript(_SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _work(self, ready: asyncio.Future[None]) -> None:
+        q = self._queue
+        assert q is not None
+        try:
+            conn = self._connect()
+        except Exception as exc:
+            err = HistoryError(f"cannot open history database {self.path}: {exc}")
+            err.__cause__ = exc
+            self._post([(ready, False, err)])
+            return
+        self._post([(ready, True, None)])
+        while True:
+            batch = [q.get()]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    batch.append(q.get_nowait())
+                except queue.Empty:
+                    break
+            stop = next((i for i, (fn, _) in enumerate(batch) if fn is None), None)
+            outcomes = self._run_batch(conn, batch[:stop]) if stop != 0 else []
+            if stop is not None:  # close() queues nothing after its own job, so nothing follows it
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+                outcomes.append((batch[stop][1], True, None))
+            self._post(outcomes)
+            if stop is not None:
+                return
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[_Outcome]:
+        """Run the jobs in one transaction; if the database fails, run each alone so only its own caller sees it.
+
+        Jobs do their writes last, so a job that raises a non-database error (a missing turn) has written nothing
+        and the batch can go on.
+        """
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            outcomes = [_run_job(conn, fn, fut) for fn, fut in batch]
+            conn.execute("COMMIT")
+            return outcomes
+        except sqlite3.Error:
+            _rollback(conn)
+        outcomes = []
+        for fn, fut in batch:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                outcome = _run_job(conn, fn, fut)
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                err = HistoryError(f"history database {self.path} failed: {exc}")
+                err.__cause__ = exc
+                outcome = (fut, False, err)
+            outcomes.append(outcome)
+        return outcomes
+
+
+def _run_job(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any] | None, fut: Any) -> _Outcome:
+    assert fn is not None
+    try:
+        return (fut, True, fn(conn))
+    except sqlite3.Error:
+        raise
+    except Exception as exc:
+        return (fut, False, exc)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass

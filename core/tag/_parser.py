@@ -1,0 +1,446 @@
+"""The parser of the model's output: `<msg>` blocks of text and tags in, one `MessageChain` per outgoing message out.
+It is tolerant (it never raises and keeps every character the user should see), linear in time, and streaming:
+any chunking of the output gives the same messages as parsing it whole."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from core.chat.message_elements import BaseMessageElement, Text
+from core.chat.message_utils import MessageChain
+from core.tag._tags import BaseTag, TagSet, _current_event
+
+__all__ = ["StreamParser", "parse_output", "parse_stream", "decode_references", "OnTagError"]
+
+_log = logging.getLogger("hookchat.tag")
+
+#: `async (tag, exc) -> None`: told about every tag handler that raised (the agent loop reports it like a hook).
+OnTagError = Callable[[BaseTag, BaseException], Awaitable[None]]
+
+_HIDDEN = ("think", "reasoning")
+_STRUCTURAL = ("msg", *_HIDDEN)
+
+# Character references: the five XML names and numeric ones. Anything else (a bare `&`, `&foo;`, a DTD's entity)
+# is text, never expanded. Digit counts are bounded so a reference is at most 10 characters long.
+_REF = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|(amp|lt|gt|quot|apos));")
+_REF_MAX = 10
+_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
+
+_NO_ATTRIBUTES: dict[str, str] = {}  # shared, never mutated: handlers receive a copy through **attrs
+_ATTR = re.compile(r"""([^\s=/"']+)(?:\s*=\s*(?:"([^"]*)"?|'([^']*)'?|([^\s"']+)))?""")
+
+# Stream waits: after stopping at an unfinished construct, new data is only rescanned once it holds what could
+# finish it, so a long unfinished construct fed in small chunks is not rescanned for every chunk.
+_WAIT_TAG = re.compile(r"[<>]")
+_WAIT_COMMENT = re.compile(r"-->")
+_WAIT_CDATA = re.compile(r"]]>")
+_WAIT_DOCTYPE = re.compile(r"]>")
+
+# Openers whose end is searched separately: (end mark, what to wait for in a stream, is the content text?).
+# Comments and a DOCTYPE's internal subset are dropped (entities are never expanded); CDATA content is kept as is.
+_COMMENT = ("-->", _WAIT_COMMENT, False)
+_CDATA = ("]]>", _WAIT_CDATA, True)
+_DOCTYPE = ("]>", _WAIT_DOCTYPE, False)
+
+
+@functools.lru_cache(maxsize=128)
+def _token_re(names: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex that finds the next piece of markup the parser acts on.
+
+    Only tags whose names are known match, so unknown tags, stray `<` and `<3` are skipped inside the regex
+    engine as plain text. A tag cannot contain `<` or `>` in between, so every attempt stops at the next `<`:
+    the scan is linear however the output is broken. A tag followed by plain text and its end tag
+    (`<text>hi</text>`) is taken in one match, for speed; it means exactly the same as three separate pieces.
+    """
+    alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    return re.compile(
+        r"<(/?)(?ai:(" + alternatives + r"))(?=[\s/>])([^<>]*)>"  # a known tag: slash, name, attributes
+        r"(?:([^<]*+)</(?ai:\2)\s*>)?"  # ... and, if they follow, its plain text and end tag
+        r"|<!--|(?i:<!\[CDATA\[)|(?i:<!DOCTYPE)[^<>\[]*\["  # openers whose end is searched separately
+        r"|<![A-Za-z][^<>]*>|<\?[^<>]*>"  # declarations (<!ENTITY ...>) and <?xml ?>: dropped
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _hidden_end_re(name: str) -> re.Pattern[str]:
+    return re.compile(r"</(?ai:" + name + r")\s*>")
+
+
+def _ref(m: re.Match[str]) -> str:
+    if m.group(3):
+        return _NAMED[m.group(3)]
+    code = int(m.group(1)) if m.group(1) else int(m.group(2), 16)
+    if code == 0 or 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
+        return m.group(0)
+    return chr(code)
+
+
+def decode_references(text: str) -> str:
+    """Decode `&amp; &lt; &gt; &quot; &apos;` and numeric references (`&#39;`, `&#x1F600;`); keep anything else."""
+    return _REF.sub(_ref, text) if "&" in text else text
+
+
+def _may_grow(tail: str) -> bool:
+    """Could `tail` (from the last `<` to the end of the data so far) still become markup with more data?"""
+    if ">" in tail:
+        return False
+    if len(tail) == 1:
+        return True
+    c = tail[1]
+    if c == "!":
+        if len(tail) == 2 or (tail[2].isascii() and tail[2].isalpha()):
+            return True
+        return "<!--".startswith(tail) or "<![CDATA[".startswith(tail.upper())
+    return c in "/?_" or (c.isascii() and c.isalpha())
+
+
+def _may_end_hidden(tail: str, name: str) -> bool:
+    """Could `tail` still become the `</think>` (or `</reasoning>`) that ends the hidden block?"""
+    end = "</" + name
+    low = tail.lower()
+    return end.startswith(low) or (low.startswith(end) and (len(low) == len(end) or low[len(end):].isspace()))
+
+
+def _attributes(text: str) -> dict[str, str]:
+    """`id=1 name="a b" flag` as `{"id": "1", "name": "a b", "flag": ""}`: names lower-cased, values decoded."""
+    return {name.lower(): decode_references(dq or sq or bare) for name, dq, sq, bare in _ATTR.findall(text)}
+
+
+def _elements(result: Any, tag: BaseTag) -> list[BaseMessageElement]:
+    """A handler's return value as a list of elements: None, one element, a str or an iterable of them."""
+    if result.__class__ is not list:
+        if result is None:
+            return []
+        result = [result] if isinstance(result, (BaseMessageElement, str)) else list(result)
+    out: list[BaseMessageElement] = []
+    for element in result:
+        if element.__class__ is Text or isinstance(element, BaseMessageElement):
+            if not (isinstance(element, Text) and not element.text):
+                out.append(element)
+        elif isinstance(element, str):
+            if element:
+                out.append(Text(element))
+        else:
+            raise TypeError(f"tag <{tag.name}> returned {element!r}; a handler returns message elements")
+    return out
+
+
+# An operation of a message being assembled: bare text, or a tag occurrence (tag, value, attributes) whose
+# handler runs once the message is complete.
+_Op = str | tuple[BaseTag, str, dict[str, str]]
+
+
+class StreamParser:
+    """Parses the model's output chunk by chunk; `feed()` returns each message as soon as its `</msg>` arrived.
+
+    Call `await feed(chunk)` for every chunk and `await close()` at the end. Tag handlers run when their message
+    is complete, in order; `event` is what `current_event()` returns inside them, and `on_error(tag, exc)` is
+    awaited for every handler that raised (the occurrence then degrades to its text).
+    """
+
+    def __init__(self, tag_set: TagSet | None, event: Any = None, on_error: OnTagError | None = None) -> None:
+        self._tags: dict[str, BaseTag] = {t.name.lower(): t for t in (tag_set or ())}
+        self._search = _token_re(tuple(sorted({*self._tags, *_STRUCTURAL}))).search
+        self._event = event
+        self._on_error = on_error
+        # scanner state
+        self._buf = ""
+        self._pos = 0  # first character of `_buf` not consumed yet
+        self._pending: list[str] = []  # chunks received while waiting (see `_WAIT_*`)
+        self._wait: re.Pattern[str] | None = None
+        self._tail = ""  # the last characters before the pending chunks, for waits that span chunks
+        self._missing: set[str] = set()  # terminators known to be absent from the rest of `_buf`
+        self._hidden: str | None = None  # inside <think> / <reasoning>
+        self._closed = False
+        self._failed = False
+        # message state
+        self._in_msg = False
+        self._ops: list[_Op] = []
+        self._bare: list[str] = []
+        self._open: BaseTag | None = None
+        self._open_attrs: dict[str, str] = {}
+        self._open_value: list[str] = []
+        self._open_alone = False  # a root tag standing outside <msg>: its elements are a message of their own
+        self._done: list[list[_Op]] = []
+        self._attr_cache: dict[str, dict[str, str]] = {}  # models repeat the same attributes (ids) a lot
+
+    async def feed(self, chunk: str) -> list[MessageChain]:
+        """Add the next chunk of output; returns the messages completed by it (often none)."""
+        if self._closed:
+            raise RuntimeError("StreamParser.feed() called after close()")
+        if chunk and self._receive(chunk) and not self._failed:
+            self._safely(self._scan, False)
+        return await self._build() if self._done else []
+
+    async def close(self) -> list[MessageChain]:
+        """End of output: returns every message not returned yet (an unclosed `<msg>` is complete now)."""
+        if self._closed:
+            return []
+        self._closed = True
+        self._join("")
+        if self._failed:
+            rest = self._buf[self._pos :]
+            if rest.strip():
+                self._done.append([rest.strip()])
+        else:
+            self._safely(self._scan, True)
+            self._safely(self._end_message)
+        return await self._build()
+
+    # -- scanning --------------------------------------------------------------------------------------------------
+
+    def _receive(self, chunk: str) -> bool:
+        """Take a chunk in; False while it cannot finish the construct being waited for."""
+        if self._wait is not None:
+            probe = self._tail + chunk
+            if self._wait.search(probe) is None:
+                self._pending.append(chunk)
+                self._tail = probe[-2:]
+                return False
+        self._join(chunk)
+        return True
+
+    def _join(self, chunk: str) -> None:
+        self._buf = "".join((self._buf[self._pos :], *self._pending, chunk))
+        self._pos = 0
+        self._pending.clear()
+        self._wait = None
+        self._missing.clear()
+
+    def _stop(self, pos: int, wait: re.Pattern[str] | None) -> None:
+        self._pos = pos
+        self._wait = wait
+        self._tail = self._buf[-2:]
+
+    def _scan(self, final: bool) -> None:
+        """Consume `_buf` from `_pos`. Without `final`, stop before anything more data could change."""
+        buf = self._buf
+        n = len(buf)
+        pos = at = self._pos  # `pos`: start of the text not taken yet; `at`: where to look for markup
+        search = self._search
+        while True:
+            if self._hidden is not None:  # everything up to </think> is dropped
+                m = _hidden_end_re(self._hidden).search(buf, pos)
+                if m is not None:
+                    pos = at = m.end()
+                    self._hidden = None
+                    continue
+                if final:
+                    return self._stop(n, None)
+                lt = buf.rfind("<", pos)
+                return self._stop(lt if lt >= 0 and _may_end_hidden(buf[lt:], self._hidden) else n, None)
+            m = search(buf, at)
+            if m is None:
+                end = n
+                wait = None
+                if not final:
+                    lt = buf.rfind("<", at)
+                    if lt >= 0 and _may_grow(buf[lt:]):
+                        end, wait = lt, _WAIT_TAG
+                    else:  # keep back a character reference that may be cut in two
+                        amp = buf.find("&", max(pos, n - _REF_MAX))
+                        if amp >= 0:
+                            end = amp
+                if end > pos:
+                    self._text(decode_references(buf[pos:end]))
+                return self._stop(end, wait)
+            start, stop = m.span()
+            if start > pos:  # the text before the markup (a `<` that starts no markup is part of it)
+                text = buf[pos:start]
+                (self._open_value if self._open is not None else self._bare).append(
+                    _REF.sub(_ref, text) if "&" in text else text
+                )
+            slash, name, rest, content = m.groups()
+            if name is not None:
+                pos = at = stop
+                name = name.lower()
+                self._tag(slash, name, rest)
+                if content is not None:
+                    if self._hidden is not None:  # <think>...</think>: dropped, end tag included
+                        self._hidden = None
+                        continue
+                    if content:
+                        (self._open_value if self._open is not None else self._bare).append(
+                            _REF.sub(_ref, content) if "&" in content else content
+                        )
+                    self._tag("/", name, "")
+                continue
+            opener = m.group(0)
+            if opener == "<!--":
+                end_mark, wait, keep = _COMMENT
+            elif opener[-1] == "[":
+                end_mark, wait, keep = _CDATA if opener[2] == "[" else _DOCTYPE
+            else:  # a declaration (<!ENTITY ...>) or processing instruction: dropped, never expanded
+                pos = at = stop
+                continue
+            close = -1 if end_mark in self._missing else buf.find(end_mark, stop)
+            if close < 0:
+                if not final:
+                    return self._stop(start, wait)
+                self._missing.add(end_mark)  # unclosed at the end: the `<` is text, and so is what follows
+                pos, at = start, start + 1
+                continue
+            if keep and close > stop:
+                self._text(buf[stop:close])
+            pos = at = close + len(end_mark)
+
+    # -- assembling messages ---------------------------------------------------------------------------------------
+
+    def _text(self, text: str) -> None:
+        (self._open_value if self._open is not None else self._bare).append(text)
+
+    def _tag(self, slash: str, name: str, rest: str) -> None:
+        """Act on a known tag: `msg`, `think`/`reasoning`, or a tag of the tag set."""
+        if slash:
+            if name == "msg":
+                self._end_message()
+                self._in_msg = False
+            elif self._open is not None and name not in _HIDDEN:
+                self._close_tag()  # any known end tag closes the open tag; a stray one is dropped
+            return
+        alone = False
+        if rest:
+            rest = rest.rstrip()
+            if rest.endswith("/"):
+                alone, rest = True, rest[:-1]
+        tag = self._tags.get(name)
+        if tag is None:  # the parser's own names
+            if name == "msg":
+                if self._ops or self._bare or self._open is not None:
+                    self._end_message()
+                self._in_msg = not alone
+            elif not alone:
+                self._hidden = name
+            return
+        if self._open is not None:
+            self._close_tag()  # a tag opened inside another ends it: <text>a<at id=1/>b</text> is text, at, text
+        if tag.root and not self._in_msg:
+            self._end_message()
+            self._open_alone = True
+        elif self._bare:
+            self._flush_bare()
+        self._open = tag
+        if rest:
+            attrs = self._attr_cache.get(rest)
+            if attrs is None:
+                attrs = self._attr_cache[rest] = _attributes(rest)
+            self._open_attrs = attrs
+        else:
+            self._open_attrs = _NO_ATTRIBUTES
+        if alone:
+            self._close_tag()
+
+    def _close_tag(self) -> None:
+        if self._open is None:
+            return
+        value = "".join(self._open_value)
+        self._open_value.clear()
+        attrs = self._open_attrs
+        if "value" in attrs or "self" in attrs:  # names that would collide with the handler's parameters
+            attrs = {k: v for k, v in attrs.items() if k not in ("value", "self")}
+            value = value or self._open_attrs.get("value", "")
+        op = (self._open, value, attrs)
+        self._open = None
+        if self._open_alone:
+            self._open_alone = False
+            self._done.append([op])
+        else:
+            self._ops.append(op)
+
+    def _flush_bare(self) -> None:
+        if self._bare:
+            text = "".join(self._bare)
+            self._bare.clear()
+            if text and not text.isspace():
+                self._ops.append(text)
+
+    def _end_message(self) -> None:
+        if self._open is not None:
+            self._close_tag()
+        if self._bare:
+            self._flush_bare()
+        ops = self._ops
+        if ops:
+            self._ops = []
+            if ops[0].__class__ is str:  # layout whitespace where bare text meets the message's edges
+                ops[0] = ops[0].lstrip()
+            if ops[-1].__class__ is str:
+                ops[-1] = ops[-1].rstrip()
+            self._done.append(ops)
+
+    def _safely(self, step: Callable[..., None], *args: Any) -> None:
+        """Run a scanner step; a bug in it must not lose the reply, so the rest of the output becomes plain text."""
+        try:
+            step(*args)
+        except Exception:
+            _log.exception("output parser failed; the rest of the output is sent as plain text")
+            self._failed = True
+            self._open = None
+            try:
+                self._end_message()
+            except Exception:
+                self._ops = []
+
+    # -- running tag handlers --------------------------------------------------------------------------------------
+
+    async def _build(self) -> list[MessageChain]:
+        """Run the tag handlers of the completed messages, in order, and return their chains (empty ones dropped)."""
+        done, self._done = self._done, []
+        chains: list[MessageChain] = []
+        token = _current_event.set(self._event)
+        try:
+            for ops in done:
+                chain = MessageChain()
+                for op in ops:
+                    if op.__class__ is str:
+                        chain.append(Text(op))
+                        continue
+                    tag, value, attrs = op
+                    try:
+                        chain.extend(_elements(await tag.handle(value, **attrs), tag))
+                    except Exception as exc:
+                        await self._report(tag, exc)
+                        if value and not value.isspace():
+                            chain.append(Text(value))
+                if chain:
+                    chains.append(chain)
+        finally:
+            _current_event.reset(token)
+        return chains
+
+    async def _report(self, tag: BaseTag, exc: Exception) -> None:
+        _log.warning("tag <%s> (plugin %s) failed: %r; its text is sent instead", tag.name, tag.owner, exc,
+                     exc_info=exc)
+        if self._on_error is not None:
+            try:
+                await self._on_error(tag, exc)
+            except Exception:
+                _log.exception("on_error callback failed for tag <%s>", tag.name)
+
+
+async def parse_output(
+    text: str, tag_set: TagSet | None, event: Any = None, *, on_error: OnTagError | None = None
+) -> list[MessageChain]:
+    """Parse a complete model output into one `MessageChain` per outgoing message. Never raises.
+
+    The same as feeding `text` to a `StreamParser` in any chunks and closing it.
+    """
+    parser = StreamParser(tag_set, event, on_error)
+    parser._join(text or "")
+    return await parser.close()
+
+
+async def parse_stream(
+    chunks: AsyncIterable[str], tag_set: TagSet | None, event: Any = None, on_error: OnTagError | None = None
+) -> AsyncIterator[MessageChain]:
+    """Yield each message of a streamed output as soon as it is complete (its `</msg>` arrived)."""
+    parser = StreamParser(tag_set, event, on_error)
+    async for chunk in chunks:
+        for chain in await parser.feed(chunk):
+            yield chain
+    for chain in await parser.close():
+        yield chain

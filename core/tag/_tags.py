@@ -1,0 +1,200 @@
+"""Output tags: `BaseTag`, the `FunctionTag` that wraps `@register.tag` methods, and `TagSet`, the tags one
+request offers the model. A tag turns `<name attr="...">value</name>` in the model's output into message elements."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.chat.message_elements import BaseMessageElement
+
+__all__ = ["BaseTag", "FunctionTag", "TagSet", "TagDefinitionError", "current_event", "RESERVED_TAG_NAMES"]
+
+#: Tag names: an ASCII letter or `_`, then letters, digits, `_ . : -`; matched case-insensitively.
+TAG_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:\-]{0,63}")
+
+#: Names the parser itself gives meaning to: a plugin cannot register them.
+RESERVED_TAG_NAMES = frozenset({"msg", "think", "reasoning"})
+
+_current_event: ContextVar[Any] = ContextVar("hookchat_tag_event", default=None)
+
+
+def current_event() -> Any:
+    """The event whose output is being parsed, inside a tag handler (None outside one, or when none was given).
+
+    Handlers receive only `value` and the tag's attributes; this is how one reaches the turn's event, e.g.
+    `getattr(current_event(), "tool_attachments", [])`.
+    """
+    return _current_event.get()
+
+
+class TagDefinitionError(ValueError):
+    """A tag breaks the rules (bad or reserved name, not a tag); the message says which rule and how to fix it."""
+
+
+def _check_name(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not TAG_NAME_RE.fullmatch(name):
+        raise TagDefinitionError(
+            f"tag name {name!r} ({where}) is invalid: start with a letter or '_', then up to 63 of "
+            "A-Z a-z 0-9 _ . : -"
+        )
+    if name.lower() in RESERVED_TAG_NAMES:
+        raise TagDefinitionError(f"tag name {name!r} ({where}) is reserved by the output parser; pick another name")
+    return name
+
+
+class BaseTag:
+    """A tag as a class: set `name` and `description`, implement `async handle(value, **attrs)`.
+
+    Add it to one request with `tag_set.register(MyTag(ctx=self.ctx))` in an `llm_request` hook. `description` is
+    the line of the system prompt that teaches the model the tag. With `root = True` the tag may also stand
+    outside `<msg>` as an action of its own; the elements it returns there are sent as a message of their own.
+    """
+
+    name: str = ""
+    description: str = ""
+    root: bool = False
+
+    def __init__(self, ctx: Any = None, **kwargs: Any) -> None:
+        self.ctx = ctx
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+        _check_name(self.name, type(self).__qualname__)
+
+    @property
+    def owner(self) -> str | None:
+        """The plugin id this tag belongs to, if it came from a plugin."""
+        return getattr(self.ctx, "plugin_id", None)
+
+    async def handle(self, value: str, **kwargs: Any) -> list[BaseMessageElement]:
+        """Turn one occurrence of the tag into message elements.
+
+        `value` is the tag's inner text (character references decoded); `kwargs` are its attributes, names
+        lower-cased. Raising is allowed: the occurrence then degrades to its `value` as plain text.
+        """
+        raise NotImplementedError(f"tag {self.name!r} does not implement handle()")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class FunctionTag(BaseTag):
+    """A tag backed by a function: the `@register.tag` methods of plugins, `(value, **attrs)` once bound.
+
+    Sync handlers run in a worker thread so they cannot block the event loop.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        handler: Callable[..., Awaitable[Any] | Any],
+        ctx: Any = None,
+        *,
+        root: bool = False,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.handler = handler
+        self.root = root
+        self._is_async = inspect.iscoroutinefunction(handler)
+        super().__init__(ctx=ctx)
+
+    async def handle(self, value: str, **kwargs: Any) -> list[BaseMessageElement]:
+        if self._is_async:
+            return await self.handler(value, **kwargs)
+        import anyio
+
+        result = await anyio.to_thread.run_sync(lambda: self.handler(value, **kwargs))
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+class TagSet:
+    """The tags offered to the model in one request: register, unregister, get, `in`, iterate, and `to_prompt()`.
+
+    Names are matched case-insensitively. Registering a name again replaces the earlier tag, so a per-request tag
+    overrides a global one.
+    """
+
+    def __init__(self, tags: Iterable[BaseTag | type[BaseTag]] = ()) -> None:
+        self._tags: dict[str, BaseTag] = {}
+        for tag in tags:
+            self.register(tag)
+
+    def register(self, tag: BaseTag | type[BaseTag]) -> BaseTag:
+        """Add a tag instance, or a `BaseTag` subclass (instantiated without ctx); returns the instance."""
+        if isinstance(tag, type):
+            if not issubclass(tag, BaseTag):
+                raise TagDefinitionError(f"{tag!r} is not a BaseTag subclass")
+            tag = tag()
+        if not isinstance(tag, BaseTag):
+            raise TagDefinitionError(f"{tag!r} is not a BaseTag instance; subclass core.tag.BaseTag")
+        self._tags[_check_name(tag.name, type(tag).__qualname__).lower()] = tag
+        return tag
+
+    def unregister(self, name: str) -> BaseTag | None:
+        """Remove the tag called `name`; returns it, or None when there was none."""
+        return self._tags.pop(name.lower(), None)
+
+    def get(self, name: str) -> BaseTag | None:
+        """The tag called `name` (any letter case), or None."""
+        return self._tags.get(name.lower())
+
+    def names(self) -> list[str]:
+        """The registered names (lower-cased), in registration order."""
+        return list(self._tags)
+
+    def copy(self) -> TagSet:
+        """A shallow copy (the same tag objects), e.g. the global set copied for one request."""
+        out = TagSet()
+        out._tags = dict(self._tags)
+        return out
+
+    def to_prompt(self) -> str:
+        """The text that teaches the model the output protocol: `<msg>` blocks and one line per tag.
+
+        The agent loop puts it into the system prompt section named "format".
+        """
+        lines = [
+            "Write your reply as one or more <msg>...</msg> blocks. Each block is sent to the chat as one "
+            "separate message, in order.",
+        ]
+        inner = [t for t in self._tags.values() if not t.root]
+        roots = [t for t in self._tags.values() if t.root]
+        if inner or roots:
+            lines.append("Inside a block, write plain text and use these tags where they fit:")
+            lines.extend(_prompt_line(t) for t in inner + roots)
+        if roots:
+            names = ", ".join(f"<{t.name}>" for t in roots)
+            lines.append(f"{names} may also stand alone outside a <msg> block.")
+        lines.append("Example: <msg>Hello!</msg><msg>A second message.</msg>")
+        lines.append('You need not escape "&" or "<" in text (&amp; and &lt; are understood as well).')
+        return "\n".join(lines)
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, BaseTag):
+            return self._tags.get(item.name.lower()) is item
+        return isinstance(item, str) and item.lower() in self._tags
+
+    def __iter__(self) -> Iterator[BaseTag]:
+        return iter(list(self._tags.values()))
+
+    def __len__(self) -> int:
+        return len(self._tags)
+
+    def __bool__(self) -> bool:
+        return bool(self._tags)
+
+    def __repr__(self) -> str:
+        return f"TagSet({list(self._tags)})"
+
+
+def _prompt_line(tag: BaseTag) -> str:
+    description = " ".join(str(tag.description).split())
+    return f"- <{tag.name}>: {description}" if description else f"- <{tag.name}>"

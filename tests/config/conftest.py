@@ -1,0 +1,8 @@
+"""Fixtures for the config tests."""
+
+import pytest
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -51,6 +51,7 @@ __all__ = ["AgentLoop", "AgentSettings", "CONCLUDE_PROMPT"]
 CONCLUDE_PROMPT = (
     "This is the last step of this turn: tools are no longer available. Answer the user now with what you have."
 )
+DEFAULT_ROLE = "You are a friendly chat bot. Answer briefly and helpfully, in the language the user writes in."
 #: How often one exact call (same tool, same arguments) may run in a turn before it is refused.
 MAX_IDENTICAL_CALLS = 2
 
@@ -61,7 +62,7 @@ class AgentSettings:
 
     max_steps: int = 8
     tool_timeout: float = 30.0
-    sections: dict[str, str] | None = None  # initial content of the default system prompt sections
+    sections: dict[str, str] | None = None  # initial content of the default system prompt sections (by name)
     error_text: str = "Sorry, I could not get an answer from the model ({reason})."
 
 
@@ -173,7 +174,7 @@ class AgentLoop:
         tag_set = TagSet()
         for tag in self.tags.active():
             tag_set.register(tag)
-        system = default_system_prompt(self.settings.sections)
+        system = default_system_prompt({"role": DEFAULT_ROLE, **(self.settings.sections or {})})
         time_section = next(p for p in system if p.name == "time")
         if not time_section.content:
             time_section.content = f"Current time: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"

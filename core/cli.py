@@ -1,0 +1,151 @@
+"""The `hookchat` command: `chat` (terminal chat), `run` (start the configured adapters and the tool registry),
+`plugins` (status and failure reasons), `hooks` (the resolved order per event) and `new-plugin NAME`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.config import ConfigError, HookchatConfig, load_config
+
+__all__ = ["main"]
+
+
+def _app(config: HookchatConfig, *, console: Any = None) -> Any:
+    from core.app import HookChat
+
+    return HookChat(config, adapters=[console] if console else [])
+
+
+async def _chat(config: HookchatConfig) -> int:
+    from core.chat.console import ConsoleAdapter
+    from core.provider.local import LocalLlamaProvider
+
+    console = ConsoleAdapter()
+    app = _app(config, console=console)
+    if isinstance(app.provider, LocalLlamaProvider):
+        app.provider.on_progress = lambda text: print(f"[hookchat] {text}", file=sys.stderr, flush=True)
+        await app.provider.load()
+    async with app:
+        failed = [s for s in app.plugins.statuses() if s.state == "error"]
+        for status in failed:
+            print(f"[hookchat] plugin {status.plugin_id} skipped: {status.reason}", file=sys.stderr)
+        print(f"[hookchat] chatting with {getattr(app.provider, 'model_name', app.provider.name)}; "
+              "/quit to leave", file=sys.stderr, flush=True)
+        await console.repl()
+    return 0
+
+
+async def _run(config: HookchatConfig) -> int:
+    from core.chat.console import ConsoleAdapter
+
+    console = ConsoleAdapter() if config.adapters.console else None
+    async with _app(config, console=console) as app:
+        server = getattr(app, "server", None)
+        if server is not None:
+            print(f"[hookchat] tool registry on http://{config.server.host}:{config.server.port}", file=sys.stderr)
+        if console is not None:
+            await console.repl()
+        else:
+            await asyncio.Event().wait()
+    return 0
+
+
+async def _plugins(config: HookchatConfig, as_json: bool) -> int:
+    async with _app(config) as app:
+        statuses = app.plugins.statuses()
+    if as_json:
+        print(json.dumps([vars(s) for s in statuses], indent=2))
+        return 0
+    for s in statuses:
+        line = f"{s.plugin_id:<24} {s.state:<9} {s.version:<9} {s.origin}"
+        print(line)
+        if s.reason:
+            print(f"{'':<24} reason: {s.reason}")
+        for kind in ("hooks", "tools", "tags"):
+            items = getattr(s, kind)
+            if items:
+                print(f"{'':<24} {kind}: {', '.join(items)}")
+    return 1 if any(s.state == "error" for s in statuses) else 0
+
+
+async def _hooks(config: HookchatConfig, as_json: bool) -> int:
+    async with _app(config) as app:
+        chains = app.plugins.hook_chains()
+    if as_json:
+        print(json.dumps(chains, indent=2))
+        return 0
+    for event, chain in chains.items():
+        print(event)
+        for i, entry in enumerate(chain, 1):
+            print(f"  {i:>2}. {entry['priority']:>5}  {entry['plugin_id']}.{entry['function']}"
+                  f"  (deadline {entry['deadline']:g} s)")
+    return 0
+
+
+def _new_plugin(name: str, root: Path) -> int:
+    plugin_id = re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_")
+    if not plugin_id or not plugin_id[0].isalpha():
+        print(f"hookchat: {name!r} cannot be a plugin id: use letters, digits and '_', starting with a letter",
+              file=sys.stderr)
+        return 2
+    folder = root / plugin_id
+    if folder.exists():
+        print(f"hookchat: {folder} already exists", file=sys.stderr)
+        return 2
+    from core.scaffold import write_plugin_skeleton
+
+    write_plugin_skeleton(folder, plugin_id)
+    print(f"created {folder}: run its test with  python -m pytest {folder / 'tests'}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hookchat", description=__doc__)
+    parser.add_argument("-c", "--config", help="config file (default: $HOOKCHAT_CONFIG or ./hookchat.toml)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("chat", help="chat with the bot in this terminal")
+    sub.add_parser("run", help="start the configured adapters and the tool registry")
+    for name, text in (("plugins", "list plugins, their status and what they registered"),
+                       ("hooks", "show the resolved hook order per event")):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("--json", action="store_true", help="print JSON")
+    new = sub.add_parser("new-plugin", help="create a working plugin skeleton")
+    new.add_argument("name")
+    new.add_argument("--dir", default="data/plugins", help="where to create it (default: data/plugins)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `hookchat` command."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "new-plugin":
+        return _new_plugin(args.name, Path(args.dir))
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"hookchat: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "chat":
+            return asyncio.run(_chat(config))
+        if args.command == "run":
+            return asyncio.run(_run(config))
+        if args.command == "plugins":
+            return asyncio.run(_plugins(config, args.json))
+        return asyncio.run(_hooks(config, args.json))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

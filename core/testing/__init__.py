@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class ScriptedProvider(LLMProvider):
     name = "scripted"
 
     def __init__(self, responses: Iterable[str | list[ToolCall] | LLMResponse | BaseException] = ()) -> None:
-        self.responses = list(responses)
+        self.responses: deque[str | list[ToolCall] | LLMResponse | BaseException] = deque(responses)
         self.requests: list[LLMRequest] = []
 
     def add(self, *responses: str | list[ToolCall] | LLMResponse | BaseException) -> None:
@@ -55,7 +56,7 @@ class ScriptedProvider(LLMProvider):
         self.requests.append(copy.copy(req))
         if not self.responses:
             raise ProviderError(f"ScriptedProvider has no response left for request #{len(self.requests)}")
-        item = self.responses.pop(0)
+        item = self.responses.popleft()
         if isinstance(item, BaseException):
             raise item if isinstance(item, ProviderError) else ProviderError(str(item))
         if isinstance(item, LLMResponse):

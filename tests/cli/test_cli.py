@@ -1,0 +1,82 @@
+"""The `hookchat` command, run as a subprocess the way a user runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def hookchat(*args: str, cwd: Path, stdin: str = "", timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "core.cli", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(cwd)},
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A bot folder whose config points at the framework's own plugins plus one of the user's."""
+    (tmp_path / "hookchat.toml").write_text(
+        f'[plugins]\ndirs = ["{ROOT / "plugins"}", "data/plugins"]\n'
+        '[plugins.config.chat]\nquiet_seconds = 0.5\n', encoding="utf-8")
+    return tmp_path
+
+
+def test_hooks_prints_the_resolved_order_per_event(project):
+    out = hookchat("hooks", "--json", cwd=project)
+    assert out.returncode == 0, out.stderr
+    chains = json.loads(out.stdout)
+    assert chains["im_message"][0] == {"plugin_id": "chat", "function": "choose_strategy", "priority": 100,
+                                       "deadline": 10.0}
+    text = hookchat("hooks", cwd=project).stdout
+    assert "im_message\n   1.   100  chat.choose_strategy  (deadline 10 s)" in text
+
+
+def test_plugins_lists_status_and_the_reason_of_a_failure(project):
+    broken = project / "data" / "plugins" / "broken"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text(json.dumps({"plugin_id": "broken", "core_version": ">=99"}))
+    (broken / "main.py").write_text("raise SystemExit('never imported')\n")
+    out = hookchat("plugins", cwd=project)
+    assert out.returncode == 1, "a failed plugin makes the command fail"
+    assert "chat" in out.stdout and "loaded" in out.stdout
+    assert "broken" in out.stdout and "needs hookchat >=99" in out.stdout
+
+
+def test_new_plugin_creates_a_skeleton_whose_test_passes(project):
+    out = hookchat("new-plugin", "greeter", cwd=project)
+    assert out.returncode == 0, out.stderr
+    folder = project / "data" / "plugins" / "greeter"
+    assert {p.name for p in folder.iterdir()} >= {"manifest.json", "schema.json", "main.py", "tests"}
+    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "tests")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert test.returncode == 0, test.stdout + test.stderr
+    listed = hookchat("plugins", "--json", cwd=project)
+    greeter = next(p for p in json.loads(listed.stdout) if p["plugin_id"] == "greeter")
+    assert greeter["state"] == "loaded" and greeter["tools"] == ["greeter_add"] and greeter["tags"] == ["shout"]
+
+
+def test_an_invalid_config_file_names_the_key_and_the_reason(project):
+    (project / "hookchat.toml").write_text("[limits]\nmax_steps = 0\n", encoding="utf-8")
+    out = hookchat("hooks", cwd=project)
+    assert out.returncode == 2
+    assert "limits.max_steps" in out.stderr and "greater than 0" in out.stderr
+
+
+@pytest.mark.slow
+def test_chat_talks_to_the_embedded_model_through_the_whole_pipeline(project):
+    pytest.importorskip("llama_cpp")
+    out = hookchat("chat", cwd=project, stdin="Hello!\n/quit\n", timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "loading model" in out.stderr, "a long first start shows progress"
+    reply = [line for line in out.stdout.split("you> ") if line.startswith("bot> ")]
+    assert reply and len(reply[0].strip()) > len("bot> ")

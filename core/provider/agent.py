@@ -2,7 +2,9 @@
 
 Per step: `llm_request` hooks edit the request -> the model answers -> `llm_response` hooks -> the output is parsed
 into messages, each passed to `after_xml_parse` hooks and sent (text written beside tool calls goes out before the
-tools run) -> tools run concurrently, one `tool_result` per call -> `step_result`. Steps repeat while the model
+tools run) -> tools run concurrently, one `tool_result` per call -> `step_result`. When the provider streams, each
+message is parsed, passed to `after_xml_parse` and sent as soon as it is complete, so those come before the step's
+`llm_response`. Steps repeat while the model
 calls tools, at most `max_steps`; the last step withholds tools and tells the model to conclude. `final_result`
 runs exactly once per turn that was not stopped; then the turn is appended to history. `stop()` at any stage ends
 the turn: nothing later runs, nothing more is sent, and history records only what happened.
@@ -64,6 +66,7 @@ class AgentSettings:
     tool_timeout: float = 30.0
     sections: dict[str, str] | None = None  # initial content of the default system prompt sections (by name)
     error_text: str = "Sorry, I could not get an answer from the model ({reason})."
+    stream: bool = True  # stream when the provider can: each message is sent as soon as it is complete
 
 
 class AgentLoop:
@@ -114,21 +117,27 @@ class AgentLoop:
             self._finish_request(req, tag_set, last)
             if step == 0:
                 turn.append(ChatMessage("user", req.user_prompt))
+            step_sent: list[KiraIMSentResult] = []
+            streaming = self.settings.stream and self.provider.supports_streaming
             try:
-                resp = await self._call_model(req)
+                if streaming:
+                    resp = await self._stream_model(batch, req, tag_set, result, step_sent)
+                else:
+                    resp = await self._call_model(req)
             except ProviderError as exc:
                 logger.error("model call failed for %s: %s", batch.sid, exc)
                 result.error = str(exc)
                 await self._send(batch, MessageChain([Text(self.settings.error_text.format(reason=exc))]), result)
                 break
-            await dispatch("llm_response", batch, resp)
-            if batch.is_stopped:
-                break
-            resp.step = KiraStepResult(raw_output=resp.text_response, step=step)
-            step_sent = await self._deliver(batch, resp, tag_set, result)
+            if not batch.is_stopped:
+                await dispatch("llm_response", batch, resp)
+            if not batch.is_stopped and not streaming:
+                await self._deliver(batch, resp, tag_set, result, step_sent)
+            resp.step = KiraStepResult(raw_output=resp.text_response, sent=step_sent, step=step)
             sent_all.extend(e for r in step_sent for e in r.chain)
             if batch.is_stopped:
-                turn.append(ChatMessage("assistant", _sent_text(step_sent)))
+                if step_sent:
+                    turn.append(ChatMessage("assistant", _sent_text(step_sent)))
                 break
             calls = resp.tool_calls if not last else []
             turn.append(ChatMessage("assistant", resp.text_response, tool_calls=list(calls)))
@@ -212,28 +221,64 @@ class AgentLoop:
     # -- output -------------------------------------------------------------------------------------------------
 
     async def _deliver(
-        self, batch: KiraMessageBatchEvent, resp: LLMResponse, tag_set: Any, result: TurnResult
-    ) -> list[KiraIMSentResult]:
-        """Parse the step's output into messages; each goes through `after_xml_parse`, then out."""
+        self, batch: KiraMessageBatchEvent, resp: LLMResponse, tag_set: Any, result: TurnResult,
+        step_sent: list[KiraIMSentResult],
+    ) -> None:
+        """Parse the step's whole output into messages and emit each."""
         if not resp.text_response.strip():
-            return []
+            return
         from core.tag import parse_output
 
-        chains = await parse_output(resp.text_response, tag_set, batch, on_error=self._tag_failed(batch))
-        step_sent: list[KiraIMSentResult] = []
-        for chain in chains:
-            await self.engine.dispatch("after_xml_parse", batch, chain)
-            if batch.is_stopped:
+        for chain in await parse_output(resp.text_response, tag_set, batch, on_error=self._tag_failed(batch)):
+            if not await self._emit(batch, chain, result, step_sent):
+                return
+
+    async def _stream_model(
+        self, batch: KiraMessageBatchEvent, req: LLMRequest, tag_set: Any, result: TurnResult,
+        step_sent: list[KiraIMSentResult],
+    ) -> LLMResponse:
+        """Stream the answer, emitting each message as soon as its `</msg>` arrives (before `llm_response`)."""
+        from core.tag import StreamParser
+
+        parser = StreamParser(tag_set, batch, on_error=self._tag_failed(batch))
+        started = time.perf_counter()
+        resp: LLMResponse | None = None
+        text: list[str] = []
+        stream = self.provider.stream(req)
+        try:
+            async for item in stream:
+                text.append(item.text)
+                if item.response is not None:
+                    resp = item.response
+                for chain in await parser.feed(item.text) if item.text else ():
+                    if not await self._emit(batch, chain, result, step_sent):
+                        return resp or LLMResponse(text_response="".join(text))
+        except ProviderError:
+            raise
+        except Exception as exc:  # a provider bug must not crash the turn
+            raise ProviderError(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            await stream.aclose()
+        for chain in await parser.close():
+            if not await self._emit(batch, chain, result, step_sent):
                 break
-            if not chain:
-                continue
-            sent = await self._send(batch, chain, result)
-            step_sent.append(sent)
-            if batch.is_stopped:
-                break
-        assert resp.step is not None
-        resp.step.sent = step_sent
-        return step_sent
+        if resp is None:
+            raise ProviderError("the model's stream ended without a final response")
+        if not resp.time_cost:
+            resp.time_cost = time.perf_counter() - started
+        return resp
+
+    async def _emit(
+        self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult,
+        step_sent: list[KiraIMSentResult],
+    ) -> bool:
+        """`after_xml_parse`, then send unless emptied; False once a hook stopped the turn."""
+        await self.engine.dispatch("after_xml_parse", batch, chain)
+        if batch.is_stopped:
+            return False
+        if chain:
+            step_sent.append(await self._send(batch, chain, result))
+        return not batch.is_stopped
 
     async def _send(self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult) -> KiraIMSentResult:
         try:

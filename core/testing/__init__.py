@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import tempfile
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from core.chat.message_elements import BaseMessageElement, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain, MessageStrategy
 from core.chat.session import Group, Session, User
 from core.config import HookchatConfig
-from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, ToolCall
+from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, ToolCall
 
 __all__ = ["ScriptedProvider", "RecordingAdapter", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
 
@@ -39,14 +39,32 @@ class ScriptedProvider(LLMProvider):
 
     Each response is a `str` (the model's text), a list of `ToolCall` (a step that calls tools), an `LLMResponse`
     (used as given), or an exception (raised as a `ProviderError`, to test model failures). Running out of
-    responses raises `ProviderError` saying so.
+    responses raises `ProviderError` saying so. With `chunk_size`, it streams: `stream()` yields the text in
+    chunks of that many characters, as a real streaming provider would.
     """
 
     name = "scripted"
 
-    def __init__(self, responses: Iterable[str | list[ToolCall] | LLMResponse | BaseException] = ()) -> None:
+    def __init__(
+        self,
+        responses: Iterable[str | list[ToolCall] | LLMResponse | BaseException] = (),
+        *,
+        chunk_size: int | None = None,
+    ) -> None:
         self.responses: deque[str | list[ToolCall] | LLMResponse | BaseException] = deque(responses)
         self.requests: list[LLMRequest] = []
+        self.chunk_size = chunk_size
+
+    @property
+    def supports_streaming(self) -> bool:
+        return self.chunk_size is not None
+
+    async def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+        resp = await self.complete(req)
+        text, size = resp.text_response, self.chunk_size or max(1, len(resp.text_response))
+        for start in range(0, len(text), size):
+            yield StreamEvent(text=text[start:start + size])
+        yield StreamEvent(response=resp)
 
     def add(self, *responses: str | list[ToolCall] | LLMResponse | BaseException) -> None:
         """Queue more responses."""

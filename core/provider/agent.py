@@ -127,7 +127,8 @@ class AgentLoop:
             except ProviderError as exc:
                 logger.error("model call failed for %s: %s", batch.sid, exc)
                 result.error = str(exc)
-                await self._send(batch, MessageChain([Text(self.settings.error_text.format(reason=exc))]), result)
+                notice = MessageChain([Text(self.settings.error_text.format(reason=exc))])
+                sent_all.extend((await self._send(batch, notice, result)).chain)
                 break
             if not batch.is_stopped:
                 await dispatch("llm_response", batch, resp)

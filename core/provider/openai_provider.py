@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +21,7 @@ from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderErro
 __all__ = ["OpenAIProvider"]
 
 T = TypeVar("T")
+_log = logging.getLogger("hookchat.provider")
 
 #: Statuses worth asking again: rate limiting, request timeout, and server-side failures.
 RETRYABLE_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
@@ -45,6 +47,7 @@ class OpenAIProvider(LLMProvider):
     model's attempts at once instead of keeping the user waiting. Unreadable replies (broken JSON, no `choices`) are
     errors, never text. The API key comes from `api_key` or the environment variable named by `api_key_env`; it never
     appears in `repr`, logs or error messages. One pooled HTTP client serves every call until `aclose()`.
+    `stream_usage=True` asks for token usage in streams (`stream_options`), which not every server accepts.
 
     `sleep` is the coroutine used to wait between attempts; tests replace it to record waits instead of sleeping.
     """
@@ -64,6 +67,7 @@ class OpenAIProvider(LLMProvider):
         temperature: float | None = None,
         max_tokens: int | None = None,
         extra_body: dict[str, Any] | None = None,
+        stream_usage: bool = False,
         name: str = "openai",
     ) -> None:
         self.models = [models] if isinstance(models, str) else list(models)
@@ -81,13 +85,12 @@ class OpenAIProvider(LLMProvider):
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
+        self.stream_usage = stream_usage
         self.sleep: Callable[[float], Awaitable[None]] = anyio.sleep
         key = _resolve_api_key(api_key, api_key_env)
         self._secret = key
         # Local servers need no key, but the client insists on one; "none" is what they ignore.
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=key or "none", timeout=timeout, max_retries=0
-        )
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=key or "none", timeout=timeout, max_retries=0)
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self.base_url!r}, models={self.models!r})"
@@ -155,6 +158,8 @@ class OpenAIProvider(LLMProvider):
 
     async def _open_stream(self, model: str, params: dict[str, Any]) -> _OpenedStream:
         """Start a stream and read it up to its first delta, so that failures before any output can be retried."""
+        if self.stream_usage:
+            params = {**params, "stream_options": {"include_usage": True}}
         stream = await self._client.chat.completions.create(model=model, stream=True, **params)
         opened = _OpenedStream(model=model, stream=stream, assembler=_StreamAssembler(model))
         try:
@@ -214,7 +219,11 @@ class OpenAIProvider(LLMProvider):
                     failures.append(f"{model!r}: {failure.reason}; the server asks to retry after {wait:.0f} s, "
                                     f"more than max_retry_after={self.max_retry_after:g} s")
                     break
+                _log.warning(self._redact(f"{self.name}: model {model!r} failed ({failure.reason}); "
+                                          f"retry {tries} of {self.max_retries} in {wait:.1f} s"))
                 await self.sleep(wait)
+            if model != models[-1]:
+                _log.warning(self._redact(f"{self.name}: giving up on model {model!r}: {failures[-1]}"))
         raise ProviderError(self._redact(
             f"{self.name}: no model at {self.base_url} could answer: " + "; ".join(failures)))
 

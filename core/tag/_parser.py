@@ -48,20 +48,25 @@ _DOCTYPE = ("]>", _WAIT_DOCTYPE, False)
 
 
 @functools.lru_cache(maxsize=128)
-def _token_re(names: tuple[str, ...]) -> re.Pattern[str]:
+def _token_re(names: tuple[str, ...], missing: frozenset[str] = frozenset()) -> re.Pattern[str]:
     """One regex that finds the next piece of markup the parser acts on.
 
     Only tags whose names are known match, so unknown tags, stray `<` and `<3` are skipped inside the regex
     engine as plain text. A tag cannot contain `<` or `>` in between, so every attempt stops at the next `<`:
     the scan is linear however the output is broken. A tag followed by plain text and its end tag
     (`<text>hi</text>`) is taken in one match, for speed; it means exactly the same as three separate pieces.
+    `missing` holds the end marks known to be absent from the rest of the output: their openers are then text,
+    and leaving them out of the regex keeps a megabyte of `<!--` from costing a Python step each.
     """
     alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+    openers = "".join(
+        opener + "|" for mark, opener in (("-->", "--"), ("]]>", r"(?i:\[CDATA\[)")) if mark not in missing
+    )
     return re.compile(
-        r"<(/?)(?ai:(" + alternatives + r"))(?=[\s/>])([^<>]*)>"  # a known tag: slash, name, attributes
+        r"<(?:(/?)(?ai:(" + alternatives + r"))(?=[\s/>])([^<>]*)>"  # a known tag: slash, name, attributes
         r"(?:([^<]*+)</(?ai:\2)\s*>)?"  # ... and, if they follow, its plain text and end tag
-        r"|<!--|(?i:<!\[CDATA\[)|(?i:<!DOCTYPE)[^<>\[]*\["  # openers whose end is searched separately
-        r"|<![A-Za-z][^<>]*>|<\?[^<>]*>"  # declarations (<!ENTITY ...>) and <?xml ?>: dropped
+        r"|!(?:" + openers + r"(?i:DOCTYPE)[^<>\[]*\["  # openers whose end is searched separately
+        r"|[A-Za-z][^<>]*>)|\?[^<>]*>)"  # declarations (<!ENTITY ...>) and <?xml ?>: dropped
     )
 
 
@@ -112,20 +117,27 @@ def _attributes(text: str) -> dict[str, str]:
 
 def _elements(result: Any, tag: BaseTag) -> list[BaseMessageElement]:
     """A handler's return value as a list of elements: None, one element, a str or an iterable of them."""
-    if result.__class__ is not list:
-        if result is None:
-            return []
-        result = [result] if isinstance(result, (BaseMessageElement, str)) else list(result)
+    if result.__class__ is list:
+        for element in result:  # the usual case: a list of elements, none of them an empty Text
+            if element.__class__ is Text:
+                if not element.text:
+                    break
+            elif not isinstance(element, BaseMessageElement):
+                break
+        else:
+            return result
+    elif result is None:
+        return []
+    elif isinstance(result, (BaseMessageElement, str)):
+        result = [result]
     out: list[BaseMessageElement] = []
     for element in result:
-        if element.__class__ is Text or isinstance(element, BaseMessageElement):
-            if not (isinstance(element, Text) and not element.text):
-                out.append(element)
-        elif isinstance(element, str):
-            if element:
-                out.append(Text(element))
-        else:
+        if isinstance(element, str):
+            element = Text(element)
+        elif not isinstance(element, BaseMessageElement):
             raise TypeError(f"tag <{tag.name}> returned {element!r}; a handler returns message elements")
+        if not (isinstance(element, Text) and not element.text):
+            out.append(element)
     return out
 
 
@@ -144,7 +156,8 @@ class StreamParser:
 
     def __init__(self, tag_set: TagSet | None, event: Any = None, on_error: OnTagError | None = None) -> None:
         self._tags: dict[str, BaseTag] = {t.name.lower(): t for t in (tag_set or ())}
-        self._search = _token_re(tuple(sorted({*self._tags, *_STRUCTURAL}))).search
+        self._names = tuple(sorted({*self._tags, *_STRUCTURAL}))
+        self._search = _token_re(self._names).search
         self._event = event
         self._on_error = on_error
         # scanner state
@@ -153,7 +166,7 @@ class StreamParser:
         self._pending: list[str] = []  # chunks received while waiting (see `_WAIT_*`)
         self._wait: re.Pattern[str] | None = None
         self._tail = ""  # the last characters before the pending chunks, for waits that span chunks
-        self._missing: set[str] = set()  # terminators known to be absent from the rest of `_buf`
+        self._missing: set[str] = set()  # end marks known to be absent from the rest of `_buf`
         self._hidden: str | None = None  # inside <think> / <reasoning>
         self._closed = False
         self._failed = False
@@ -166,7 +179,8 @@ class StreamParser:
         self._open_value: list[str] = []
         self._open_alone = False  # a root tag standing outside <msg>: its elements are a message of their own
         self._done: list[list[_Op]] = []
-        self._attr_cache: dict[str, dict[str, str]] = {}  # models repeat the same attributes (ids) a lot
+        # the attributes of a start tag, and whether it closes itself: models repeat the same ones (ids) a lot
+        self._attr_cache: dict[str, tuple[dict[str, str], bool]] = {}
 
     async def feed(self, chunk: str) -> list[MessageChain]:
         """Add the next chunk of output; returns the messages completed by it (often none)."""
@@ -209,7 +223,9 @@ class StreamParser:
         self._pos = 0
         self._pending.clear()
         self._wait = None
-        self._missing.clear()
+        if self._missing:
+            self._missing.clear()
+            self._search = _token_re(self._names).search
 
     def _stop(self, pos: int, wait: re.Pattern[str] | None) -> None:
         self._pos = pos
@@ -222,6 +238,7 @@ class StreamParser:
         n = len(buf)
         pos = at = self._pos  # `pos`: start of the text not taken yet; `at`: where to look for markup
         search = self._search
+        tags = self._tags
         while True:
             if self._hidden is not None:  # everything up to </think> is dropped
                 m = _hidden_end_re(self._hidden).search(buf, pos)
@@ -251,23 +268,36 @@ class StreamParser:
             start, stop = m.span()
             if start > pos:  # the text before the markup (a `<` that starts no markup is part of it)
                 text = buf[pos:start]
-                (self._open_value if self._open is not None else self._bare).append(
-                    _REF.sub(_ref, text) if "&" in text else text
-                )
+                if self._open is not None:
+                    self._open_value.append(_REF.sub(_ref, text) if "&" in text else text)
+                elif self._bare or self._ops or not text.isspace():  # else: layout at a message's start
+                    self._bare.append(_REF.sub(_ref, text) if "&" in text else text)
             slash, name, rest, content = m.groups()
             if name is not None:
                 pos = at = stop
                 name = name.lower()
-                self._tag(slash, name, rest)
+                tag = tags.get(name)
+                if tag is None:  # msg, think, reasoning
+                    self._structural(slash, name, rest)
+                elif slash:
+                    if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
+                        self._close_tag()
+                else:
+                    self._start(tag, rest)
                 if content is not None:
                     if self._hidden is not None:  # <think>...</think>: dropped, end tag included
                         self._hidden = None
-                        continue
-                    if content:
-                        (self._open_value if self._open is not None else self._bare).append(
-                            _REF.sub(_ref, content) if "&" in content else content
-                        )
-                    self._tag("/", name, "")
+                    elif tag is None:
+                        if content:
+                            self._text(decode_references(content))
+                        self._structural("/", name, "")
+                    elif self._open is tag:  # <text>hi</text>: the usual case
+                        self._close_tag(_REF.sub(_ref, content) if "&" in content else content)
+                    else:  # <at/>hi</at>: the text is outside the (self-closed) tag
+                        if content:
+                            self._text(decode_references(content))
+                        if self._open is not None:
+                            self._close_tag()
                 continue
             opener = m.group(0)
             if opener == "<!--":
@@ -282,6 +312,7 @@ class StreamParser:
                 if not final:
                     return self._stop(start, wait)
                 self._missing.add(end_mark)  # unclosed at the end: the `<` is text, and so is what follows
+                search = self._search = _token_re(self._names, frozenset(self._missing)).search
                 pos, at = start, start + 1
                 continue
             if keep and close > stop:
@@ -291,31 +322,22 @@ class StreamParser:
     # -- assembling messages ---------------------------------------------------------------------------------------
 
     def _text(self, text: str) -> None:
-        (self._open_value if self._open is not None else self._bare).append(text)
+        if self._open is not None:
+            self._open_value.append(text)
+        elif self._bare or self._ops or not text.isspace():  # else: layout whitespace at a message's start
+            self._bare.append(text)
 
-    def _tag(self, slash: str, name: str, rest: str) -> None:
-        """Act on a known tag: `msg`, `think`/`reasoning`, or a tag of the tag set."""
-        if slash:
-            if name == "msg":
+    def _structural(self, slash: str, name: str, rest: str) -> None:
+        """`<msg>`, `</msg>` and `<think>`/`<reasoning>` (their end tags outside a hidden block are dropped)."""
+        if name == "msg":
+            if slash or self._ops or self._bare or self._open is not None:
                 self._end_message()
-                self._in_msg = False
-            elif self._open is not None and name not in _HIDDEN:
-                self._close_tag()  # any known end tag closes the open tag; a stray one is dropped
-            return
-        alone = False
-        if rest:
-            rest = rest.rstrip()
-            if rest.endswith("/"):
-                alone, rest = True, rest[:-1]
-        tag = self._tags.get(name)
-        if tag is None:  # the parser's own names
-            if name == "msg":
-                if self._ops or self._bare or self._open is not None:
-                    self._end_message()
-                self._in_msg = not alone
-            elif not alone:
-                self._hidden = name
-            return
+            self._in_msg = not slash and not rest.rstrip().endswith("/")
+        elif not slash and not rest.rstrip().endswith("/"):
+            self._hidden = name
+
+    def _start(self, tag: BaseTag, rest: str) -> None:
+        """A start tag of the tag set: ends an open tag, then opens this one (and closes it if self-closing)."""
         if self._open is not None:
             self._close_tag()  # a tag opened inside another ends it: <text>a<at id=1/>b</text> is text, at, text
         if tag.root and not self._in_msg:
@@ -325,20 +347,25 @@ class StreamParser:
             self._flush_bare()
         self._open = tag
         if rest:
-            attrs = self._attr_cache.get(rest)
-            if attrs is None:
-                attrs = self._attr_cache[rest] = _attributes(rest)
-            self._open_attrs = attrs
+            cached = self._attr_cache.get(rest)
+            if cached is None:
+                stripped = rest.rstrip()
+                alone = stripped.endswith("/")
+                cached = self._attr_cache[rest] = (_attributes(stripped[:-1] if alone else stripped), alone)
+            self._open_attrs, alone = cached
+            if alone:
+                self._close_tag()
         else:
             self._open_attrs = _NO_ATTRIBUTES
-        if alone:
-            self._close_tag()
 
-    def _close_tag(self) -> None:
-        if self._open is None:
-            return
-        value = "".join(self._open_value)
-        self._open_value.clear()
+    def _close_tag(self, content: str = "") -> None:
+        """Close the open tag (callers check there is one); its value is the text collected since it opened,
+        followed by `content`."""
+        if self._open_value:
+            value = "".join(self._open_value) + content
+            self._open_value.clear()
+        else:
+            value = content
         attrs = self._open_attrs
         if "value" in attrs or "self" in attrs:  # names that would collide with the handler's parameters
             attrs = {k: v for k, v in attrs.items() if k not in ("value", "self")}
@@ -413,13 +440,15 @@ class StreamParser:
         return chains
 
     async def _report(self, tag: BaseTag, exc: Exception) -> None:
-        _log.warning("tag <%s> (plugin %s) failed: %r; its text is sent instead", tag.name, tag.owner, exc,
-                     exc_info=exc)
+        """Tell `on_error` about a failed handler; without one (or when it fails too), log the failure."""
         if self._on_error is not None:
             try:
                 await self._on_error(tag, exc)
+                return
             except Exception:
                 _log.exception("on_error callback failed for tag <%s>", tag.name)
+        _log.warning("tag <%s> (plugin %s) failed: %r; its text is sent instead", tag.name, tag.owner, exc,
+                     exc_info=exc)
 
 
 async def parse_output(

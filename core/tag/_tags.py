@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from core.chat.message_elements import BaseMessageElement
 
-__all__ = ["BaseTag", "FunctionTag", "TagSet", "TagDefinitionError", "current_event", "RESERVED_TAG_NAMES"]
+__all__ = [
+    "BaseTag",
+    "FunctionTag",
+    "TagSet",
+    "TagDefinitionError",
+    "validate_tag_name",
+    "current_event",
+    "RESERVED_TAG_NAMES",
+]
 
 #: Tag names: an ASCII letter or `_`, then letters, digits, `_ . : -`; matched case-insensitively.
 TAG_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:\-]{0,63}")
@@ -36,14 +44,18 @@ class TagDefinitionError(ValueError):
     """A tag breaks the rules (bad or reserved name, not a tag); the message says which rule and how to fix it."""
 
 
-def _check_name(name: Any, where: str) -> str:
+def validate_tag_name(name: Any, *, where: str = "") -> str:
+    """Check a tag name (a letter or `_`, then up to 63 of `A-Z a-z 0-9 _ . : -`, not reserved); returns it.
+
+    Raises `TagDefinitionError` naming the tag and `where` it came from.
+    """
+    origin = f" ({where})" if where else ""
     if not isinstance(name, str) or not TAG_NAME_RE.fullmatch(name):
         raise TagDefinitionError(
-            f"tag name {name!r} ({where}) is invalid: start with a letter or '_', then up to 63 of "
-            "A-Z a-z 0-9 _ . : -"
+            f"tag name {name!r}{origin} is invalid: start with a letter or '_', then up to 63 of A-Z a-z 0-9 _ . : -"
         )
     if name.lower() in RESERVED_TAG_NAMES:
-        raise TagDefinitionError(f"tag name {name!r} ({where}) is reserved by the output parser; pick another name")
+        raise TagDefinitionError(f"tag name {name!r}{origin} is reserved by the output parser; pick another name")
     return name
 
 
@@ -63,7 +75,7 @@ class BaseTag:
         self.ctx = ctx
         for key, value in kwargs.items():
             setattr(self, key, value)
-        _check_name(self.name, type(self).__qualname__)
+        validate_tag_name(self.name, where=type(self).__qualname__)
 
     @property
     def owner(self) -> str | None:
@@ -135,7 +147,7 @@ class TagSet:
             tag = tag()
         if not isinstance(tag, BaseTag):
             raise TagDefinitionError(f"{tag!r} is not a BaseTag instance; subclass core.tag.BaseTag")
-        self._tags[_check_name(tag.name, type(tag).__qualname__).lower()] = tag
+        self._tags[validate_tag_name(tag.name, where=type(tag).__qualname__).lower()] = tag
         return tag
 
     def unregister(self, name: str) -> BaseTag | None:

@@ -347,7 +347,7 @@ class PluginManager:
             for name, fn in declared_tags:
                 tag_meta: TagMeta = getattr(fn, TAG_ATTR)
                 tag = FunctionTag(tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx)
-                self.tags.add(tag_meta.name, tag, ctx.plugin_id)
+                self.tags.add(tag_meta.name.lower(), tag, ctx.plugin_id)  # tag names match in any case
 
     # -- introspection --------------------------------------------------------------------------------------------
 

@@ -180,8 +180,9 @@ class _Register:
 
     def tag(self, name: str, description: str) -> Callable[[F], F]:
         """Declare `async def method(self, value, **attrs) -> list[BaseMessageElement]` as an output tag handler."""
-        if not name or not isinstance(name, str):
-            raise ValueError("a tag needs a non-empty name")
+        from core.tag import validate_tag_name
+
+        validate_tag_name(name)
 
         def decorate(fn: F) -> F:
             _require_async(fn, "@register.tag")

@@ -30,6 +30,8 @@ _REF = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|(amp|lt|gt|quot|ap
 _REF_MAX = 10
 _NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
 
+_SLICE = 1 << 16  # parse_output feeds long outputs in slices of this many characters
+
 _NO_ATTRIBUTES: dict[str, str] = {}  # shared, never mutated: handlers receive a copy through **attrs
 _ATTR = re.compile(r"""([^\s=/"']+)(?:\s*=\s*(?:"([^"]*)"?|'([^']*)'?|([^\s"']+)))?""")
 
@@ -115,6 +117,20 @@ def _attributes(text: str) -> dict[str, str]:
     return {name.lower(): decode_references(dq or sq or bare) for name, dq, sq, bare in _ATTR.findall(text)}
 
 
+def _start_tag_rest(rest: str) -> tuple[dict[str, str], str, bool]:
+    """What follows a start tag's name: (attributes, the value given as an attribute, is it self-closing).
+
+    Attributes named `value` and `self` would collide with the handler's parameters: `value` becomes the value
+    when the tag has no inner text, `self` is dropped.
+    """
+    rest = rest.rstrip()
+    alone = rest.endswith("/")
+    attrs = _attributes(rest[:-1] if alone else rest)
+    default = attrs.pop("value", "")
+    attrs.pop("self", None)
+    return attrs, default, alone
+
+
 def _elements(result: Any, tag: BaseTag) -> list[BaseMessageElement]:
     """A handler's return value as a list of elements: None, one element, a str or an iterable of them."""
     if result.__class__ is list:
@@ -151,7 +167,8 @@ class StreamParser:
 
     Call `await feed(chunk)` for every chunk and `await close()` at the end. Tag handlers run when their message
     is complete, in order; `event` is what `current_event()` returns inside them, and `on_error(tag, exc)` is
-    awaited for every handler that raised (the occurrence then degrades to its text).
+    awaited for every handler that raised (the occurrence then degrades to its text; without `on_error` the
+    failure is logged). The tag set is read once, when the parser is created.
     """
 
     def __init__(self, tag_set: TagSet | None, event: Any = None, on_error: OnTagError | None = None) -> None:
@@ -176,11 +193,12 @@ class StreamParser:
         self._bare: list[str] = []
         self._open: BaseTag | None = None
         self._open_attrs: dict[str, str] = {}
+        self._open_default = ""  # the value given as an attribute (`<at value="1"/>`)
         self._open_value: list[str] = []
         self._open_alone = False  # a root tag standing outside <msg>: its elements are a message of their own
         self._done: list[list[_Op]] = []
-        # the attributes of a start tag, and whether it closes itself: models repeat the same ones (ids) a lot
-        self._attr_cache: dict[str, tuple[dict[str, str], bool]] = {}
+        # what follows a start tag's name, parsed: models repeat the same attributes (ids) a lot
+        self._attr_cache: dict[str, tuple[dict[str, str], str, bool]] = {}
 
     async def feed(self, chunk: str) -> list[MessageChain]:
         """Add the next chunk of output; returns the messages completed by it (often none)."""
@@ -266,7 +284,7 @@ class StreamParser:
                     self._text(decode_references(buf[pos:end]))
                 return self._stop(end, wait)
             start, stop = m.span()
-            if start > pos:  # the text before the markup (a `<` that starts no markup is part of it)
+            if start > pos:  # the text before the markup (a `<` that starts no markup is text); `_text`, inlined
                 text = buf[pos:start]
                 if self._open is not None:
                     self._open_value.append(_REF.sub(_ref, text) if "&" in text else text)
@@ -349,14 +367,13 @@ class StreamParser:
         if rest:
             cached = self._attr_cache.get(rest)
             if cached is None:
-                stripped = rest.rstrip()
-                alone = stripped.endswith("/")
-                cached = self._attr_cache[rest] = (_attributes(stripped[:-1] if alone else stripped), alone)
-            self._open_attrs, alone = cached
+                cached = self._attr_cache[rest] = _start_tag_rest(rest)
+            self._open_attrs, self._open_default, alone = cached
             if alone:
                 self._close_tag()
         else:
             self._open_attrs = _NO_ATTRIBUTES
+            self._open_default = ""
 
     def _close_tag(self, content: str = "") -> None:
         """Close the open tag (callers check there is one); its value is the text collected since it opened,
@@ -366,11 +383,7 @@ class StreamParser:
             self._open_value.clear()
         else:
             value = content
-        attrs = self._open_attrs
-        if "value" in attrs or "self" in attrs:  # names that would collide with the handler's parameters
-            attrs = {k: v for k, v in attrs.items() if k not in ("value", "self")}
-            value = value or self._open_attrs.get("value", "")
-        op = (self._open, value, attrs)
+        op = (self._open, value or self._open_default, self._open_attrs)
         self._open = None
         if self._open_alone:
             self._open_alone = False
@@ -459,8 +472,10 @@ async def parse_output(
     The same as feeding `text` to a `StreamParser` in any chunks and closing it.
     """
     parser = StreamParser(tag_set, event, on_error)
-    parser._join(text or "")
-    return await parser.close()
+    chains: list[MessageChain] = []
+    for start in range(0, len(text or ""), _SLICE):  # in slices: fewer objects alive at once, less GC work
+        chains += await parser.feed(text[start : start + _SLICE])
+    return chains + await parser.close()
 
 
 async def parse_stream(

@@ -1,0 +1,1 @@
+"""Utilities with import paths fixed by seed 003 (`core.utils.tool_utils`)."""

@@ -118,6 +118,7 @@ class FunctionTool(BaseTool):
         super().__init__(ctx=ctx)
 
     async def invoke(self, event: Any, arguments: dict[str, Any]) -> Any:
+        """Call the handler with the event (unless `pass_event=False`) and the arguments as keywords."""
         args = (event,) if self.pass_event else ()
         if self._is_async:
             return await self.handler(*args, **arguments)
@@ -129,6 +130,7 @@ class FunctionTool(BaseTool):
         return result
 
     async def execute(self, **params: Any) -> Any:
+        """Call the handler without an event (for use outside a turn)."""
         return await self.invoke(None, params)
 
 

@@ -13,11 +13,13 @@ class ChatPlugin(BasePlugin):
     """Sets the `buffer` strategy first (SYS_HIGH), so any later hook may still choose another one."""
 
     async def initialize(self) -> None:
+        """Start with no timers, and the task that evicts idle buffers."""
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._wake_words = [w.lower() for w in self.cfg["wake_words"] if w]
         self.ctx.spawn(self._evict_idle_buffers(), name="evict-idle-buffers")
 
     async def terminate(self) -> None:
+        """Cancel every pending flush timer: they belong to this plugin."""
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -38,6 +40,7 @@ class ChatPlugin(BasePlugin):
 
     @on.im_message(priority=Priority.SYS_HIGH)
     async def choose_strategy(self, event: KiraMessageEvent, *args, **kwargs):
+        """Buffer a message the bot should answer; flush when the buffer reaches `flush_messages`."""
         if not self.wants(event):
             return
         pipeline = self._pipeline
@@ -50,6 +53,7 @@ class ChatPlugin(BasePlugin):
 
     @on.message_buffered(priority=Priority.SYS_LOW)
     async def restart_quiet_timer(self, event: KiraMessageEvent, *args, **kwargs):
+        """Flush the session after `quiet_seconds` without a new message (sliding)."""
         self._cancel_timer(event.sid)
         loop = asyncio.get_running_loop()
         self._timers[event.sid] = loop.call_later(self.cfg["quiet_seconds"], self._flush, event.sid)

@@ -17,6 +17,7 @@ from core.plugin._manager import PluginManager
 from core.plugin._signals import message_sent, send
 from core.provider.agent import AgentLoop, AgentSettings
 from core.provider.llm import LLMProvider
+from core.services import PushService
 
 __all__ = ["HookChat", "build_provider"]
 
@@ -55,6 +56,7 @@ class HookChat:
         plugins: list[type | str | Path] = (),  # type: ignore[assignment]
         history: bool = True,
         entry_points: bool = True,
+        serve_tools: bool = False,
     ) -> None:
         self.config = config or HookchatConfig()
         limits, deadlines = self.config.limits, self.config.deadlines
@@ -94,6 +96,12 @@ class HookChat:
         )
         self.scheduler = TurnScheduler(self.agent.run_turn, limits.max_concurrent_turns)
         self.pipeline = MessagePipeline(self.engine, self.scheduler, self.capabilities)
+        self.push = PushService(self)
+        self.tool_server: Any = None
+        if serve_tools:  # `hookchat run`: the HTTP tool registry on [server] host:port
+            from core.server import ToolRegistryServer
+
+            self.tool_server = ToolRegistryServer(self)
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
@@ -103,6 +111,8 @@ class HookChat:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.history is not None:
             await self.history.open()
+        if self.tool_server is not None:
+            await self.tool_server.start()
         for item in self._extra_plugins:
             if isinstance(item, type):
                 self.plugins.add_class(item)
@@ -114,6 +124,7 @@ class HookChat:
                 logger.warning("plugin %r skipped: %s", status.plugin_id, status.reason)
         for adapter in self.adapters.values():
             await adapter.start(self)
+        await self.push.start()
         self._started = True
         await self.plugins.dispatch_loaded(None)
 
@@ -122,6 +133,9 @@ class HookChat:
         if self._started:
             await self.engine.dispatch("shutdown", KiraLifecycleEvent(None))
         self._started = False
+        if self.tool_server is not None:  # first: the remote registrations it stored stay stored
+            await self.tool_server.stop()
+        await self.push.aclose()
         await self.scheduler.aclose()
         for adapter in self.adapters.values():
             try:

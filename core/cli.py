@@ -53,10 +53,10 @@ async def _run(config: HookchatConfig) -> int:
         return 2
     from core.app import HookChat
 
-    async with HookChat(config, adapters=adapters) as app:
-        server = getattr(app, "server", None)
+    async with HookChat(config, adapters=adapters, serve_tools=True) as app:
+        server = app.tool_server
         if server is not None:
-            print(f"[hookchat] tool registry on http://{config.server.host}:{config.server.port}", file=sys.stderr)
+            print(f"[hookchat] tool registry on {server.url}", file=sys.stderr)
         console = next((a for a in adapters if isinstance(a, ConsoleAdapter)), None)
         if console is not None:
             await console.repl()

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.plugin._events import custom_event_name
 from core.plugin._log import get_logger
+from core.services._mixin import PluginContextServicesMixin, PluginServicesMixin
 
 if TYPE_CHECKING:
     from core.plugin._manager import PluginManager
@@ -32,7 +33,7 @@ class Manifest(BaseModel):
     core_version: str = ""
 
 
-class PluginContext:
+class PluginContext(PluginContextServicesMixin):
     """Everything the framework gives one plugin: its id, logger, config, directories and owned background tasks.
 
     Tasks started with `spawn()` belong to the plugin: they are cancelled when it is disabled, unloaded or reloaded.
@@ -130,11 +131,13 @@ class PluginContext:
         return f"PluginContext({self.plugin_id!r})"
 
 
-class BasePlugin:
+class BasePlugin(PluginServicesMixin):
     """Base class of a plugin: `__init__(ctx, cfg)`, then `await initialize()`; `await terminate()` when it stops.
 
     `cfg` is the plugin's validated configuration (defaults from `schema.json`, overridden by the operator).
     Hooks (`@on.<event>()`), tools (`@register.tool`) and tags (`@register.tag`) are methods of the subclass.
+    The plugin services of seeds 000/002 (`register_llm_tool`, `config`, `store`, `db`, `push_message`, ...) come
+    from `PluginServicesMixin`; see docs/sdk.md.
     """
 
     def __init__(self, ctx: PluginContext, cfg: dict[str, Any] | None = None) -> None:

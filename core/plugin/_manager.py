@@ -28,7 +28,7 @@ from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine
 from core.plugin._events import EventType
 from core.plugin._log import logger
-from core.plugin._markers import TAG_ATTR, TOOL_ATTR, TagMeta, ToolMeta
+from core.plugin._markers import TAG_ATTR, TagMeta
 from core.plugin._registry import OwnedRegistry
 from core.plugin._signals import plugin_failed, plugin_loaded, plugin_unloaded, send
 
@@ -332,14 +332,12 @@ class PluginManager:
         return _import_folder(source)
 
     def _register_declared(self, instance: Any, ctx: PluginContext) -> None:
-        """Register the `@register.tool` and `@register.tag` methods of a plugin instance, owned by its id."""
-        from core.utils.tool_utils import FunctionTool
+        """Register a plugin instance's declarations, owned by its id: tools (`@register.tool`, `@llm_tool`),
+        entries and timers through `core.services.bind_plugin` (the path `register_llm_tool` takes too), then
+        its `@register.tag` tags."""
+        from core.services import bind_plugin
 
-        for name, fn in _declared(instance, TOOL_ATTR):
-            meta: ToolMeta = getattr(fn, TOOL_ATTR)
-            tool = FunctionTool(meta.name, meta.description, meta.params, getattr(instance, name),
-                                timeout=meta.timeout, role=meta.role, ctx=ctx)
-            self.tools.add(meta.name, tool, ctx.plugin_id)
+        bind_plugin(instance, ctx)
         declared_tags = _declared(instance, TAG_ATTR)
         if declared_tags:
             from core.tag import FunctionTag

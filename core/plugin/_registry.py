@@ -65,6 +65,11 @@ class OwnedRegistry(Generic[T]):
         """Every entry `owner` registered (active or shadowed), by name."""
         return {name: i for name, stack in self._by_name.items() for o, i in stack if o == owner}
 
+    def layers(self) -> Iterator[tuple[str, list[T]]]:
+        """Every name with all its items, oldest first (the last one is the active item)."""
+        for name, stack in self._by_name.items():
+            yield name, [i for _, i in stack]
+
     def active(self) -> Iterator[T]:
         """The active item of every name."""
         for stack in self._by_name.values():

@@ -46,6 +46,7 @@ from core.provider.llm import (
     ToolCall,
     ToolResult,
 )
+from core.services import apply_picture_budget, current_tool_call, visible_tools
 from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
 
 __all__ = ["AgentLoop", "AgentSettings", "CONCLUDE_PROMPT"]
@@ -178,7 +179,7 @@ class AgentLoop:
         self, batch: KiraMessageBatchEvent, history: list[ChatMessage], turn: list[ChatMessage], user_prompt: str
     ) -> tuple[LLMRequest, Any]:
         role = getattr(batch, "role", None)
-        tool_set = ToolSet([t for t in self.tools.active() if t.role is None or t.role == role])
+        tool_set = ToolSet(visible_tools(self.tools, role))
         from core.tag import TagSet
 
         tag_set = TagSet()
@@ -340,6 +341,7 @@ class AgentLoop:
                 "this turn; use the earlier results instead of calling it again"
             )
         timeout = min(tool.timeout or self.settings.tool_timeout, MAX_TOOL_TIMEOUT)
+        current_tool_call.set(call)  # this task only (gather runs each call in its own task): remote tools read it
         try:
             with anyio.fail_after(timeout):
                 output = await tool.invoke(batch, dict(call.arguments))
@@ -351,7 +353,7 @@ class AgentLoop:
             return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")
         result = to_tool_result(output)
         result.tool_name, result.arguments, result.call_id = call.name, call.arguments, call.id
-        return result
+        return await apply_picture_budget(result)
 
 
 def to_tool_result(output: Any) -> ToolResult:

@@ -1,0 +1,163 @@
+"""An ASGI app served by uvicorn inside the running event loop (the registry, and a client's callback server), and
+the request helpers both use: a JSON body read with a size limit enforced while reading, and a bearer token check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+__all__ = ["EmbeddedServer", "HTTPProblem", "read_json_body", "check_bearer", "problem_response"]
+
+logger = logging.getLogger("hookchat.server")
+
+
+class HTTPProblem(Exception):
+    """A request the server refuses: `status` and a message for the `{"ok": false, "error": ...}` body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def problem_response(problem: HTTPProblem) -> JSONResponse:
+    """The JSON response of a refused request."""
+    headers = {"WWW-Authenticate": "Bearer"} if problem.status == 401 else None
+    return JSONResponse({"ok": False, "error": problem.message}, status_code=problem.status, headers=headers)
+
+
+async def read_json_body(request: Request, limit: int) -> Any:
+    """The request's JSON body. Refuses (413) a body over `limit` bytes, by its Content-Length or while it is read,
+    so an oversize body is never held in memory; 400 for a body that is not JSON."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise HTTPProblem(413, f"request body over {limit} bytes")
+        except ValueError:
+            raise HTTPProblem(400, "invalid Content-Length") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPProblem(413, f"request body over {limit} bytes")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks) or b"null")
+    except ValueError:
+        raise HTTPProblem(400, "the request body is not valid JSON") from None
+
+
+def check_bearer(request: Request, expected: str | None, *, what: str = "this endpoint") -> None:
+    """Require `Authorization: Bearer <expected>` (compared in constant time). With no `expected` token configured
+    the request is refused with 403 — never let through."""
+    if not expected:
+        raise HTTPProblem(403, f"{what} is disabled: no token is configured (set the variable named by "
+                               "[server] token_env, default HOOKCHAT_SERVER_TOKEN)")
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+        raise HTTPProblem(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Embedded: the host application owns SIGINT/SIGTERM, not this server.
+        yield
+
+
+class EmbeddedServer:
+    """Serves `asgi_app` on `host:port` (0: a free port) from a task of the running loop; `start`/`stop`."""
+
+    def __init__(self, asgi_app: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "http",
+                 start_timeout: float = 10.0) -> None:
+        self.asgi_app = asgi_app
+        self.host = host
+        self.port = port
+        self.name = name
+        self.start_timeout = start_timeout
+        self._server: _EmbeddedUvicorn | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """True while the server task runs."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def url(self) -> str:
+        """The base URL, `http://host:port` (IPv6 hosts in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def _bind(self) -> socket.socket:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    async def start(self) -> None:
+        """Bind (raising `OSError` when the address is taken), then serve; returns once the server accepts."""
+        if self.running:
+            return
+        sock = self._bind()
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.asgi_app, http="h11", lifespan="off", log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=2, server_header=False)
+        self._server = _EmbeddedUvicorn(config)
+        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]),
+                                                            name=f"hookchat:{self.name}")
+        try:
+            async with asyncio.timeout(self.start_timeout):
+                while not self._server.started:
+                    if self._task.done():
+                        break
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            await self.stop()
+            raise OSError(f"{self.name} server did not start within {self.start_timeout:g} s") from None
+        if self._task.done():
+            exc = self._task.exception() if not self._task.cancelled() else None
+            sock.close()
+            raise OSError(f"{self.name} server stopped while starting: {exc!r}")
+        logger.info("%s server listening on %s", self.name, self.url)
+
+    async def stop(self) -> None:
+        """Stop accepting, finish the requests under way (at most 2 s), and end the task. Safe to call twice."""
+        server, task = self._server, self._task
+        self._server = self._task = None
+        if server is None or task is None:
+            return
+        server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(task), 10)
+        except TimeoutError:
+            server.force_exit = True
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        except Exception:
+            logger.exception("%s server failed while stopping", self.name)

@@ -1,0 +1,120 @@
+"""The framework's HTTP server: the tool registry API on `[server] host:port`, its SQLite store in the data
+directory, and the task that re-checks hidden remote tools. `HookChat` starts it for `hookchat run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from core.server._http import EmbeddedServer
+from core.server.registry import RemoteToolRegistry
+from core.server.routes import build_registry_app
+
+__all__ = ["ToolRegistryServer", "configured_token", "REGISTRY_DB_NAME"]
+
+logger = logging.getLogger("hookchat.server")
+
+REGISTRY_DB_NAME = "tool_registry.sqlite3"
+
+
+def configured_token(server_config: Any) -> str | None:
+    """The registry's bearer token: `[server] token`, else the environment variable named by `token_env`;
+    None (registration refused) when neither is set or it is empty."""
+    token = getattr(server_config, "token", None)
+    if token is not None:
+        value = token.get_secret_value() if hasattr(token, "get_secret_value") else str(token)
+        if value:
+            return value
+    env_name = getattr(server_config, "token_env", None)
+    return os.environ.get(env_name) or None if env_name else None
+
+
+class ToolRegistryServer:
+    """Serves the tool registry of `app` (a `HookChat`): `await start()` binds `[server] host:port` (port 0: a free
+    one, see `.port`), loads and probes stored remote tools; `await stop()` withdraws them and closes.
+
+    `host`, `port`, `token` and `db_path` override the config (tests); `recheck_interval` is how often hidden
+    remote tools are probed again.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        token: str | None = None,
+        db_path: Path | None = None,
+        recheck_interval: float = 5.0,
+        probe_timeout: float = 2.0,
+    ) -> None:
+        cfg = app.config.server
+        self.app = app
+        self.host = host if host is not None else cfg.host
+        self.max_body_bytes = cfg.max_body_bytes
+        self._token = token if token is not None else configured_token(cfg)
+        self.recheck_interval = recheck_interval
+        self.registry = RemoteToolRegistry(
+            app.plugins.tools,
+            db_path if db_path is not None else Path(app.data_dir) / REGISTRY_DB_NAME,
+            token=lambda: self._token,
+            probe_timeout=probe_timeout,
+        )
+        asgi = build_registry_app(self.registry, token=lambda: self._token, max_body_bytes=self.max_body_bytes)
+        self.http = EmbeddedServer(asgi, self.host, port if port is not None else cfg.port, name="tool registry")
+        self._recheck_task: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (the configured one, or the one chosen for port 0)."""
+        return self.http.port
+
+    @property
+    def url(self) -> str:
+        """The registry's base URL, e.g. `http://127.0.0.1:8765`."""
+        return self.http.url
+
+    @property
+    def running(self) -> bool:
+        """True while the HTTP server runs."""
+        return self.http.running
+
+    async def start(self) -> None:
+        """Open the registry (stored tools come back when reachable), then serve. Raises `OSError` when the
+        address is taken."""
+        if self.running:
+            return
+        if self._token is None:
+            logger.warning("tool registry: no token configured, so every registration will be refused (set %s)",
+                           getattr(self.app.config.server, "token_env", "HOOKCHAT_SERVER_TOKEN"))
+        await self.registry.open()
+        try:
+            await self.http.start()
+        except BaseException:
+            await self.registry.close()
+            raise
+        self._recheck_task = asyncio.get_running_loop().create_task(self._recheck_loop(),
+                                                                    name="hookchat:tool-registry-recheck")
+
+    async def stop(self) -> None:
+        """Stop serving and re-checking, withdraw remote tools from the model (they stay stored). Safe twice."""
+        task, self._recheck_task = self._recheck_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.http.stop()
+        await self.registry.close()
+
+    async def _recheck_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.recheck_interval)
+            try:
+                await self.registry.recheck()
+            except Exception:
+                logger.exception("tool registry: re-checking hidden tools failed")

@@ -1,0 +1,58 @@
+"""The per-plugin logger of the services: a `logging.LoggerAdapter` over `hookchat.plugin.<plugin_id>` that accepts
+both `%s` and `{}` placeholders, so `logger.info("Processing request: {}", request_id)` works as the seed writes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import MutableMapping
+from typing import Any
+
+__all__ = ["PluginLogger", "get_plugin_logger", "format_braces"]
+
+# A %-style conversion: when one is present the message is left to logging's own %-formatting.
+_PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEfFgGcrsa]")
+_BRACES = re.compile(r"\{[0-9]*(?:![rsa])?(?::[^{}]*)?\}")
+
+
+def format_braces(msg: object, args: tuple[Any, ...]) -> tuple[object, tuple[Any, ...]]:
+    """Apply `{}`-style `args` to `msg` when it uses braces and no `%` conversion; otherwise leave both as they are.
+
+    A message whose placeholders do not fit the arguments is left untouched (logging then shows it as is).
+    """
+    if not args or not isinstance(msg, str) or _PERCENT.search(msg) or not _BRACES.search(msg):
+        return msg, args
+    try:
+        return msg.format(*args), ()
+    except (IndexError, KeyError, ValueError, AttributeError):
+        return msg, args
+
+
+class PluginLogger(logging.LoggerAdapter):
+    """A plugin's logger: `%s` and `{}` placeholders both work; records carry `plugin_id` in `extra`."""
+
+    def __init__(self, logger: logging.Logger, plugin_id: str) -> None:
+        super().__init__(logger, {"plugin_id": plugin_id})
+        self.plugin_id = plugin_id
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        extra = dict(self.extra or {})
+        extra.update(kwargs.get("extra") or {})
+        kwargs["extra"] = extra
+        return msg, kwargs
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        msg, args = format_braces(msg, args)
+        msg, kwargs = self.process(msg, kwargs)
+        # One frame more than logging expects (this adapter's own), so records name the plugin's line.
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
+        self.logger.log(level, msg, *args, **kwargs)
+
+
+def get_plugin_logger(plugin_id: str, name: str | None = None) -> PluginLogger:
+    """The logger of plugin `plugin_id` (`hookchat.plugin.<plugin_id>`, or a child `name` of it)."""
+    base = logging.getLogger(f"hookchat.plugin.{plugin_id}")
+    return PluginLogger(base.getChild(name) if name else base, plugin_id)

@@ -1,0 +1,185 @@
+"""The services of one plugin, created on first use and closed when the plugin stops: config, store, database,
+entries, timers, cross-plugin calls and proactive messages; and `bind_plugin`, which acts on a plugin's declarations.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from core.services._config import PluginConfig
+from core.services._db import PluginDatabase
+from core.services._entries import EntryRegistry, TimerRunner
+from core.services._log import PluginLogger, get_plugin_logger
+from core.services._markers import LLM_TOOL_ATTR, LlmToolMeta, declared
+from core.services._plugins import Plugins
+from core.services._push import push_service_for
+from core.services._result import SdkError
+from core.services._tools import add_function_tool, remote_owner
+
+__all__ = ["PluginServices", "services_for", "bind_plugin", "storage_dir_of", "clear_remote_tools"]
+
+_SERVICES_ATTR = "_hookchat_services"
+_BOUND_ATTR = "_hookchat_bound"
+
+
+def storage_dir_of(ctx: Any) -> Path:
+    """The plugin's storage root: its framework data directory, `<data>/plugin_data/<plugin_id>`."""
+    return Path(ctx.data_dir)
+
+
+class PluginServices:
+    """Everything seed 002 gives a plugin beyond hooks, for the plugin of `ctx`. Each part is created on first use;
+    `aclose()` (registered with `ctx.on_stop`) stops timers, forgets entries and closes the store and database."""
+
+    def __init__(self, ctx: Any, instance: Any = None) -> None:
+        self.ctx = ctx
+        self.instance = instance
+        self.plugin_id: str = ctx.plugin_id
+        self.logger: PluginLogger = get_plugin_logger(self.plugin_id)
+        self.storage_dir = storage_dir_of(ctx)
+        self.entries = EntryRegistry(self.plugin_id, self.logger)
+        self.timers = TimerRunner(ctx, self.logger)
+        self.plugins = Plugins(ctx)
+        self._config: PluginConfig | None = None
+        self._store: Any = None
+        self._db: PluginDatabase | None = None
+        self._closed = False
+        if instance is not None:
+            self.entries.collect(instance)
+
+    # -- paths -----------------------------------------------------------------------------------------------------
+
+    @property
+    def runtime_config_path(self) -> Path:
+        """Where config updates are saved: `<storage>/runtime_config.json`."""
+        return self.storage_dir / "runtime_config.json"
+
+    def data_path(self, *parts: str) -> Path:
+        """`<storage>/data/<parts...>`; the `data` directory is created, the path itself is not."""
+        return self._under("data", parts)
+
+    def cache_path(self, *parts: str) -> Path:
+        """`<storage>/cache/<parts...>` (disposable files); the `cache` directory is created."""
+        return self._under("cache", parts)
+
+    def _under(self, kind: str, parts: tuple[str, ...]) -> Path:
+        base = Path(os.path.normpath(self.storage_dir / kind))
+        path = Path(os.path.normpath(base.joinpath(*parts)))
+        if path != base and base not in path.parents:
+            raise SdkError(f"{kind}_path{parts!r} leaves the plugin's {kind} directory", code="invalid_argument")
+        base.mkdir(parents=True, exist_ok=True)  # one mkdir of a known directory: no loop-visible cost
+        return path
+
+    # -- lazily created parts ---------------------------------------------------------------------------------------
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise SdkError(f"plugin {self.plugin_id!r} stopped: its {what} is closed", code="storage_closed")
+
+    @property
+    def config(self) -> PluginConfig:
+        """The plugin's `PluginConfig`."""
+        if self._config is None:
+            self._config = PluginConfig(self.ctx, self.runtime_config_path, on_change=self._config_changed)
+        return self._config
+
+    @property
+    def store(self) -> Any:
+        """The plugin's `PluginStore` (`<storage>/store.sqlite3`)."""
+        if self._store is None:
+            self._check_open("store")
+            from core.services._store import PluginStore
+
+            self._store = PluginStore(self.storage_dir / "store.sqlite3", plugin_id=self.plugin_id)
+        return self._store
+
+    @property
+    def db(self) -> PluginDatabase:
+        """The plugin's `PluginDatabase` (`<storage>/database.sqlite3`)."""
+        if self._db is None:
+            self._check_open("database")
+            self._db = PluginDatabase(self.storage_dir / "database.sqlite3", plugin_id=self.plugin_id)
+        return self._db
+
+    async def _config_changed(self, config: dict[str, Any]) -> None:
+        hook = getattr(self.instance, "_hookchat_config_changed", None)
+        if hook is not None:
+            await hook(config)
+
+    # -- proactive messages ------------------------------------------------------------------------------------------
+
+    def push_message(self, **kwargs: Any) -> dict[str, Any]:
+        """Submit a proactive message (see `PushService`); `transport_unavailable` when the app has no push service."""
+        service = push_service_for(self.ctx.app)
+        if service is None:
+            from core.services._push import PushService
+
+            service = PushService(None)  # never started: it validates the call, then rejects it as unavailable
+        return service.submit(self.plugin_id, **kwargs)
+
+    # -- stop ------------------------------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop timers, forget entries, close the store and database. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.timers.clear()
+        self.entries.clear()
+        for part in (self._store, self._db):
+            if part is not None:
+                await part.close()
+
+
+def services_for(ctx: Any, instance: Any = None) -> PluginServices:
+    """The services of the plugin of `ctx`, created (and registered for closing on `ctx.on_stop`) on first use."""
+    services = ctx.__dict__.get(_SERVICES_ATTR)
+    if services is None:
+        if instance is None and getattr(ctx, "manager", None) is not None:
+            instance = ctx.manager.get_plugin(ctx.plugin_id)
+        services = PluginServices(ctx, instance)
+        ctx.__dict__[_SERVICES_ATTR] = services
+        ctx.on_stop(services.aclose)
+    elif instance is not None and services.instance is None:
+        services.instance = instance
+        services.entries.collect(instance)
+    return services
+
+
+async def clear_remote_tools(ctx: Any) -> None:
+    """Remove the remote tools registered with source `plugin:<plugin_id>`: from the running registry (memory and
+    its database) when the app has one, else from the tool registry only."""
+    source = f"plugin:{ctx.plugin_id}"
+    app = getattr(ctx, "app", None)
+    server = getattr(app, "tool_server", None) if app is not None else None
+    registry = getattr(server, "registry", None)
+    if registry is not None and getattr(registry, "is_open", False):
+        await registry.clear(source)
+    elif getattr(ctx, "manager", None) is not None:
+        ctx.manager.tools.remove_owner(remote_owner(source))
+
+
+def bind_plugin(instance: Any, ctx: Any) -> None:
+    """Act on a plugin's declarations, once: register its `@register.tool` and `@llm_tool` tools (the same path as
+    `register_llm_tool`), collect its `@plugin_entry` entries, start its `@timer_interval` timers, and arrange that
+    its remote tools (source `plugin:<id>`) are cleared when it stops. Calling it again does nothing."""
+    if ctx.__dict__.get(_BOUND_ATTR):
+        return
+    ctx.__dict__[_BOUND_ATTR] = True
+    from core.plugin._markers import TOOL_ATTR, ToolMeta
+    from core.services._markers import ENTRY_ATTR, ENTRY_HOOK_ATTR, TIMER_ATTR
+
+    for attr, fn in declared(instance, TOOL_ATTR):
+        meta: ToolMeta = getattr(fn, TOOL_ATTR)
+        add_function_tool(ctx, meta.name, meta.description, meta.params, getattr(instance, attr),
+                          timeout=meta.timeout, role=meta.role, pass_event=True)
+    for attr, fn in declared(instance, LLM_TOOL_ATTR):
+        tool: LlmToolMeta = getattr(fn, LLM_TOOL_ATTR)
+        add_function_tool(ctx, tool.name, tool.description, tool.parameters, getattr(instance, attr),
+                          timeout=tool.timeout, role=tool.role, pass_event=False)
+    if declared(instance, ENTRY_ATTR) or declared(instance, ENTRY_HOOK_ATTR) or declared(instance, TIMER_ATTR):
+        services = services_for(ctx, instance)
+        services.timers.collect(instance)
+    ctx.on_stop(lambda: clear_remote_tools(ctx))

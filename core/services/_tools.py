@@ -1,0 +1,124 @@
+"""The one code path by which a plugin's tool enters the tool registry, whether declared with `@register.tool`,
+`@llm_tool` or added with `register_llm_tool`; plus the per-role view of the registry the agent loop offers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from core.services._result import SdkError
+from core.utils.tool_utils import EMPTY_PARAMETERS, BaseTool, FunctionTool, ToolDefinitionError, validate_tool_rules
+
+if TYPE_CHECKING:
+    from core.provider.llm import ToolCall
+
+__all__ = [
+    "add_function_tool",
+    "remove_function_tool",
+    "describe_tool",
+    "plugin_tools",
+    "visible_tools",
+    "remote_owner",
+    "current_tool_call",
+    "REMOTE_OWNER_PREFIX",
+]
+
+REMOTE_OWNER_PREFIX = "remote:"
+
+#: The model's tool call being run in this task (set by the agent loop before it invokes a tool), so a remote
+#: tool can forward the model's own `call_id` and `raw_arguments`. None outside a tool call.
+current_tool_call: ContextVar[ToolCall | None] = ContextVar("hookchat_current_tool_call", default=None)
+
+
+def remote_owner(source: str) -> str:
+    """The registry owner of remote tools registered with `source`: `remote:<source>`."""
+    return f"{REMOTE_OWNER_PREFIX}{source}"
+
+
+def _tools_registry(ctx: Any) -> Any:
+    manager = getattr(ctx, "manager", None)
+    if manager is None:
+        raise SdkError(f"plugin {getattr(ctx, 'plugin_id', '?')!r} is not loaded by a plugin manager, so it cannot "
+                       "register tools", code="not_attached")
+    return manager.tools
+
+
+def add_function_tool(
+    ctx: Any,
+    name: str,
+    description: str,
+    parameters: dict[str, Any] | None,
+    handler: Callable[..., Awaitable[Any] | Any],
+    *,
+    timeout: float = 30.0,
+    role: str | None = None,
+    pass_event: bool = True,
+) -> FunctionTool:
+    """Check the tool rules, wrap `handler` in a `FunctionTool` and add it to the tool registry owned by the
+    plugin of `ctx` (replacing that plugin's earlier tool of the same name). Raises `ToolDefinitionError`.
+
+    `pass_event=True` calls `handler(event, **arguments)` (`@register.tool`); False calls `handler(**arguments)`
+    (`@llm_tool` and `register_llm_tool`).
+    """
+    where = f"plugin {ctx.plugin_id!r}"
+    schema = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
+    validate_tool_rules(name, timeout, schema, where=where)
+    if role is not None and (not isinstance(role, str) or not role):
+        raise ToolDefinitionError(f"tool {name!r} (registered by {where}): role must be None (global) or a persona "
+                                  f"name, not {role!r}")
+    if not callable(handler):
+        raise ToolDefinitionError(f"tool {name!r} (registered by {where}): handler {handler!r} is not callable")
+    tool = FunctionTool(name, description, schema, handler, timeout=float(timeout), role=role, ctx=ctx,
+                        pass_event=pass_event)
+    _tools_registry(ctx).add(name, tool, ctx.plugin_id)
+    return tool
+
+
+def remove_function_tool(ctx: Any, name: str) -> bool:
+    """Remove the plugin's own tool `name` (another plugin's tool of that name stays); True when it had one."""
+    return bool(_tools_registry(ctx).remove(name, ctx.plugin_id))
+
+
+def describe_tool(tool: BaseTool, *, owner: str | None = None, active: bool = True) -> dict[str, Any]:
+    """A tool as a JSON-ready dict: name, description, parameters, timeout, role, owner, remote, active."""
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+        "timeout": tool.timeout,
+        "role": tool.role,
+        "owner": owner if owner is not None else tool.owner,
+        "remote": bool(getattr(tool, "remote", False)),
+        "active": active,
+    }
+
+
+def plugin_tools(ctx: Any) -> list[dict[str, Any]]:
+    """Every tool the plugin of `ctx` registered, sorted by name; `active` is False for one shadowed by a newer
+    tool of the same name from another owner."""
+    registry = _tools_registry(ctx)
+    own = registry.by_owner(ctx.plugin_id)
+    return [
+        describe_tool(tool, owner=ctx.plugin_id, active=registry.owner_of(name) == ctx.plugin_id)
+        for name, tool in sorted(own.items())
+    ]
+
+
+def visible_tools(registry: Any, role: str | None) -> list[BaseTool]:
+    """The tools a request for persona `role` offers: per name, the newest tool that is global or of that role.
+
+    With an `OwnedRegistry` that has `layers()`, a role-scoped tool does not hide an older global tool of the same
+    name from the other personas; without it, only each name's active tool is considered.
+    """
+    layers = getattr(registry, "layers", None)
+    if layers is None:
+        return [t for t in registry.active() if t.role is None or t.role == role]
+    chosen: list[BaseTool] = []
+    for _name, items in layers():
+        for tool in reversed(items):
+            if tool.role is None or tool.role == role:
+                chosen.append(tool)
+                break
+    return chosen

@@ -107,16 +107,10 @@ def plugin_tools(ctx: Any) -> list[dict[str, Any]]:
 
 
 def visible_tools(registry: Any, role: str | None) -> list[BaseTool]:
-    """The tools a request for persona `role` offers: per name, the newest tool that is global or of that role.
-
-    With an `OwnedRegistry` that has `layers()`, a role-scoped tool does not hide an older global tool of the same
-    name from the other personas; without it, only each name's active tool is considered.
-    """
-    layers = getattr(registry, "layers", None)
-    if layers is None:
-        return [t for t in registry.active() if t.role is None or t.role == role]
+    """The tools a request for persona `role` offers: per name, the newest tool that is global or of that role,
+    so a role-scoped tool never hides an older global tool of the same name from the other personas."""
     chosen: list[BaseTool] = []
-    for _name, items in layers():
+    for _name, items in registry.layers():
         for tool in reversed(items):
             if tool.role is None or tool.role == role:
                 chosen.append(tool)

@@ -17,6 +17,7 @@ import math
 import threading
 import time
 import traceback
+import types
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,10 +29,22 @@ from core.plugin._events import EventType
 from core.plugin._log import logger
 from core.plugin._markers import HOOK_ATTR, PROJECT, HookMeta
 from core.plugin._signals import hook_failed, loop_stalled, send
+from core.utils.declarations import declared
 
 __all__ = ["HookEngine", "HookEntry", "HookRegistrationError", "HookTimeout"]
 
 _EXCEPTION = EventType.EXCEPTION.value
+_IMPL_ATTR = PROJECT + "_impl"  # where pluggy's HookimplMarker stores its options on a function
+
+
+_marked: weakref.WeakKeyDictionary[type, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _marked_names(cls: type) -> frozenset[str]:
+    names = _marked.get(cls)
+    if names is None:
+        names = _marked[cls] = frozenset(name for name, _ in declared(cls, _IMPL_ATTR))
+    return names
 
 
 class HookRegistrationError(TypeError):
@@ -105,11 +118,7 @@ class HookEngine(pluggy.PluginManager):
     def register(self, plugin: object, name: str | None = None) -> str | None:
         """Register `plugin` under `name` (its plugin id); every `@on` hook on it must be `async def`."""
         label = name or self.get_canonical_name(plugin)
-        for attr in dir(plugin):
-            if self.parse_hookimpl_opts(plugin, attr) is None:
-                continue
-            fn = inspect.getattr_static(plugin, attr)
-            fn = getattr(fn, "__func__", fn)
+        for attr, fn in declared(plugin, _IMPL_ATTR):
             if not inspect.iscoroutinefunction(fn):
                 raise HookRegistrationError(
                     f"hook {type(plugin).__name__}.{attr} of plugin {label!r} is not async: "
@@ -121,6 +130,12 @@ class HookEngine(pluggy.PluginManager):
             self._next_order += 1
         self._chains = {}
         return registered
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> Any:
+        """pluggy's discovery, asked only for the methods that carry our marker (found once per class)."""
+        if not isinstance(plugin, types.ModuleType) and name not in _marked_names(type(plugin)):
+            return None
+        return super().parse_hookimpl_opts(plugin, name)
 
     def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
         """Unregister a plugin and all its hooks; dispatches already running keep the chain they started with."""

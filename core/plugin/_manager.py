@@ -29,6 +29,7 @@ from core.plugin._engine import HookEngine
 from core.plugin._events import EventType
 from core.plugin._log import logger
 from core.plugin._markers import TAG_ATTR, TagMeta
+from core.utils.declarations import declared
 from core.plugin._registry import OwnedRegistry
 from core.plugin._signals import plugin_failed, plugin_loaded, plugin_unloaded, send
 
@@ -338,7 +339,7 @@ class PluginManager:
         from core.services import bind_plugin
 
         bind_plugin(instance, ctx)
-        declared_tags = _declared(instance, TAG_ATTR)
+        declared_tags = declared(instance, TAG_ATTR)
         if declared_tags:
             from core.tag import FunctionTag
 
@@ -520,16 +521,6 @@ def _construct(plugin_class: type, ctx: PluginContext, cfg: dict[str, Any]) -> A
     if factory is not None:
         return factory(ctx, cfg)
     return plugin_class(ctx, cfg)
-
-
-def _declared(instance: Any, attr: str) -> list[tuple[str, Any]]:
-    out = []
-    for name in dir(type(instance)):
-        fn = inspect.getattr_static(instance, name, None)
-        fn = getattr(fn, "__func__", fn)
-        if fn is not None and getattr(fn, attr, None) is not None:
-            out.append((name, fn))
-    return out
 
 
 _JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}

@@ -202,3 +202,4 @@ register = _Register()
 
 #: Alias of `register.tool`, for plugins written as `@register_tool(...)`.
 register_tool = register.tool
+

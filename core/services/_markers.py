@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from core.utils.declarations import declared
 from core.utils.tool_utils import EMPTY_PARAMETERS, validate_tool_rules
 
 __all__ = [
@@ -236,18 +236,6 @@ def entry_hook(*, target: str = "*", timing: str = "before", priority: int = 0, 
         return fn
 
     return decorate
-
-
-def declared(instance: Any, attr: str) -> list[tuple[str, Any]]:
-    """`(attribute name, function)` of every method of `instance`'s class carrying `attr`, in source order."""
-    out: list[tuple[int, str, Any]] = []
-    for name in dir(type(instance)):
-        fn = inspect.getattr_static(instance, name, None)
-        fn = getattr(fn, "__func__", fn)
-        if fn is not None and getattr(fn, attr, None) is not None:
-            line = getattr(getattr(fn, "__code__", None), "co_firstlineno", 0)
-            out.append((line, name, fn))
-    return [(name, fn) for _, name, fn in sorted(out, key=lambda t: (t[0], t[1]))]
 
 
 def declared_entries(instance: Any) -> list[tuple[EntryMeta, Any]]:

@@ -4,7 +4,9 @@ a name matching `[A-Za-z0-9_.\\-]{1,64}`, a JSON Schema for its arguments, and a
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -34,13 +36,22 @@ def validate_tool_rules(name: str, timeout: float, parameters: Any, *, where: st
         )
     if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
         raise ToolDefinitionError(f"tool {name!r}{origin}: parameters must be a JSON Schema object ({{'type': 'object'}})")
+    problem = _schema_problem(json.dumps(parameters, sort_keys=True, default=repr))
+    if problem:
+        raise ToolDefinitionError(f"tool {name!r}{origin}: parameters are not a valid JSON Schema: {problem}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_problem(schema_json: str) -> str:
+    """Why a schema (as canonical JSON) is not a valid JSON Schema, or ""; cached, since checking costs ~1 ms."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
     try:
-        Draft202012Validator.check_schema(parameters)
+        Draft202012Validator.check_schema(json.loads(schema_json))
     except SchemaError as exc:
-        raise ToolDefinitionError(f"tool {name!r}{origin}: parameters are not a valid JSON Schema: {exc.message}") from exc
+        return exc.message
+    return ""
 
 
 class BaseTool:

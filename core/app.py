@@ -7,8 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from core.chat.adapter import ALL_ELEMENTS, Adapter
-from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, KiraLifecycleEvent, MessageChain
-from core.chat.pipeline import MessagePipeline, Received, TurnScheduler
+from core.chat.message_utils import (
+    KiraIMMessage,
+    KiraIMSentResult,
+    KiraLifecycleEvent,
+    MessageChain,
+    MessageStrategy,
+)
+from core.chat.pipeline import MessagePipeline, Received, TurnResult, TurnScheduler
 from core.chat.session import Session
 from core.config import HookchatConfig
 from core.plugin._engine import HookEngine
@@ -92,10 +98,14 @@ class HookChat:
             tools=self.plugins.tools,
             tags=self.plugins.tags,
             history=self.history,
-            settings=AgentSettings(max_steps=limits.max_steps, tool_timeout=limits.tool_timeout),
+            settings=AgentSettings(
+                max_steps=limits.max_steps, tool_timeout=limits.tool_timeout, max_tool_timeout=limits.max_tool_timeout
+            ),
         )
         self.scheduler = TurnScheduler(self.agent.run_turn, limits.max_concurrent_turns)
-        self.pipeline = MessagePipeline(self.engine, self.scheduler, self.capabilities)
+        self.pipeline = MessagePipeline(
+            self.engine, self.scheduler, self.capabilities, max_buffered_sessions=limits.max_buffered_sessions
+        )
         self.push = PushService(self)
         self.tool_server: Any = None
         if serve_tools:  # `hookchat run`: the HTTP tool registry on [server] host:port
@@ -107,7 +117,14 @@ class HookChat:
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open history, load plugins, start adapters, then fire `loaded`."""
+        """Open history, load plugins, start adapters, then fire `loaded`; if any of it fails, stop what started."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.history is not None:
             await self.history.open()
@@ -160,6 +177,16 @@ class HookChat:
     async def receive(self, message: KiraIMMessage) -> Received:
         """Deliver an incoming platform message to the pipeline (adapters call this)."""
         return await self.pipeline.receive(message)
+
+    async def respond(self, message: KiraIMMessage) -> TurnResult | None:
+        """Deliver a message and wait for the turn it causes, flushing its session's buffer at once (as if the
+        debounce had expired); None when no turn follows (discarded or stopped). The console and the testing kit
+        use this: there, Enter ends a message."""
+        received = await self.receive(message)
+        turn = received.turn
+        if turn is None and received.strategy is MessageStrategy.BUFFER:
+            turn = self.pipeline.flush(message.session)
+        return await turn if turn is not None else None
 
     def add_adapter(self, adapter: Adapter) -> None:
         """Register an adapter (start it yourself if the app is running)."""

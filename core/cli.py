@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import ConfigError, HookchatConfig, load_config
+from core.provider.local import ModelNotInstalledError
 
 __all__ = ["main"]
 
@@ -153,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_hooks(config, args.json))
     except KeyboardInterrupt:
         return 130
+    except ModelNotInstalledError as exc:
+        print(f"hookchat: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import anyio
 
 from core.chat.adapter import Adapter
 from core.chat.message_elements import Text
-from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain, MessageStrategy
+from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Session, User
 
 __all__ = ["ConsoleAdapter"]
@@ -44,14 +44,10 @@ class ConsoleAdapter(Adapter):
         """Deliver one line as the user's message and wait for the turn it causes."""
         assert self.app is not None, "the adapter is not started"
         message = KiraIMMessage(MessageChain([Text(text)]), self.user, self.session, is_mentioned=True)
-        received = await self.app.receive(message)
-        turn = received.turn
-        if turn is None and received.strategy is MessageStrategy.BUFFER:
-            turn = self.app.pipeline.flush(self.session)
-        if turn is None:
+        result = await self.app.respond(message)
+        if result is None:
             self.out.write("(no reply: a plugin discarded the message)\n")
             return
-        result = await turn
         if not result.sent and not result.stopped:
             self.out.write("(the model returned nothing to send)\n")
 

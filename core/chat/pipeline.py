@@ -57,19 +57,36 @@ class Received:
 
 
 class SessionBuffers:
-    """Per-session lists of buffered message events. An empty buffer holds no memory; idle ones can be evicted."""
+    """Per-session lists of buffered message events. An empty buffer holds no memory; idle ones can be evicted,
+    and at most `max_sessions` sessions hold a buffer (a new one evicts the least recently touched)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_sessions: int | None = None) -> None:
+        self.max_sessions = max_sessions
         self._buffers: dict[str, list[KiraMessageEvent]] = {}
-        self._touched: dict[str, float] = {}
+        self._touched: dict[str, float] = {}  # in order of last touch, oldest first
 
     def append(self, event: KiraMessageEvent) -> int:
         """Add `event` to its session's buffer; returns the buffer's new size."""
         sid = event.sid
-        buffer = self._buffers.setdefault(sid, [])
+        buffer = self._buffers.get(sid)
+        if buffer is None:
+            if self.max_sessions is not None and len(self._buffers) >= self.max_sessions:
+                oldest = next(iter(self._touched))
+                logger.warning("too many buffered sessions (%d): dropped the buffer of %s (%d messages)",
+                               self.max_sessions, oldest, len(self.drain(oldest)))
+            buffer = self._buffers[sid] = []
         buffer.append(event)
+        self._touched.pop(sid, None)
         self._touched[sid] = time.monotonic()
         return len(buffer)
+
+    def remove(self, event: KiraMessageEvent) -> None:
+        """Take one event back out of its session's buffer."""
+        buffer = self._buffers.get(event.sid)
+        if buffer is not None and event in buffer:
+            buffer.remove(event)
+            if not buffer:
+                self.drain(event.sid)
 
     def drain(self, sid: str) -> list[KiraMessageEvent]:
         """Remove and return everything buffered for `sid`."""
@@ -110,11 +127,16 @@ class TurnScheduler:
         self._limit = asyncio.Semaphore(max_concurrent) if max_concurrent else None
         self._queues: dict[str, deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]] = {}
         self._workers: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
-        """Queue a batch for its session; the future resolves to the turn's result."""
+        """Queue a batch for its session; the future resolves to the turn's result (cancelled once closed)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[TurnResult] = loop.create_future()
+        if self._closed:
+            logger.warning("turn of %s refused: the bot is shutting down", batch.sid)
+            future.cancel()
+            return future
         queue = self._queues.get(batch.sid)
         if queue is not None:
             queue.append((batch, future))
@@ -159,7 +181,8 @@ class TurnScheduler:
             await asyncio.gather(*list(self._workers), return_exceptions=True)
 
     async def aclose(self) -> None:
-        """Cancel every running and queued turn."""
+        """Cancel every running and queued turn, and refuse new ones."""
+        self._closed = True
         workers = list(self._workers)
         for worker in workers:
             worker.cancel()
@@ -169,10 +192,17 @@ class TurnScheduler:
 class MessagePipeline:
     """Receives platform messages, runs the `im_message` stage and the strategies, and feeds the turn scheduler."""
 
-    def __init__(self, engine: HookEngine, scheduler: TurnScheduler, capabilities: Callable[[Session], Any]) -> None:
+    def __init__(
+        self,
+        engine: HookEngine,
+        scheduler: TurnScheduler,
+        capabilities: Callable[[Session], Any],
+        *,
+        max_buffered_sessions: int | None = None,
+    ) -> None:
         self.engine = engine
         self.scheduler = scheduler
-        self.buffers = SessionBuffers()
+        self.buffers = SessionBuffers(max_buffered_sessions)
         self._capabilities = capabilities
 
     async def receive(self, message: KiraIMMessage) -> Received:
@@ -191,7 +221,7 @@ class MessagePipeline:
             await self.engine.dispatch(_MESSAGE_BUFFERED, event)
             if event.is_stopped:
                 # A message_buffered hook stopped it: it leaves the buffer and nothing later happens to it.
-                self._remove(event)
+                self.buffers.remove(event)
                 return Received(event, None)
             return Received(event, strategy)
         # FLUSH
@@ -206,11 +236,6 @@ class MessagePipeline:
         if not messages:
             return None
         return self._submit(messages, messages[-1].session)
-
-    def _remove(self, event: KiraMessageEvent) -> None:
-        kept = [e for e in self.buffers.drain(event.sid) if e is not event]
-        for e in kept:
-            self.buffers.append(e)
 
     def _submit(self, messages: list[KiraMessageEvent], session: Session) -> asyncio.Future[TurnResult]:
         batch = KiraMessageBatchEvent(messages, session)

@@ -55,6 +55,7 @@ class PluginContext(PluginContextServicesMixin):
         self.data_dir = data_dir or Path("data") / "plugin_data" / plugin_id
         self.config: dict[str, Any] = config if config is not None else {}
         self.manager = manager
+        self.closing = False  # set when the plugin starts stopping; its services then refuse new registrations
         self.logger: logging.Logger = get_logger(f"plugin.{plugin_id}")
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cleanups: list[Callable[[], Awaitable[None] | None]] = []

@@ -78,9 +78,10 @@ class HookEntry:
 
 class _Dispatch:
     """The watchdog's view of one task's dispatching: the hook running now (None between dispatches), a `seq`
-    that moves with every dispatch, and the hook the watchdog expired. One per task, kept in a context variable."""
+    that moves with every dispatch, the hook the watchdog expired, and expired hooks that swallowed their
+    cancellation (reported when the dispatch ends). One per task, kept in a context variable."""
 
-    __slots__ = ("task", "entry", "seq", "seen", "seen_at", "expired", "__weakref__")
+    __slots__ = ("task", "entry", "seq", "seen", "seen_at", "expired", "swallowed", "__weakref__")
 
     def __init__(self, task: asyncio.Task[Any] | None) -> None:
         self.task = task
@@ -89,6 +90,7 @@ class _Dispatch:
         self.seen: tuple[HookEntry | None, int] | None = None
         self.seen_at = 0.0
         self.expired: HookEntry | None = None
+        self.swallowed: list[HookEntry] = []
 
 
 class HookEngine(pluggy.PluginManager):
@@ -224,10 +226,13 @@ class HookEngine(pluggy.PluginManager):
         finally:
             record.entry = outer
             record.seq += 1
-        if record.expired is not None:
-            # A hook swallowed the watchdog's cancellation and returned: still a timeout.
-            entry, record.expired = record.expired, None
+        if record.expired is not None and record.entry is None:
+            # The last hook swallowed the watchdog's cancellation and returned before the watchdog noticed.
+            record.swallowed.append(record.expired)
+            record.expired = None
             self._absorb_timeout(task)
+        while record.swallowed and record.entry is None:
+            entry = record.swallowed.pop(0)
             await self._report(entry, HookTimeout(f"hook passed its {entry.deadline:g} s deadline"), event)
 
     def _new_record(self, task: asyncio.Task[Any] | None) -> _Dispatch:
@@ -301,6 +306,13 @@ class HookEngine(pluggy.PluginManager):
             records = [r for r in list(self._records) if r.entry is not None]
             for record in records:
                 entry = record.entry
+                if record.expired is not None and record.expired is not entry:
+                    # The expired hook swallowed its cancellation and returned: undo the cancel request so this
+                    # task's later deadlines (and cancellations from outside) work; report it when the dispatch ends.
+                    record.swallowed.append(record.expired)
+                    record.expired = None
+                    if record.task is not None and record.task.cancelling():
+                        record.task.uncancel()
                 if record.seen is None or record.seen[0] is not entry or record.seen[1] != record.seq:
                     record.seen, record.seen_at = (entry, record.seq), now
                 elif (

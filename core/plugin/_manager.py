@@ -299,6 +299,8 @@ class PluginManager:
         self, plugin_id: str, instance: Any, ctx: PluginContext | None, modules: list[str], *, terminate: bool
     ) -> None:
         """Remove everything `plugin_id` registered; run `terminate()` (isolated, bounded) if asked."""
+        if ctx is not None:
+            ctx.closing = True  # from now on the plugin's services refuse new registrations
         if instance is not None and self.engine.is_registered(instance):
             self.engine.unregister(instance)
         self.tools.remove_owner(plugin_id)
@@ -311,6 +313,9 @@ class PluginManager:
                 logger.exception("plugin %r: terminate() failed", plugin_id)
         if ctx is not None:
             await ctx.close()
+        # Again, after terminate() and the plugin's tasks are done: anything they registered meanwhile goes too.
+        self.tools.remove_owner(plugin_id)
+        self.tags.remove_owner(plugin_id)
         if modules:
             await anyio.to_thread.run_sync(_forget_modules, modules)
 

@@ -2,9 +2,9 @@
 
 Per step: `llm_request` hooks edit the request -> the model answers -> `llm_response` hooks -> the output is parsed
 into messages, each passed to `after_xml_parse` hooks and sent (text written beside tool calls goes out before the
-tools run) -> tools run concurrently, one `tool_result` per call -> `step_result`. When the provider streams, each
-message is parsed, passed to `after_xml_parse` and sent as soon as it is complete, so those come before the step's
-`llm_response`. Steps repeat while the model
+tools run) -> tools run concurrently, one `tool_result` per call -> `step_result`. When the provider streams and no
+plugin hooks `llm_response`, each message is parsed, passed to `after_xml_parse` and sent as soon as it is
+complete. Steps repeat while the model
 calls tools, at most `max_steps`; the last step withholds tools and tells the model to conclude. `final_result`
 runs exactly once per turn that was not stopped; then the turn is appended to history. `stop()` at any stage ends
 the turn: nothing later runs, nothing more is sent, and history records only what happened.
@@ -67,7 +67,8 @@ class AgentSettings:
     tool_timeout: float = 30.0
     sections: dict[str, str] | None = None  # initial content of the default system prompt sections (by name)
     error_text: str = "Sorry, I could not get an answer from the model ({reason})."
-    stream: bool = True  # stream when the provider can: each message is sent as soon as it is complete
+    stream: bool = True  # stream when the provider can and no plugin hooks llm_response
+    max_tool_timeout: float = MAX_TOOL_TIMEOUT
 
 
 class AgentLoop:
@@ -119,7 +120,11 @@ class AgentLoop:
             if step == 0:
                 turn.append(ChatMessage("user", req.user_prompt))
             step_sent: list[KiraIMSentResult] = []
-            streaming = self.settings.stream and self.provider.supports_streaming
+            # Stream only when no plugin needs the whole response before anything is sent (an `llm_response`
+            # hook may rewrite or stop it); otherwise the stages keep their documented order.
+            streaming = (
+                self.settings.stream and self.provider.supports_streaming and not self.engine.chain("llm_response")
+            )
             try:
                 if streaming:
                     resp = await self._stream_model(batch, req, tag_set, result, step_sent)
@@ -128,6 +133,9 @@ class AgentLoop:
             except ProviderError as exc:
                 logger.error("model call failed for %s: %s", batch.sid, exc)
                 result.error = str(exc)
+                sent_all.extend(e for r in step_sent for e in r.chain)  # a stream may have sent part of it
+                if step_sent:
+                    turn.append(ChatMessage("assistant", _sent_text(step_sent)))
                 notice = MessageChain([Text(self.settings.error_text.format(reason=exc))])
                 sent_all.extend((await self._send(batch, notice, result)).chain)
                 break
@@ -340,25 +348,26 @@ class AgentLoop:
                 f"error: {call.name} was already called {MAX_IDENTICAL_CALLS} times with these exact arguments in "
                 "this turn; use the earlier results instead of calling it again"
             )
-        timeout = min(tool.timeout or self.settings.tool_timeout, MAX_TOOL_TIMEOUT)
+        timeout = min(tool.timeout or self.settings.tool_timeout, self.settings.max_tool_timeout)
         current_tool_call.set(call)  # this task only (gather runs each call in its own task): remote tools read it
         try:
             with anyio.fail_after(timeout):
                 output = await tool.invoke(batch, dict(call.arguments))
+            result = await apply_picture_budget(to_tool_result(output))
         except TimeoutError:
             logger.error("tool %s (plugin %r) timed out after %g s", call.name, tool.owner, timeout)
             return error(f"error: the tool {call.name} did not answer within {timeout:g} s")
         except Exception as exc:  # noqa: BLE001 - a tool failure is the model's information, not a crash
             logger.exception("tool %s (plugin %r) raised", call.name, tool.owner)
             return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")
-        result = to_tool_result(output)
         result.tool_name, result.arguments, result.call_id = call.name, call.arguments, call.id
-        return await apply_picture_budget(result)
+        return result
 
 
 def to_tool_result(output: Any) -> ToolResult:
     """Normalise what a tool returned: a `ToolResult`, a str, `{"output", "is_error", "error"}`, or JSON data."""
     if isinstance(output, ToolResult):
+        output.attachments = list(output.attachments)
         return output
     if isinstance(output, str):
         return ToolResult(text=output)

@@ -75,10 +75,7 @@ class LocalLlamaProvider(LLMProvider):
         on_progress: Callable[[str], None] | None = None,
         name: str = "local",
     ) -> None:
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise ModelNotInstalledError(f"llama-cpp-python is not installed, so the local model cannot run: "
-                                         f"run {INSTALL_HINT}")
-        self.model_path = Path(model_path) if model_path is not None else default_model_path()
+        self._model_path = Path(model_path) if model_path is not None else None
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.max_tokens = max_tokens
@@ -91,8 +88,18 @@ class LocalLlamaProvider(LLMProvider):
         self._load_lock = anyio.Lock()
         self._generate_lock = anyio.Lock()
 
+    @property
+    def model_path(self) -> Path:
+        """The GGUF file: the one given, else the embedded model's (`ModelNotInstalledError` when it is missing).
+
+        Resolved on first use, so an app that never calls the model (`hookchat hooks`) needs no model installed.
+        """
+        if self._model_path is None:
+            self._model_path = default_model_path()
+        return self._model_path
+
     def __repr__(self) -> str:
-        return f"LocalLlamaProvider(model_path={str(self.model_path)!r}, loaded={self._llama is not None})"
+        return f"LocalLlamaProvider(model_path={str(self._model_path or 'embedded')!r}, loaded={self._llama is not None})"
 
     @property
     def model_name(self) -> str:

@@ -63,6 +63,8 @@ def add_function_tool(
     (`@llm_tool` and `register_llm_tool`).
     """
     where = f"plugin {ctx.plugin_id!r}"
+    if getattr(ctx, "closing", False):
+        raise SdkError(f"{where} is stopping: it cannot register tool {name!r}", code="plugin_stopped")
     schema = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
     validate_tool_rules(name, timeout, schema, where=where)
     if role is not None and (not isinstance(role, str) or not role):

@@ -199,6 +199,9 @@ class StreamParser:
         self._done: list[list[_Op]] = []
         # what follows a start tag's name, parsed: models repeat the same attributes (ids) a lot
         self._attr_cache: dict[str, tuple[dict[str, str], str, bool]] = {}
+        # the op of each tag with neither value nor attributes, by id(tag) (a tag need not be hashable): ops are
+        # tuples, never mutated, so one can be shared
+        self._empty_ops = {id(tag): (tag, "", _NO_ATTRIBUTES) for tag in self._tags.values()}
 
     async def feed(self, chunk: str) -> list[MessageChain]:
         """Add the next chunk of output; returns the messages completed by it (often none)."""
@@ -356,13 +359,23 @@ class StreamParser:
 
     def _start(self, tag: BaseTag, rest: str) -> None:
         """A start tag of the tag set: ends an open tag, then opens this one (and closes it if self-closing)."""
-        if self._open is not None:
-            self._close_tag()  # a tag opened inside another ends it: <text>a<at id=1/>b</text> is text, at, text
         if tag.root and not self._in_msg:
-            self._end_message()
+            self._end_message()  # closes the open tag too
             self._open_alone = True
-        elif self._bare:
-            self._flush_bare()
+        else:
+            # A tag opened inside another ends it: <text>a<at id=1/>b</text> is text, at, text.
+            open_tag = self._open
+            if open_tag is not None:
+                if self._open_value or self._open_alone:
+                    self._close_tag()
+                # Else nothing was collected since it opened (`<text><text>...` repeats this): `_close_tag()`,
+                # inlined; without attributes its op is the tag's shared one, so no new object for the GC to track.
+                elif self._open_attrs is _NO_ATTRIBUTES:
+                    self._ops.append(self._empty_ops[id(open_tag)])
+                else:
+                    self._ops.append((open_tag, self._open_default, self._open_attrs))
+            if self._bare:
+                self._flush_bare()
         self._open = tag
         if rest:
             cached = self._attr_cache.get(rest)
@@ -435,17 +448,29 @@ class StreamParser:
         try:
             for ops in done:
                 chain = MessageChain()
+                append, extend = chain.append, chain.extend
                 for op in ops:
                     if op.__class__ is str:
-                        chain.append(Text(op))
+                        append(Text(op))
                         continue
                     tag, value, attrs = op
                     try:
-                        chain.extend(_elements(await tag.handle(value, **attrs), tag))
+                        # `**attrs` of an empty dict passes nothing, but costs a slower call on the hot path
+                        result = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
+                        if result.__class__ is list and len(result) == 1:  # the usual result: `_elements`, inlined
+                            element = result[0]
+                            if element.__class__ is Text:
+                                if element.text:  # an empty Text is dropped
+                                    append(element)
+                                continue
+                            if isinstance(element, BaseMessageElement):
+                                append(element)
+                                continue
+                        extend(_elements(result, tag))
                     except Exception as exc:
                         await self._report(tag, exc)
                         if value and not value.isspace():
-                            chain.append(Text(value))
+                            append(Text(value))
                 if chain:
                     chains.append(chain)
         finally:

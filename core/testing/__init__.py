@@ -21,7 +21,7 @@ import core
 from core.app import HookChat
 from core.chat.adapter import ALL_ELEMENTS, Adapter
 from core.chat.message_elements import BaseMessageElement, Text
-from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain, MessageStrategy
+from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
 from core.config import HookchatConfig
 from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, ToolCall
@@ -207,11 +207,5 @@ class ChatHarness:
         """
         assert self.app is not None, "use the harness as 'async with ChatHarness(...) as bot'"
         message = self.message(content, user_id=user_id, group_id=group_id, mentioned=mentioned, nickname=nickname)
-        received = await self.app.receive(message)
-        turn = received.turn
-        if turn is None and received.strategy is MessageStrategy.BUFFER:
-            turn = self.app.pipeline.flush(message.session)
-        if turn is None:
-            return []
-        result = await turn
-        return result.chains
+        result = await self.app.respond(message)
+        return result.chains if result is not None else []

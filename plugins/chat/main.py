@@ -46,7 +46,8 @@ class ChatPlugin(BasePlugin):
         pipeline = self._pipeline
         buffered = pipeline.buffers.size(event.sid) if pipeline is not None else 0
         if buffered + 1 >= self.cfg["flush_messages"]:
-            self._cancel_timer(event.sid)
+            # The quiet timer stays: a later hook may still discard this message, and a timer that fires on an
+            # empty buffer does nothing.
             event.flush()
         else:
             event.buffer()

@@ -57,6 +57,50 @@ async def test_disabling_the_chat_plugin_cancels_its_timers_and_tasks():
         assert bot.adapter.sent == [], "a stopped plugin's timer never fires"
 
 
+async def test_a_later_hook_overriding_the_flush_does_not_strand_the_buffered_messages():
+    from core.plugin import BasePlugin, Priority, on
+
+    class DropSpam(BasePlugin):
+        @on.im_message(priority=Priority.LOW)
+        async def drop(self, event, *_):
+            if "spam" in event.message_repr:
+                event.discard(force=True)
+
+    config = {"plugins": {"config": {"chat": {"flush_messages": 2, "quiet_seconds": 0.05}}}}
+    async with ChatHarness(plugins=[DropSpam], provider=ScriptedProvider(["answer"]), config=config) as bot:
+        await bot.app.receive(bot.message("hello"))
+        assert (await bot.app.receive(bot.message("spam"))).strategy is MessageStrategy.DISCARD
+        for _ in range(500):
+            if bot.adapter.sent:
+                break
+            await asyncio.sleep(0.01)
+        assert [c.plain_text for c in bot.sent] == ["answer"]
+        assert bot.requests[0].user_prompt == "hello"
+
+
+async def test_the_chat_plugin_evicts_buffers_nobody_flushed():
+    config = {"plugins": {"config": {"chat": {"flush_messages": 100, "quiet_seconds": 3600,
+                                               "idle_evict_seconds": 0.05}}}}
+    async with ChatHarness(provider=ScriptedProvider([]), config=config) as bot:
+        await bot.app.receive(bot.message("lingering"))
+        buffers = bot.app.pipeline.buffers
+        assert len(buffers) == 1
+        for _ in range(500):
+            if not len(buffers):
+                break
+            await asyncio.sleep(0.01)
+        assert len(buffers) == 0
+
+
+async def test_at_most_max_buffered_sessions_hold_a_buffer():
+    config = {"limits": {"max_buffered_sessions": 2},
+              "plugins": {"config": {"chat": {"flush_messages": 100, "quiet_seconds": 3600}}}}
+    async with ChatHarness(provider=ScriptedProvider([]), config=config) as bot:
+        for user in ("a", "b", "c"):
+            await bot.app.receive(bot.message("hi", user_id=user))
+        assert sorted(bot.app.pipeline.buffers.sessions()) == ["test:dm:b", "test:dm:c"]
+
+
 async def test_idle_buffers_are_evicted():
     async with ChatHarness(provider=ScriptedProvider([]), builtins=()) as bot:
         from core.plugin import BasePlugin, on

@@ -169,6 +169,35 @@ async def test_a_hook_that_swallows_its_cancellation_is_still_reported_as_timed_
     assert [(f.hook_name, f.timed_out) for f in recorder.failures] == [("ignore_cancel", True)]
 
 
+async def test_after_a_hook_swallowed_its_cancellation_the_next_hanging_hook_is_still_cancelled(
+    engine: HookEngine,
+) -> None:
+    calls: list[str] = []
+
+    class Stubborn:
+        @on.im_message(priority=Priority.HIGH, deadline=0.05)
+        async def ignore_cancel(self, event):
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                calls.append("swallowed")
+
+        @on.im_message(priority=Priority.LOW, deadline=0.05)
+        async def hang(self, event):
+            await asyncio.Event().wait()
+            calls.append("never")
+
+        @on.exception()
+        async def failed(self, event):
+            calls.append(f"timed out: {event.hook_name}")
+
+    engine.register(Stubborn(), name="stubborn")
+    with anyio.fail_after(5):  # without the fix the second hook hangs for good
+        await engine.dispatch("im_message", KiraEvent())
+    assert calls[0] == "swallowed"
+    assert sorted(calls[1:]) == ["timed out: hang", "timed out: ignore_cancel"]
+
+
 async def test_cancelling_the_dispatching_task_propagates(engine: HookEngine, record_signal) -> None:
     calls: list[str] = []
     started = asyncio.Event()

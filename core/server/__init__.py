@@ -2,7 +2,7 @@
 model calls them back over loopback. `ToolRegistryServer` serves it for an app; `ToolRegistryClient` is what an
 out-of-process plugin uses to offer tools and keep them registered. See docs/tool-registry.md."""
 
-from core.server._http import EmbeddedServer, HTTPProblem
+from core.server._http import SIGNATURE_HEADER, EmbeddedServer, HTTPProblem, callback_signature
 from core.server._server import REGISTRY_DB_NAME, ToolRegistryServer, configured_token
 from core.server._urls import LoopbackURLError, check_loopback_url, dispatch_url
 from core.server.client import ToolRegistryClient
@@ -16,8 +16,10 @@ __all__ = [
     "RegistrationError",
     "RemoteToolRegistry",
     "RemoteToolSpec",
+    "SIGNATURE_HEADER",
     "ToolRegistryClient",
     "ToolRegistryServer",
+    "callback_signature",
     "check_loopback_url",
     "configured_token",
     "dispatch_url",

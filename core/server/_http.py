@@ -1,11 +1,13 @@
 """An ASGI app served by uvicorn inside the running event loop (the registry, and a client's callback server), and
-the request helpers both use: a JSON body read with a size limit enforced while reading, and a bearer token check.
+the request helpers both use: a JSON body read with a size limit enforced while reading, the registry's bearer
+token check, and the per-source signature the registry puts on callbacks instead of its token.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import logging
@@ -17,9 +19,23 @@ import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-__all__ = ["EmbeddedServer", "HTTPProblem", "read_json_body", "check_bearer", "problem_response"]
+from core.services._tasks import cancel_and_wait
+
+__all__ = [
+    "EmbeddedServer",
+    "HTTPProblem",
+    "SIGNATURE_HEADER",
+    "callback_signature",
+    "check_bearer",
+    "check_signature",
+    "problem_response",
+    "read_json_body",
+]
 
 logger = logging.getLogger("hookchat.server")
+
+#: The header carrying `callback_signature(token, source)` on every call-back the registry makes.
+SIGNATURE_HEADER = "X-Hookchat-Signature"
 
 
 class HTTPProblem(Exception):
@@ -56,8 +72,12 @@ async def read_json_body(request: Request, limit: int) -> Any:
         chunks.append(chunk)
     try:
         return json.loads(b"".join(chunks) or b"null")
-    except ValueError:
-        raise HTTPProblem(400, "the request body is not valid JSON") from None
+    except (ValueError, RecursionError):
+        raise HTTPProblem(400, "the request body is not valid JSON (or is nested too deeply)") from None
+
+
+def _same_secret(given: str, expected: str) -> bool:
+    return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
 
 
 def check_bearer(request: Request, expected: str | None, *, what: str = "this endpoint") -> None:
@@ -66,10 +86,22 @@ def check_bearer(request: Request, expected: str | None, *, what: str = "this en
     if not expected:
         raise HTTPProblem(403, f"{what} is disabled: no token is configured (set the variable named by "
                                "[server] token_env, default HOOKCHAT_SERVER_TOKEN)")
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not _same_secret(token.strip(), expected):
         raise HTTPProblem(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+
+
+def callback_signature(token: str, source: str) -> str:
+    """What the registry sends in `X-Hookchat-Signature` when it calls back a tool of `source`: HMAC-SHA256 of the
+    source, keyed with the registry token, in hex. Whoever knows the token can check it; whoever receives it learns
+    neither the token nor a value valid for another source."""
+    return hmac.new(token.encode(), source.encode(), hashlib.sha256).hexdigest()
+
+
+def check_signature(request: Request, token: str, source: str) -> None:
+    """Require `X-Hookchat-Signature: callback_signature(token, source)` (constant time); 401 otherwise."""
+    if not _same_secret(request.headers.get(SIGNATURE_HEADER, "").strip(), callback_signature(token, source)):
+        raise HTTPProblem(401, f"callbacks are accepted from the tool registry only ({SIGNATURE_HEADER})")
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
@@ -153,9 +185,10 @@ class EmbeddedServer:
             await asyncio.wait_for(asyncio.shield(task), 10)
         except TimeoutError:
             server.force_exit = True
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            try:
+                await cancel_and_wait(task)
+            except Exception:
+                logger.exception("%s server failed while stopping", self.name)
         except asyncio.CancelledError:
             task.cancel()
             raise

@@ -5,7 +5,6 @@ directory, and the task that re-checks hidden remote tools. `HookChat` starts it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 from core.server._http import EmbeddedServer
 from core.server.registry import RemoteToolRegistry
 from core.server.routes import build_registry_app
+from core.services._tasks import cancel_and_wait
 
 __all__ = ["ToolRegistryServer", "configured_token", "REGISTRY_DB_NAME"]
 
@@ -102,14 +102,16 @@ class ToolRegistryServer:
                                                                     name="hookchat:tool-registry-recheck")
 
     async def stop(self) -> None:
-        """Stop serving and re-checking, withdraw remote tools from the model (they stay stored). Safe twice."""
+        """Stop serving and re-checking, withdraw remote tools from the model (they stay stored). Safe twice. If
+        the caller is cancelled meanwhile, the rest is still stopped, then `CancelledError` propagates."""
         task, self._recheck_task = self._recheck_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self.http.stop()
-        await self.registry.close()
+        try:
+            await cancel_and_wait(task)
+        finally:
+            try:
+                await self.http.stop()
+            finally:
+                await self.registry.close()
 
     async def _recheck_loop(self) -> None:
         while True:

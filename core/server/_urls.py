@@ -23,13 +23,13 @@ def check_loopback_url(url: object) -> httpx.URL:
         raise LoopbackURLError("callback_url must not contain spaces, control characters or backslashes")
     try:
         parsed = httpx.URL(url)
+        host = parsed.host  # decodes an IDNA (xn--) name, which may itself be invalid
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
         raise LoopbackURLError(f"callback_url is not a valid URL: {exc}") from None
     if parsed.scheme not in ("http", "https"):
         raise LoopbackURLError(f"callback_url must use http or https, not {parsed.scheme or 'nothing'!r}")
     if parsed.userinfo:
         raise LoopbackURLError("callback_url must not contain user info (user:password@)")
-    host = parsed.host
     if not host:
         raise LoopbackURLError("callback_url has no host")
     if host.lower() == "localhost":

@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import inspect
 import json
 import logging
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -24,7 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from core.server._http import EmbeddedServer, HTTPProblem, problem_response, read_json_body
+from core.server._http import EmbeddedServer, HTTPProblem, check_signature, problem_response, read_json_body
+from core.server.registry import SOURCE_RE
+from core.services._tasks import call_handler, cancel_and_wait
+from core.services._tools import check_role
 from core.utils.tool_utils import EMPTY_PARAMETERS, validate_tool_rules
 
 __all__ = ["ToolRegistryClient", "RemoteTool"]
@@ -32,7 +32,6 @@ __all__ = ["ToolRegistryClient", "RemoteTool"]
 logger = logging.getLogger("hookchat.server.client")
 
 F = TypeVar("F", bound=Callable[..., Any])
-_SOURCE_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
 
 @dataclass
@@ -73,10 +72,16 @@ class ToolRegistryClient:
 
         await client.start()   # or: asyncio.run(client.serve_forever())
 
+    The registry's token is required (`token=`, else the variable named by `token_env`): without it the client
+    could never register, and could not tell the registry's calls from anyone else's.
+
     `start()` serves the callbacks on `callback_host:callback_port` (0: a free port) and registers every tool;
-    the registry being down is not an error: a check every `probe_interval` seconds registers the tools again
-    when the registry answers with another boot id, misses one of them, lists an old callback URL, or marks one
-    unavailable. Callbacks must carry the registry's token (`Authorization: Bearer`), which the registry sends.
+    the registry being down (or answering something that is not the registry's JSON) is not an error: a check
+    every `probe_interval` seconds registers the tools again when the registry answers with another boot id,
+    misses one of them, lists an old callback URL, marks one unavailable, or still lists a tool of this source
+    that this client no longer offers (that one is unregistered). A tool the registry refuses is logged once and
+    listed in `refused`; it is tried again when the registry restarts or the tool is added again. Callbacks must
+    carry `X-Hookchat-Signature` (HMAC-SHA256 of the source keyed with the token), which the registry sends.
     `stop()` clears this source's tools from the registry (best effort) and stops the server.
     """
 
@@ -93,16 +98,21 @@ class ToolRegistryClient:
         request_timeout: float = 5.0,
         max_body_bytes: int = 1024 * 1024,
     ) -> None:
-        if not _SOURCE_RE.fullmatch(source):
+        if not isinstance(source, str) or not SOURCE_RE.fullmatch(source):
             raise ValueError(f"source {source!r} is invalid: use 1 to 128 characters from A-Z a-z 0-9 _ . : -")
+        token = token if token is not None else os.environ.get(token_env)
+        if not token:
+            raise ValueError(f"ToolRegistryClient {source!r} needs the registry's token: pass token=, or set "
+                             f"the variable {token_env}")
         self.registry_url = registry_url.rstrip("/")
         self.source = source
-        self.token = token if token is not None else (os.environ.get(token_env) or None)
+        self.token: str = token
         self.probe_interval = probe_interval
         self.request_timeout = request_timeout
         self.max_body_bytes = max_body_bytes
         self.boot_id: str | None = None
         self.registered = False
+        self.refused: dict[str, str] = {}  # tool name -> why the registry refused it (until it restarts)
         self._tools: dict[str, RemoteTool] = {}
         self._server = EmbeddedServer(self._callback_app(), callback_host, callback_port, name="tool callbacks")
         self._http: httpx.AsyncClient | None = None
@@ -117,8 +127,11 @@ class ToolRegistryClient:
         """Offer `handler` as tool `name` (the same rules as every tool: name, timeout at most 300 s, schema).
         Tools added after `start()` are registered by the next check."""
         schema = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
-        validate_tool_rules(name, timeout, schema, where=f"ToolRegistryClient {self.source!r}")
+        where = f"ToolRegistryClient {self.source!r}"
+        validate_tool_rules(name, timeout, schema, where=where)
+        check_role(role, name, where)
         self._tools[name] = RemoteTool(name, handler, description, schema, float(timeout), role)
+        self.refused.pop(name, None)
 
     def tool(self, name: str | None = None, description: str = "", parameters: dict[str, Any] | None = None, *,
              timeout: float = 30.0, role: str | None = None) -> Callable[[F], F]:
@@ -133,12 +146,18 @@ class ToolRegistryClient:
 
     async def remove_tool(self, name: str) -> bool:
         """Stop offering tool `name` and unregister it (best effort); False when there was no such tool."""
+        self.refused.pop(name, None)
         if self._tools.pop(name, None) is None:
             return False
         if self._http is not None:
             with contextlib.suppress(httpx.HTTPError):
                 await self._post("/api/tools/unregister", {"name": name, "source": self.source})
         return True
+
+    @property
+    def serving(self) -> bool:
+        """True while the callback server runs (between `start()` and `stop()`)."""
+        return self._server.running
 
     def callback_url(self, name: str) -> str:
         """The URL the registry calls for tool `name`."""
@@ -147,33 +166,45 @@ class ToolRegistryClient:
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Serve the callbacks, register the tools (if the registry answers), and keep them registered."""
+        """Serve the callbacks, register the tools (if the registry answers), and keep them registered. If it
+        fails (the callback port is taken, or it is cancelled), nothing it started is left running."""
         if self._watch_task is not None:
             return
         self._registered_event = asyncio.Event()
         self._sync_lock = asyncio.Lock()
         self._http = httpx.AsyncClient(trust_env=False, timeout=self.request_timeout)
-        await self._server.start()
-        await self.sync()
+        try:
+            await self._server.start()
+            await self.sync()
+        except BaseException:
+            await self._close_transport()
+            raise
         self._watch_task = asyncio.get_running_loop().create_task(self._watch(), name="hookchat:tool-client")
 
     async def stop(self, *, unregister: bool = True) -> None:
-        """Stop re-registering; clear this source's tools from the registry (best effort); stop the server."""
+        """Stop re-registering; clear this source's tools from the registry (best effort); stop the server. If the
+        caller is cancelled meanwhile, the server and HTTP client are still closed, then `CancelledError`
+        propagates."""
         task, self._watch_task = self._watch_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if unregister and self._http is not None:
-            try:
-                await self._post("/api/tools/clear", {"source": self.source, "role": None})
-            except httpx.HTTPError as exc:
-                logger.warning("could not clear tools of %r from the registry: %s", self.source, type(exc).__name__)
-        await self._server.stop()
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
-        self.registered = False
+        try:
+            await cancel_and_wait(task)
+            if unregister and self._http is not None:
+                try:
+                    await self._post("/api/tools/clear", {"source": self.source, "role": None})
+                except httpx.HTTPError as exc:
+                    logger.warning("could not clear tools of %r from the registry: %s", self.source,
+                                   type(exc).__name__)
+        finally:
+            await self._close_transport()
+
+    async def _close_transport(self) -> None:
+        try:
+            await self._server.stop()
+        finally:
+            http, self._http = self._http, None
+            self._set_registered(False)
+            if http is not None:
+                await http.aclose()
 
     async def __aenter__(self) -> ToolRegistryClient:
         await self.start()
@@ -200,7 +231,7 @@ class ToolRegistryClient:
     # -- keeping the registry in sync --------------------------------------------------------------------------------
 
     def _auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return {"Authorization": f"Bearer {self.token}"}
 
     async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
         assert self._http is not None
@@ -233,40 +264,59 @@ class ToolRegistryClient:
                                _error_of(response))
                 self._set_registered(False)
                 return False
-            data = response.json()
-            listed = {t.get("name"): t for t in data.get("tools", []) if t.get("source") == self.source}
-            stale = data.get("boot_id") != self.boot_id or any(
+            data = _json_object(response)
+            if data is None or not isinstance(data.get("tools"), list):
+                if self.registered:
+                    logger.warning("%s does not answer like a tool registry; will register again when it does",
+                                   self.registry_url)
+                self._set_registered(False)
+                return False
+            boot_id = data.get("boot_id")
+            if boot_id != self.boot_id:
+                self.refused.clear()  # a restarted registry may accept what it refused
+            listed = {t.get("name"): t for t in data["tools"]
+                      if isinstance(t, dict) and t.get("source") == self.source and t.get("remote", True)}
+            withdrawn = sorted(set(listed) - set(self._tools), key=str)
+            stale = boot_id != self.boot_id or bool(withdrawn) or any(
                 name not in listed or listed[name].get("callback_url") != self.callback_url(name)
-                or not listed[name].get("available", True) for name in self._tools
+                or not listed[name].get("available", True) for name in self._tools if name not in self.refused
             )
             if stale:
-                return await self._register_all(data.get("boot_id"))
-            self._set_registered(True)
-            return True
+                return await self._register_all(boot_id, withdrawn)
+            self._set_registered(not self.refused)
+            return not self.refused
 
-    async def _register_all(self, boot_id: str | None) -> bool:
-        ok = True
-        for tool in list(self._tools.values()):
-            body = {"name": tool.name, "description": tool.description, "parameters": tool.parameters,
-                    "callback_url": self.callback_url(tool.name), "role": tool.role, "source": self.source,
-                    "timeout_seconds": tool.timeout}
-            try:
+    async def _register_all(self, boot_id: Any, withdrawn: list[str]) -> bool:
+        """Register every tool not refused, and unregister `withdrawn` (listed, but no longer offered). The boot
+        id is kept unless the registry could not be reached, so a refusal is not retried at every check."""
+        try:
+            for name in withdrawn:
+                await self._post("/api/tools/unregister", {"name": name, "source": self.source})
+            for tool in [t for t in list(self._tools.values()) if t.name not in self.refused]:
+                body = {"name": tool.name, "description": tool.description, "parameters": tool.parameters,
+                        "callback_url": self.callback_url(tool.name), "role": tool.role, "source": self.source,
+                        "timeout_seconds": tool.timeout}
                 response = await self._post("/api/tools/register", body)
-            except httpx.HTTPError as exc:
-                logger.warning("registering tool %r failed: %s", tool.name, type(exc).__name__)
-                ok = False
-                break
-            if response.status_code != 200:
-                logger.error("the registry refused tool %r: HTTP %d %s", tool.name, response.status_code,
-                             _error_of(response))
-                ok = False
-                continue
-            boot_id = response.json().get("boot_id", boot_id)
-        if ok:
-            self.boot_id = boot_id
-            logger.info("%d tool(s) of %r registered with %s", len(self._tools), self.source, self.registry_url)
-        self._set_registered(ok)
-        return ok
+                if response.status_code >= 500:  # the registry failed, it did not refuse: all again next check
+                    raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request,
+                                                response=response)
+                if response.status_code != 200:
+                    self.refused[tool.name] = f"HTTP {response.status_code} {_error_of(response)}".strip()
+                    logger.error("the registry refused tool %r of %r: %s", tool.name, self.source,
+                                 self.refused[tool.name])
+                    continue
+                boot_id = (_json_object(response) or {}).get("boot_id", boot_id)
+        except httpx.HTTPError as exc:
+            logger.warning("registering the tools of %r failed: %s", self.source, type(exc).__name__)
+            self._set_registered(False)
+            return False
+        self.boot_id = boot_id
+        if withdrawn:
+            logger.info("tool(s) %s of %r no longer offered: unregistered", ", ".join(withdrawn), self.source)
+        logger.info("%d tool(s) of %r registered with %s", len(self._tools) - len(self.refused), self.source,
+                    self.registry_url)
+        self._set_registered(not self.refused)
+        return not self.refused
 
     async def _watch(self) -> None:
         while True:
@@ -282,7 +332,7 @@ class ToolRegistryClient:
         async def call(request: Request) -> JSONResponse:
             name = request.path_params["name"]
             try:
-                self._check_caller(request)
+                check_signature(request, self.token, self.source)
                 body = await read_json_body(request, self.max_body_bytes)
             except HTTPProblem as problem:
                 return problem_response(problem)
@@ -311,22 +361,10 @@ class ToolRegistryClient:
             Route("/", root, methods=["GET"]),
         ])
 
-    def _check_caller(self, request: Request) -> None:
-        if not self.token:
-            return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token.encode()):
-            raise HTTPProblem(401, "callbacks are accepted from the tool registry only")
-
     async def _run(self, tool: RemoteTool, arguments: dict[str, Any]) -> dict[str, Any]:
         try:
             with anyio.fail_after(tool.timeout):
-                if inspect.iscoroutinefunction(tool.handler):
-                    value = await tool.handler(**arguments)
-                else:
-                    value = await anyio.to_thread.run_sync(lambda: tool.handler(**arguments))
-                    if inspect.isawaitable(value):
-                        value = await value
+                value = await call_handler(tool.handler, **arguments)
         except TimeoutError:
             return {"output": None, "is_error": True, "error": f"the tool did not finish within {tool.timeout:g} s"}
         except Exception as exc:  # noqa: BLE001 - the model sees the failure as the tool's error
@@ -335,8 +373,14 @@ class ToolRegistryClient:
         return _shape(value)
 
 
-def _error_of(response: httpx.Response) -> str:
+def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    """The response's body when it is a JSON object, else None (an HTML proxy page, a list, invalid JSON)."""
     try:
-        return str(response.json().get("error", ""))
-    except ValueError:
-        return ""
+        data = response.json()
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _error_of(response: httpx.Response) -> str:
+    return str((_json_object(response) or {}).get("error", ""))

@@ -19,9 +19,10 @@ from typing import Any
 
 import httpx
 
+from core.server._http import SIGNATURE_HEADER, callback_signature
 from core.server._urls import LoopbackURLError, check_loopback_url, dispatch_url
 from core.services._sqlite import SqliteWorker
-from core.services._tools import current_tool_call, remote_owner
+from core.services._tools import check_role, current_tool_call, remote_owner
 from core.utils.tool_utils import EMPTY_PARAMETERS, FunctionTool, ToolDefinitionError, validate_tool_rules
 
 __all__ = [
@@ -73,6 +74,7 @@ class RemoteToolSpec:
     timeout_seconds: float = 30.0
     registered_at: float = field(default_factory=time.time)
     available: bool = True
+    hidden_since: float = field(default_factory=time.monotonic, compare=False)  # when it was last hidden
 
     @property
     def owner(self) -> str:
@@ -117,8 +119,10 @@ def parse_registration(payload: Any) -> RemoteToolSpec:
     except ToolDefinitionError as exc:
         raise RegistrationError(str(exc)) from None
     role = payload.get("role")
-    if role is not None and (not isinstance(role, str) or not 0 < len(role) <= 64):
-        raise RegistrationError("role must be null (global) or a persona name of 1 to 64 characters")
+    try:
+        check_role(role, name, f"remote source {source!r}")
+    except ToolDefinitionError as exc:
+        raise RegistrationError(str(exc)) from None
     callback_url = payload.get("callback_url")
     try:
         check_loopback_url(callback_url)
@@ -144,8 +148,12 @@ class RemoteToolRegistry:
     Health protocol: a callback is *reachable* when `GET <callback_url>` gets any HTTP answer other than 404 or
     410 within `probe_timeout`. On `open()` every stored tool is probed; unreachable ones stay stored but hidden
     from the model until `recheck()` (the server runs it periodically) finds them reachable, or their process
-    registers them again. A call refused at connection also hides the tool. `token()` gives the bearer token
-    sent with each callback, so a callback can tell the registry from other local processes.
+    registers them again. A call refused at connection also hides the tool. A tool hidden for `forget_after`
+    seconds of this registry's run is forgotten (deleted from the store too).
+
+    Callbacks never receive the registry's token (`token()`): a call carries `X-Hookchat-Signature`, the
+    HMAC-SHA256 of the tool's source keyed with the token (`callback_signature`), so the tool's process can tell
+    the registry from other local processes; probes carry nothing.
     """
 
     def __init__(
@@ -155,11 +163,13 @@ class RemoteToolRegistry:
         *,
         token: Callable[[], str | None] | None = None,
         probe_timeout: float = 2.0,
+        forget_after: float = 24 * 3600.0,
     ) -> None:
         self.tools = tools
         self.db_path = Path(db_path) if db_path is not None else None
         self.token = token or (lambda: None)
         self.probe_timeout = probe_timeout
+        self.forget_after = forget_after
         self.boot_id = uuid.uuid4().hex
         self._specs: dict[tuple[str, str], RemoteToolSpec] = {}
         self._store: SqliteWorker | None = None
@@ -282,23 +292,32 @@ class RemoteToolRegistry:
         if self._client is None:
             return False
         try:
-            response = await self._client.get(dispatch_url(spec.callback_url), timeout=self.probe_timeout,
-                                              headers=self._headers())
+            response = await self._client.get(dispatch_url(spec.callback_url), timeout=self.probe_timeout)
         except (httpx.HTTPError, LoopbackURLError):
             return False
         return response.status_code not in (404, 410)
 
     async def recheck(self) -> int:
-        """Probe every hidden tool and offer those that answer again; returns how many came back."""
+        """Probe every hidden tool and offer those that answer again; forget those hidden for `forget_after`
+        seconds. Returns how many came back."""
         hidden = [s for s in self._specs.values() if not s.available]
         if not hidden:
             return 0
         answers = await asyncio.gather(*(self.probe(s) for s in hidden))
         back = 0
+        forgotten = []
         for spec, reachable in zip(hidden, answers, strict=True):
-            if reachable and self._specs.get((spec.source, spec.name)) is spec:
+            if self._specs.get((spec.source, spec.name)) is not spec:
+                continue
+            if reachable:
                 self._offer(spec)
                 back += 1
+            elif time.monotonic() - spec.hidden_since >= self.forget_after:
+                forgotten.append(spec)
+        if forgotten:
+            logger.warning("forgetting %d remote tool(s) unreachable for %g s: %s", len(forgotten),
+                           self.forget_after, ", ".join(f"{s.source}/{s.name}" for s in forgotten))
+            await self._remove(forgotten)
         return back
 
     # -- the tools the model sees ------------------------------------------------------------------------------------
@@ -313,7 +332,8 @@ class RemoteToolRegistry:
         self.tools.add(spec.name, tool, spec.owner)
 
     def _withdraw(self, spec: RemoteToolSpec) -> None:
-        spec.available = False
+        if spec.available:
+            spec.available, spec.hidden_since = False, time.monotonic()
         self.tools.remove(spec.name, spec.owner)
 
     def _hide(self, spec: RemoteToolSpec, why: str) -> None:
@@ -322,9 +342,9 @@ class RemoteToolRegistry:
                            spec.source, why)
             self._withdraw(spec)
 
-    def _headers(self) -> dict[str, str]:
+    def _signed(self, spec: RemoteToolSpec) -> dict[str, str]:
         token = self.token()
-        return {"Authorization": f"Bearer {token}"} if token else {}
+        return {SIGNATURE_HEADER: callback_signature(token, spec.source)} if token else {}
 
     async def dispatch(self, spec: RemoteToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         """Call the tool back: POST `{"name", "arguments", "call_id", "raw_arguments"}`, expect
@@ -341,7 +361,7 @@ class RemoteToolRegistry:
         received = bytearray()
         try:
             async with self._client.stream("POST", dispatch_url(spec.callback_url), json=body,
-                                           headers=self._headers(), timeout=spec.timeout_seconds) as response:
+                                           headers=self._signed(spec), timeout=spec.timeout_seconds) as response:
                 status = response.status_code
                 async for chunk in response.aiter_bytes():
                     received += chunk

@@ -5,7 +5,6 @@ around them, and the plugin's timers. Both are owned by the plugin and cleared w
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,20 +22,12 @@ from core.services._markers import (
     declared_entries,
 )
 from core.services._result import Err, Ok, Result, SdkError
+from core.services._tasks import call_handler
+from core.services._tools import refuse_if_stopping
 
 __all__ = ["Entry", "EntryRegistry", "TimerRunner", "call_handler", "DEFAULT_ENTRY_TIMEOUT"]
 
 DEFAULT_ENTRY_TIMEOUT = 30.0
-
-
-async def call_handler(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call `fn`: awaited when async, in a worker thread when sync (so it cannot block the loop)."""
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args, **kwargs)
-    result = await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 def _as_result(value: Any) -> Result[Any, Any]:
@@ -88,11 +79,13 @@ class _Hook:
 
 
 class EntryRegistry:
-    """The entries of one plugin and the hooks around them; `call` runs one and always returns a `Result`."""
+    """The entries of one plugin and the hooks around them; `call` runs one and always returns a `Result`.
+    Once the plugin of `ctx` is stopping, adding an entry or hook raises `SdkError(code="plugin_stopped")`."""
 
-    def __init__(self, plugin_id: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
+    def __init__(self, plugin_id: str, logger: logging.Logger | logging.LoggerAdapter, ctx: Any = None) -> None:
         self.plugin_id = plugin_id
         self.logger = logger
+        self.ctx = ctx
         self._entries: dict[str, Entry] = {}
         self._hooks: list[_Hook] = []
         self._collected = False
@@ -104,16 +97,19 @@ class EntryRegistry:
         self._collected = True
         for meta, handler in declared_entries(instance):
             self._entries[meta.id] = Entry.from_meta(meta, handler)
-        for attr, fn in declared(instance, ENTRY_HOOK_ATTR):
-            self.add_hook(getattr(fn, ENTRY_HOOK_ATTR), getattr(instance, attr))
+        for attr, fn in declared(instance, ENTRY_HOOK_ATTR):  # declarations: collected even while stopping
+            self._hooks.append(_Hook(getattr(fn, ENTRY_HOOK_ATTR), getattr(instance, attr)))
+        self._hooks.sort(key=lambda h: -h.meta.priority)
 
     def add_hook(self, meta: EntryHookMeta, fn: Callable[..., Any]) -> None:
         """Add an entry hook (see `core.services.entry_hook`); higher priority runs first."""
+        refuse_if_stopping(self.ctx, "an entry hook")
         self._hooks.append(_Hook(meta, fn))
         self._hooks.sort(key=lambda h: -h.meta.priority)
 
     def add_static(self, entry: Entry) -> None:
         """Add an entry declared by code other than a decorator (a mounted router); replaces one of that id."""
+        refuse_if_stopping(self.ctx, f"entry {entry.id!r}")
         self._entries[entry.id] = entry
 
     def register_dynamic(
@@ -131,6 +127,7 @@ class EntryRegistry:
         metadata: dict[str, Any] | None = None,
     ) -> bool:
         """Add (or replace) the dynamic entry `entry_id`; False when the id belongs to a static entry."""
+        refuse_if_stopping(self.ctx, f"entry {entry_id!r}")
         if not isinstance(entry_id, str) or not entry_id:
             raise SdkError(f"entry ids are non-empty strings, not {entry_id!r}", code="invalid_argument")
         if not callable(handler):
@@ -244,7 +241,8 @@ def _wrap(fn: Callable[..., Any], entry_id: str,
 
 
 class TimerRunner:
-    """The `@timer_interval` timers of one plugin, each a task the plugin owns (`ctx.spawn`)."""
+    """The `@timer_interval` timers of one plugin, each a task the plugin owns (`ctx.spawn`). Once the plugin is
+    stopping, adding or starting a timer raises `SdkError(code="plugin_stopped")`."""
 
     def __init__(self, ctx: Any, logger: logging.Logger | logging.LoggerAdapter) -> None:
         self.ctx = ctx
@@ -260,6 +258,7 @@ class TimerRunner:
 
     def add(self, meta: TimerMeta, handler: Callable[..., Any]) -> None:
         """Register a timer (replacing one of that id) and start it when `meta.auto_start`."""
+        refuse_if_stopping(self.ctx, f"timer {meta.id!r}")
         self.stop(meta.id)
         self._timers[meta.id] = (meta, handler)
         if meta.auto_start:
@@ -267,6 +266,7 @@ class TimerRunner:
 
     def start(self, timer_id: str) -> bool:
         """Start timer `timer_id`; False when it is unknown or already running."""
+        refuse_if_stopping(self.ctx, f"timer {timer_id!r}")
         known = self._timers.get(timer_id)
         task = self._tasks.get(timer_id)
         if known is None or (task is not None and not task.done()):
@@ -308,5 +308,9 @@ class TimerRunner:
             await asyncio.sleep(meta.seconds)
             try:
                 await call_handler(handler)
+            except SdkError as exc:
+                if exc.code == "plugin_stopped":  # the plugin is stopping: this timer is about to be cancelled
+                    return
+                self.logger.exception("timer %r failed; it keeps running", meta.id)
             except Exception:
                 self.logger.exception("timer %r failed; it keeps running", meta.id)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from core.services._tools import check_role
 from core.utils.declarations import declared
 from core.utils.tool_utils import EMPTY_PARAMETERS, validate_tool_rules
 
@@ -116,9 +117,9 @@ def llm_tool(
     """Declare a method as a tool the model can call, with its parsed arguments as keyword arguments.
 
     `name` defaults to the method name and must match `[A-Za-z0-9_.\\-]{1,64}`; `timeout` is at most 300 s; `role`
-    None makes it global, a role name shows it only to that persona. The rules are checked here, so a bad
-    declaration fails when the class is defined. Return any JSON-serialisable value, a `ToolResult`, or
-    `{"output": ..., "is_error": True, "error": "..."}` to report a tool-level error.
+    None makes it global, a role name (1 to 64 characters) shows it only to that persona. The rules are checked
+    here, so a bad declaration fails when the class is defined. Return any JSON-serialisable value, a `ToolResult`,
+    or `{"output": ..., "is_error": True, "error": "..."}` to report a tool-level error.
     """
     schema = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
 
@@ -126,18 +127,11 @@ def llm_tool(
         _ensure_callable(fn, "@llm_tool")
         tool_name = name if name is not None else fn.__name__
         validate_tool_rules(tool_name, timeout, schema, where=f"@llm_tool on {fn.__qualname__}")
-        _check_role(role, tool_name)
+        check_role(role, tool_name, f"@llm_tool on {fn.__qualname__}")
         setattr(fn, LLM_TOOL_ATTR, LlmToolMeta(tool_name, description, schema, float(timeout), role))
         return fn
 
     return decorate
-
-
-def _check_role(role: object, tool_name: str) -> None:
-    if role is not None and (not isinstance(role, str) or not role):
-        from core.utils.tool_utils import ToolDefinitionError
-
-        raise ToolDefinitionError(f"tool {tool_name!r}: role must be None (global) or a persona name, not {role!r}")
 
 
 def plugin_entry(

@@ -21,6 +21,7 @@ from core.chat.message_elements import Image, Text
 from core.chat.message_utils import KiraIMMessage, KiraMessageBatchEvent, KiraMessageEvent, MessageChain
 from core.chat.session import Session, SessionIdError, User
 from core.services._result import SdkError
+from core.services._tasks import cancel_and_wait
 
 __all__ = [
     "PushService",
@@ -138,15 +139,19 @@ class PushService:
     `{"submitted": False, "ok": False, "reason": r}` with `r` one of:
 
     - `backpressure`: the queue holds `capacity` messages not yet delivered;
-    - `transport_unavailable`: the service is not running (app not started or stopping), there is no target
-      session, or no adapter serves the target session;
+    - `transport_unavailable`: the service is not running (app not started or stopping), the plugin is stopping,
+      there is no target session, no adapter serves the target session, or nothing could carry the message:
+      no `"chat"` visibility and the model left out (`"blind"`), or only `"read"` in an app without history;
     - `transport_error`: the last delivery through the target's adapter failed less than `failure_hold` seconds
       ago and nothing was sent through it successfully since.
+
+    The target is `session=`; without it, the only session the bot has sent to. Once it has sent to a second
+    session there is no default (a plugin's notification must not reach another user): name the session.
 
     Malformed calls raise `PushMessageError`. Delivery, in priority order (higher first, then FIFO): parts with
     `"chat"` visibility are sent to the session through its adapter; `ai_behavior="read"` adds the message to the
     session's history (the model reads it next turn); `"respond"` also runs a turn for it now; `"blind"` leaves
-    the model out. `"hud"` has no display in hookchat and is accepted without effect.
+    the model out. `"hud"` has no display in hookchat: alone, it carries nothing.
     """
 
     def __init__(self, app: Any, *, capacity: int = 64, failure_hold: float = 30.0) -> None:
@@ -155,7 +160,9 @@ class PushService:
         self.app = app
         self.capacity = capacity
         self.failure_hold = failure_hold
-        self.default_session: Session | None = None
+        self.default_session: Session | None = None  # the only session sent to so far; None once there are two
+        self._sessions_seen = 0  # 0, 1, or 2 meaning "two or more"
+        self._told: set[str] = set()  # plugins already warned that they must name a session
         self._lock = threading.Lock()
         self._heap: list[tuple[int, int, _Push]] = []
         self._seq = itertools.count()
@@ -200,14 +207,7 @@ class PushService:
 
         message_sent.disconnect(self._on_sent, sender=self.app)
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise
+        await cancel_and_wait(task)
         with self._lock:
             dropped = len(self._heap)
             for _, _, item in self._heap:
@@ -251,9 +251,15 @@ class PushService:
 
         if not self._running or self._loop is None or self._loop.is_closed():
             return _rejected("transport_unavailable")
+        if not self._can_carry(frozenset(visibility), ai_behavior):
+            return _rejected("transport_unavailable")
         session = target or self.default_session
         adapters = getattr(self.app, "adapters", {}) or {}
         if session is None or session.adapter_name not in adapters:
+            if session is None and self._sessions_seen > 1 and plugin_id not in self._told:
+                self._told.add(plugin_id)
+                logger.warning("push_message of plugin %r refused: the bot talks to several sessions, so name "
+                               "one with session=", plugin_id)
             return _rejected("transport_unavailable")
         failed_at = self._failing.get(session.adapter_name)
         if failed_at is not None and time.monotonic() - failed_at < self.failure_hold:
@@ -315,10 +321,20 @@ class PushService:
         if self._wakeup is not None:
             self._wakeup.set()
 
+    def _can_carry(self, visibility: frozenset[str], ai_behavior: str) -> bool:
+        """Whether delivering such a message would do anything at all here."""
+        if "chat" in visibility:
+            return True
+        needs = {"read": "history", "respond": "scheduler"}.get(ai_behavior)
+        return needs is not None and getattr(self.app, needs, None) is not None
+
     def _on_sent(self, _sender: Any, session: Session | None = None, result: Any = None, **_: Any) -> None:
         if session is None or not getattr(result, "ok", False):
             return
-        self.default_session = session
+        if self._sessions_seen == 0:
+            self._sessions_seen, self.default_session = 1, session
+        elif self._sessions_seen == 1 and session != self.default_session:
+            self._sessions_seen, self.default_session = 2, None
         self._failing.pop(session.adapter_name, None)
 
     def _pop(self) -> _Push | None:

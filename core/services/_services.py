@@ -14,7 +14,7 @@ from core.services._entries import EntryRegistry, TimerRunner
 from core.services._log import PluginLogger, get_plugin_logger
 from core.services._markers import LLM_TOOL_ATTR, LlmToolMeta, declared
 from core.services._plugins import Plugins
-from core.services._push import push_service_for
+from core.services._push import PushService, push_service_for
 from core.services._result import SdkError
 from core.services._tools import add_function_tool, remote_owner
 
@@ -22,6 +22,7 @@ __all__ = ["PluginServices", "services_for", "bind_plugin", "storage_dir_of", "c
 
 _SERVICES_ATTR = "_hookchat_services"
 _BOUND_ATTR = "_hookchat_bound"
+_UNAVAILABLE = PushService(None)  # never started, so it only validates and answers `transport_unavailable`
 
 
 def storage_dir_of(ctx: Any) -> Path:
@@ -39,13 +40,14 @@ class PluginServices:
         self.plugin_id: str = ctx.plugin_id
         self.logger: PluginLogger = get_plugin_logger(self.plugin_id)
         self.storage_dir = storage_dir_of(ctx)
-        self.entries = EntryRegistry(self.plugin_id, self.logger)
+        self.entries = EntryRegistry(self.plugin_id, self.logger, ctx)
         self.timers = TimerRunner(ctx, self.logger)
         self.plugins = Plugins(ctx)
         self._config: PluginConfig | None = None
         self._store: Any = None
         self._db: PluginDatabase | None = None
         self._closed = False
+        self._made_dirs: set[str] = set()
         if instance is not None:
             self.entries.collect(instance)
 
@@ -69,7 +71,11 @@ class PluginServices:
         path = Path(os.path.normpath(base.joinpath(*parts)))
         if path != base and base not in path.parents:
             raise SdkError(f"{kind}_path{parts!r} leaves the plugin's {kind} directory", code="invalid_argument")
-        base.mkdir(parents=True, exist_ok=True)  # one mkdir of a known directory: no loop-visible cost
+        if kind not in self._made_dirs:
+            # Seed 002's data_path()/cache_path() are synchronous, so the directory is made here, on the loop:
+            # once per directory and plugin run, never on every call.
+            base.mkdir(parents=True, exist_ok=True)
+            self._made_dirs.add(kind)
         return path
 
     # -- lazily created parts ---------------------------------------------------------------------------------------
@@ -111,12 +117,11 @@ class PluginServices:
     # -- proactive messages ------------------------------------------------------------------------------------------
 
     def push_message(self, **kwargs: Any) -> dict[str, Any]:
-        """Submit a proactive message (see `PushService`); `transport_unavailable` when the app has no push service."""
+        """Submit a proactive message (see `PushService`). `transport_unavailable` when the app has no push service
+        or the plugin is stopping (`ctx.closing`): a stopping plugin must not leave messages behind it."""
         service = push_service_for(self.ctx.app)
-        if service is None:
-            from core.services._push import PushService
-
-            service = PushService(None)  # never started: it validates the call, then rejects it as unavailable
+        if service is None or getattr(self.ctx, "closing", False):
+            service = _UNAVAILABLE  # never started: it validates the call, then rejects it as unavailable
         return service.submit(self.plugin_id, **kwargs)
 
     # -- stop ------------------------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "add_function_tool",
+    "refuse_if_stopping",
+    "check_role",
     "remove_function_tool",
     "describe_tool",
     "plugin_tools",
@@ -26,6 +28,8 @@ __all__ = [
 ]
 
 REMOTE_OWNER_PREFIX = "remote:"
+#: The longest persona name a tool may be scoped to (`role`).
+MAX_ROLE_LENGTH = 64
 
 #: The model's tool call being run in this task (set by the agent loop before it invokes a tool), so a remote
 #: tool can forward the model's own `call_id` and `raw_arguments`. None outside a tool call.
@@ -35,6 +39,22 @@ current_tool_call: ContextVar[ToolCall | None] = ContextVar("hookchat_current_to
 def remote_owner(source: str) -> str:
     """The registry owner of remote tools registered with `source`: `remote:<source>`."""
     return f"{REMOTE_OWNER_PREFIX}{source}"
+
+
+def refuse_if_stopping(ctx: Any, what: str) -> None:
+    """Raise `SdkError(code="plugin_stopped")` when the plugin of `ctx` is stopping (`ctx.closing`), so nothing it
+    registers from `terminate()`, a timer or a task can outlive it. `what` names the refused registration."""
+    if getattr(ctx, "closing", False):
+        raise SdkError(f"plugin {getattr(ctx, 'plugin_id', '?')!r} is stopping: it cannot register {what}",
+                       code="plugin_stopped")
+
+
+def check_role(role: object, tool_name: object, where: str) -> None:
+    """The role rule of every tool: None (global) or a persona name of 1 to 64 characters. Raises
+    `ToolDefinitionError` naming the tool and who registered it."""
+    if role is not None and (not isinstance(role, str) or not 0 < len(role) <= MAX_ROLE_LENGTH):
+        raise ToolDefinitionError(f"tool {tool_name!r} (registered by {where}): role must be None (global) or a "
+                                  f"persona name of 1 to {MAX_ROLE_LENGTH} characters, not {role!r}")
 
 
 def _tools_registry(ctx: Any) -> Any:
@@ -63,13 +83,10 @@ def add_function_tool(
     (`@llm_tool` and `register_llm_tool`).
     """
     where = f"plugin {ctx.plugin_id!r}"
-    if getattr(ctx, "closing", False):
-        raise SdkError(f"{where} is stopping: it cannot register tool {name!r}", code="plugin_stopped")
+    refuse_if_stopping(ctx, f"tool {name!r}")
     schema = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
     validate_tool_rules(name, timeout, schema, where=where)
-    if role is not None and (not isinstance(role, str) or not role):
-        raise ToolDefinitionError(f"tool {name!r} (registered by {where}): role must be None (global) or a persona "
-                                  f"name, not {role!r}")
+    check_role(role, name, where)
     if not callable(handler):
         raise ToolDefinitionError(f"tool {name!r} (registered by {where}): handler {handler!r} is not callable")
     tool = FunctionTool(name, description, schema, handler, timeout=float(timeout), role=role, ctx=ctx,

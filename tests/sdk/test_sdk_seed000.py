@@ -47,9 +47,28 @@ async def test_the_imperative_api_of_the_seed(tmp_path):
     folder = write_plugin(tmp_path / "plugins", "imperative", "ImperativePlugin", members)
     async with ChatHarness(plugins=[folder], builtins=()) as bot:
         result = await bot.plugin("imperative").use_api()
-        assert [t["name"] for t in result["listed"]] == ["custom"]
-        assert "custom" not in bot.app.plugins.tools
-    assert "{...}" in snippet("self.register_llm_tool(", ")", SEED_000), "only the seed's placeholder was filled in"
+        assert "custom" not in bot.app.plugins.tools, "unregister_llm_tool removed it"
+        assert bot.plugin("imperative").list_llm_tools() == []
+    [listed] = result["listed"]  # what list_llm_tools() said while it was registered
+    assert listed == {"name": "custom", "description": "...", "timeout": 30.0, "role": None, "owner": "imperative",
+                      "remote": False, "active": True,
+                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+
+
+async def test_a_tool_registered_imperatively_is_called_by_the_model():
+    class Runtime(NekoPluginBase):
+        async def build(self):
+            async def my_callable(**kwargs):
+                return {"custom": kwargs}
+
+            self.register_llm_tool(name="custom", description="...", handler=my_callable, timeout=30.0, role=None,
+                                   parameters={"type": "object", "properties": {"q": {"type": "string"}}})
+
+    provider = ScriptedProvider([[ToolCall("custom", {"q": "x"})], "done"])
+    async with ChatHarness(plugins=[Runtime], provider=provider) as bot:
+        await bot.plugin("runtime").build()
+        await bot.send("go")
+    assert [m.content for m in provider.requests[1].messages if m.role == "tool"] == ['{"custom": {"q": "x"}}']
 
 
 def test_the_decorator_enforces_the_seed_rules():

@@ -106,7 +106,7 @@ async def seed_bot(tmp_path):
                           files={"schema.json": json.dumps(SCHEMA),
                                  "i18n/en.json": json.dumps({"greeting": "Hello, {name}!"})})
     provider = ScriptedProvider(["Hi there."])
-    config = {"data": {"dir": str(tmp_path / "data")}}
+    config = {"data": {"dir": str(tmp_path / "data")}, "server": {"token": "seed-secret"}}
     async with ChatHarness(plugins=[folder, OtherPlugin, Other, DependencyPlugin], provider=provider,
                            config=config) as bot:
         yield bot, bot.plugin("seed_features")
@@ -187,6 +187,8 @@ async def test_system_info_and_bus(seed_bot):
     bot, plugin = seed_bot
     found = await plugin.system()
     assert found["config"]["hookchat_version"] and found["python_env"]["python_version"]
-    assert found["settings"]["token_configured"] in (True, False)
+    settings = found["settings"]
+    assert settings["token_configured"] is True and settings["tool_registry_running"] is False
+    assert "seed-secret" not in repr(found), "whether a token is set, never the token"
     bus = await plugin.read_bus()
     assert bus["recent"] == [] and bus["latest"] == []

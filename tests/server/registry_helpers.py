@@ -59,15 +59,24 @@ def auth(token: str = TOKEN) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def callback_server(handler: Callable[[dict[str, Any]], Any]) -> AsyncIterator[EmbeddedServer]:
+async def callback_server(handler: Callable[[dict[str, Any]], Any], *,
+                          seen_headers: list[tuple[str, dict[str, str]]] | None = None
+                          ) -> AsyncIterator[EmbeddedServer]:
     """An in-process callback server on a free loopback port: `POST /cb` answers `handler(body)` (a dict is sent
-    as JSON, a `Response` as is); `GET /cb` answers 200."""
+    as JSON, a `Response` as is); `GET /cb` answers 200. `seen_headers` collects `(method, headers)` of each
+    request."""
+
+    def saw(request: Request) -> None:
+        if seen_headers is not None:
+            seen_headers.append((request.method, dict(request.headers)))
 
     async def call(request: Request) -> Response:
+        saw(request)
         answer = handler(await request.json())
         return answer if isinstance(answer, Response) else JSONResponse(answer)
 
     async def probe(request: Request) -> Response:
+        saw(request)
         return JSONResponse({"ok": True})
 
     server = EmbeddedServer(Starlette(routes=[Route("/cb", call, methods=["POST"]),

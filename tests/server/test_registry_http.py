@@ -82,6 +82,7 @@ async def test_the_token_may_come_from_the_variable_named_by_token_env(tmp_path,
     "http://[::ffff:127.0.0.1]/cb",
     "file:///etc/passwd",
     "http://2130706433/cb",
+    "http://xn--localhost/cb",  # an IDNA name that does not even decode
 ])
 async def test_callbacks_off_the_loopback_interface_are_refused(tmp_path, url):
     async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
@@ -125,6 +126,37 @@ async def test_an_oversize_body_is_refused_while_it_is_read(tmp_path):
                                        headers={**auth(), "Content-Type": "application/json"})
     assert declared.status_code == streamed.status_code == 413
     assert "big" not in bot.app.plugins.tools
+
+
+async def test_a_deeply_nested_body_is_refused_as_invalid_json(tmp_path):
+    async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
+        async with httpx.AsyncClient(base_url=server.url, headers=auth()) as http:
+            r = await http.post("/api/tools/register", content=b"[" * 100_000 + b"]" * 100_000,
+                                headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON (or is nested too deeply)" in r.json()["error"]
+
+
+async def test_a_tool_unreachable_for_forget_after_seconds_is_forgotten(tmp_path):
+    async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
+        registry = server.registry
+        await registry.register(registration("dead", "http://127.0.0.1:9/cb"))
+        registry._hide(registry.get("tests", "dead"), "as after a refused call")
+        assert await registry.recheck() == 0 and registry.get("tests", "dead") is not None, "kept while recent"
+        registry.forget_after = 0
+        assert await registry.recheck() == 0
+        assert registry.list("tests") == []
+    async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
+        assert server.registry.list("tests") == [], "deleted from the store too"
+
+
+async def test_stop_propagates_the_callers_cancellation_and_still_stops(tmp_path):
+    async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
+        stopping = asyncio.create_task(server.stop())
+        await asyncio.sleep(0)  # stop() now waits for its re-check task
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+        assert not server.running and not server.registry.is_open
 
 
 async def test_unregister_clear_and_list(tmp_path):

@@ -43,7 +43,7 @@ def harness(**kw):
     return ChatHarness(plugins=[Notifier], **kw)
 
 
-async def test_a_submitted_message_is_delivered_to_the_last_session_by_default():
+async def test_a_submitted_message_is_delivered_to_the_only_session_by_default():
     async with harness(provider=ScriptedProvider(["hello"])) as bot:
         await bot.send("hi")  # the bot answered this session: it is the default target now
         receipt = bot.plugin("notifier").notify()
@@ -86,6 +86,39 @@ async def test_no_target_or_no_adapter_or_no_running_app_is_transport_unavailabl
         assert notifier.notify(session="test:dm:1") == unavailable, "the app has no push service"
         bot.app.push = push
     assert notifier.notify(session="test:dm:1") == unavailable, "the app stopped"
+
+
+async def test_once_the_bot_talked_to_two_sessions_a_session_must_be_named(caplog):
+    async with harness(provider=ScriptedProvider(["hello ann", "hello bob"])) as bot:
+        await bot.send("hi", user_id="ann")
+        await bot.send("hi", user_id="bob")
+        notifier = bot.plugin("notifier")
+        unnamed = [notifier.notify(), notifier.notify()]
+        named = notifier.notify(session="test:dm:ann")
+        await bot.app.push.join()
+    assert unnamed == [{"submitted": False, "ok": False, "reason": "transport_unavailable"}] * 2, \
+        "ann's notification must not reach bob"
+    assert named["submitted"] is True and bot.sent[-1].plain_text == "Task complete"
+    assert [r.getMessage() for r in caplog.records].count(
+        "push_message of plugin 'notifier' refused: the bot talks to several sessions, so name one with session=") == 1
+
+
+@pytest.mark.parametrize("visibility, ai_behavior", [(["hud"], "blind"), ([], "blind")])
+async def test_a_message_nothing_can_carry_is_transport_unavailable(visibility, ai_behavior):
+    async with harness() as bot:
+        receipt = bot.plugin("notifier").notify(session="test:dm:u", visibility=visibility, ai_behavior=ai_behavior)
+        assert receipt == {"submitted": False, "ok": False, "reason": "transport_unavailable"}
+        assert bot.app.push.queued == 0
+
+
+async def test_read_without_chat_needs_a_history_to_go_to():
+    async with harness(history=False) as bot:
+        notifier = bot.plugin("notifier")
+        unread = notifier.notify(session="test:dm:u", visibility=["hud"], ai_behavior="read")
+        shown = notifier.notify(session="test:dm:u", visibility=["chat"], ai_behavior="read")
+        await bot.app.push.join()
+    assert unread == {"submitted": False, "ok": False, "reason": "transport_unavailable"}
+    assert shown["submitted"] is True and bot.sent[-1].plain_text == "Task complete"
 
 
 async def test_a_failing_adapter_makes_later_receipts_transport_error_until_it_works_again():

@@ -6,8 +6,8 @@ import asyncio
 import pytest
 
 from core.plugin import BasePlugin, register
-from core.services import Err, llm_tool, plugin_entry, timer_interval
-from core.testing import ScriptedProvider
+from core.services import Err, SdkError, llm_tool, plugin_entry, timer_interval
+from core.testing import ChatHarness, ScriptedProvider
 from tests.server.registry_helpers import registration, registry_bot
 
 pytestmark = pytest.mark.anyio
@@ -74,15 +74,66 @@ async def test_a_stopped_plugin_leaves_no_tool_timer_task_or_entry_behind(tmp_pa
 
 
 async def test_a_plugin_that_fails_to_initialise_leaves_nothing_behind(tmp_path):
+    spawned = []
+
     class Broken(BasePlugin):
         async def initialize(self):
             self.register_llm_tool("half_done", "d", None, lambda: "x")
-            self.ctx.spawn(asyncio.sleep(3600))
+            spawned.append(self.ctx.spawn(asyncio.sleep(3600)))
             raise RuntimeError("cannot start")
 
     async with registry_bot(ScriptedProvider(), tmp_path, plugins=[Broken]) as (bot, server):
         assert bot.app.plugins.status("broken").state == "error"
         assert "half_done" not in bot.app.plugins.tools
+        [task] = spawned
+        assert task.cancelled(), "its task was cancelled, not left running"
+
+
+class Refresher(BasePlugin):
+    """Re-registers a runtime-built tool on every tick (seed 002's use of register_llm_tool), and tries to register
+    more while it stops."""
+
+    async def initialize(self):
+        self.refused: dict[str, str] = {}
+        self.ticked_while_stopping = asyncio.Event()
+
+    @timer_interval(id="refresh", seconds=0.01)
+    async def refresh(self):
+        try:
+            self.register_llm_tool("discovered", "d", None, lambda: "fresh")
+        except SdkError as exc:
+            self.refused["timer tick"] = exc.code
+            self.ticked_while_stopping.set()
+
+    async def terminate(self):
+        await asyncio.wait_for(self.ticked_while_stopping.wait(), 10)  # a tick ran while the plugin was stopping
+        attempts = {
+            "tool": lambda: self.register_llm_tool("late", "d", None, lambda: "x"),
+            "entry": lambda: self.register_dynamic_entry("late", lambda: 1),
+            "timer": lambda: self.start_timer("refresh"),
+        }
+        for what, attempt in attempts.items():
+            try:
+                attempt()
+            except SdkError as exc:
+                self.refused[what] = exc.code
+        self.receipt = self.push_message(source="bye", session="test:dm:user",
+                                         parts=[{"type": "text", "text": "going"}])
+
+
+async def test_a_stopping_plugin_cannot_register_anything_and_leaves_nothing_behind():
+    async with ChatHarness(plugins=[Refresher], builtins=()) as bot:
+        plugin = bot.plugin("refresher")
+        tools = bot.app.plugins.tools
+        ctx = plugin.ctx
+        await bot.app.plugins.unload("refresher")
+        assert plugin.refused == {"timer tick": "plugin_stopped", "tool": "plugin_stopped",
+                                  "entry": "plugin_stopped", "timer": "plugin_stopped"}
+        assert plugin.receipt == {"submitted": False, "ok": False, "reason": "transport_unavailable"}
+        assert tools.by_owner("refresher") == {} and "discovered" not in tools and "late" not in tools
+        assert ctx.tasks == frozenset() and plugin.services.entries.list(include_disabled=True) == []
+        await bot.app.push.join()
+        assert bot.sent == []
 
 
 async def test_a_reloaded_plugin_gets_its_tools_and_timers_again(tmp_path):

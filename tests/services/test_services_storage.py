@@ -3,6 +3,7 @@ config updates, and the brace-style logger."""
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +81,28 @@ async def test_data_and_cache_paths_stay_inside_the_plugins_directories(tmp_path
         assert (root / "data").is_dir() and (root / "cache").is_dir()
         with pytest.raises(SdkError, match="leaves the plugin's data directory"):
             plugin.data_path("..", "..", "history.sqlite3")
+
+
+async def test_each_directory_is_made_once_not_on_every_call(tmp_path, monkeypatch):
+    made = []
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        made.append(self.name)
+        return real_mkdir(self, *args, **kwargs)
+
+    async with ChatHarness(plugins=[Keeper], builtins=(), config={"data": {"dir": str(tmp_path)}}) as bot:
+        plugin = bot.plugin("keeper")
+        monkeypatch.setattr(Path, "mkdir", mkdir)
+        plugin.data_path("first")
+        plugin.cache_path("first")
+        first_calls = list(made)
+        for name in ("a", "b", "c"):
+            plugin.data_path(name)
+            plugin.cache_path(name)
+        monkeypatch.undo()
+    assert {"data", "cache"} <= set(first_calls)
+    assert made == first_calls, "later calls make no directory"
 
 
 SCHEMA = {

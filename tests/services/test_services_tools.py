@@ -66,16 +66,21 @@ async def test_a_tool_outside_the_rules_is_refused_with_a_clear_error(name, time
         llm_tool(name=name, timeout=timeout)(lambda self: None)
 
 
-async def test_a_bad_schema_or_role_is_refused():
+@pytest.mark.parametrize("role", ["", "r" * 65, 7])
+async def test_a_bad_schema_or_role_is_refused(role):
     class Bad(BasePlugin):
         pass
 
+    rule = "role must be None \\(global\\) or a persona name of 1 to 64 characters"
     async with ChatHarness(plugins=[Bad], builtins=()) as bot:
         plugin = bot.plugin("bad")
         with pytest.raises(ToolDefinitionError, match="JSON Schema object"):
             plugin.register_llm_tool("t", "d", {"type": "array"}, lambda **_: None)
-        with pytest.raises(ToolDefinitionError, match="role"):
-            plugin.register_llm_tool("t", "d", CITY, lambda **_: None, role="")
+        with pytest.raises(ToolDefinitionError, match=rule):
+            plugin.register_llm_tool("t", "d", CITY, lambda **_: None, role=role)
+    with pytest.raises(ToolDefinitionError, match=rule):
+        llm_tool(name="t", role=role)(lambda self: None)
+    llm_tool(name="t", role="r" * 64)(lambda self: None)  # 64 characters is within the rule
 
 
 class Personas(BasePlugin):

@@ -1,5 +1,6 @@
 """`NekoPluginBase`: the SDK's plugin base class as a `core.plugin.BasePlugin` (so the loader finds it), built from
-`ctx` alone; `@lifecycle` steps run at initialize/terminate, and the services come from `PluginServicesMixin`.
+`ctx` alone; `@lifecycle` steps run at initialize/terminate, and the services come from `BasePlugin`'s
+`PluginServicesMixin`.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from core.services import (
     Err,
     Ok,
     PluginLogger,
-    PluginServicesMixin,
     SdkError,
     bind_plugin,
     get_plugin_logger,
     services_for,
 )
-from core.services._entries import Entry, call_handler
+from core.services._entries import Entry
+from core.services._tasks import call_handler
 from core.services._markers import LIFECYCLE_ATTR, LifecycleMeta, declared
 from plugin.sdk.plugin.host import SdkBus, SystemInfo
 
@@ -37,7 +38,7 @@ class PluginMeta:
     description: str = ""
 
 
-class NekoPluginBase(BasePlugin, PluginServicesMixin):
+class NekoPluginBase(BasePlugin):
     """Base class of SDK plugins: `__init__(self, ctx)`; declarations with `@llm_tool`, `@plugin_entry`,
     `@timer_interval`, `@lifecycle`; services as attributes (`logger`, `config`, `store`, `db`, `plugins`...).
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.plugin._events import custom_event_name
 from core.plugin._log import get_logger
+from core.utils.tasks import cancel_and_wait
 from core.services._mixin import PluginContextServicesMixin, PluginServicesMixin
 
 if TYPE_CHECKING:
@@ -85,7 +86,13 @@ class PluginContext(PluginContextServicesMixin):
         return event
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
-        """Run `coro` as a background task owned by this plugin; a failure is logged with the plugin id."""
+        """Run `coro` as a background task owned by this plugin; a failure is logged with the plugin id.
+
+        Refused (RuntimeError) once the plugin is stopping: such a task would outlive its owner.
+        """
+        if self.closing:
+            coro.close()
+            raise RuntimeError(f"plugin {self.plugin_id!r} is stopping: it cannot start a background task")
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.plugin_id}:{name or 'task'}")
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -108,15 +115,9 @@ class PluginContext(PluginContextServicesMixin):
 
     async def close(self) -> None:
         """Cancel and await every owned task, then run the `on_stop` cleanups (each failure logged)."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
+        for task in list(self._tasks):
             try:
-                await task
-            except asyncio.CancelledError:
-                if asyncio.current_task() is not None and asyncio.current_task().cancelling():
-                    raise
+                await cancel_and_wait(task)
             except Exception:  # noqa: BLE001 - already logged by _task_done
                 pass
         while self._cleanups:

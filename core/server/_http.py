@@ -19,7 +19,7 @@ import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from core.services._tasks import cancel_and_wait
+from core.utils.tasks import cancel_and_wait
 
 __all__ = [
     "EmbeddedServer",

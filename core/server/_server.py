@@ -13,7 +13,7 @@ from typing import Any
 from core.server._http import EmbeddedServer
 from core.server.registry import RemoteToolRegistry
 from core.server.routes import build_registry_app
-from core.services._tasks import cancel_and_wait
+from core.utils.tasks import cancel_and_wait
 
 __all__ = ["ToolRegistryServer", "configured_token", "REGISTRY_DB_NAME"]
 

@@ -22,7 +22,7 @@ from core.services._markers import (
     declared_entries,
 )
 from core.services._result import Err, Ok, Result, SdkError
-from core.services._tasks import call_handler
+from core.utils.tasks import call_handler
 from core.services._tools import refuse_if_stopping
 
 __all__ = ["Entry", "EntryRegistry", "TimerRunner", "call_handler", "DEFAULT_ENTRY_TIMEOUT"]

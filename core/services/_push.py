@@ -21,7 +21,7 @@ from core.chat.message_elements import Image, Text
 from core.chat.message_utils import KiraIMMessage, KiraMessageBatchEvent, KiraMessageEvent, MessageChain
 from core.chat.session import Session, SessionIdError, User
 from core.services._result import SdkError
-from core.services._tasks import cancel_and_wait
+from core.utils.tasks import cancel_and_wait
 
 __all__ = [
     "PushService",

@@ -5,11 +5,12 @@ a name matching `[A-Za-z0-9_.\\-]{1,64}`, a JSON Schema for its arguments, and a
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+from core.utils.tasks import call_handler
 
 __all__ = ["BaseTool", "FunctionTool", "ToolSet", "ToolDefinitionError", "validate_tool_rules", "MAX_TOOL_TIMEOUT"]
 
@@ -125,20 +126,13 @@ class FunctionTool(BaseTool):
         self.role = role
         self.pass_event = pass_event
         self.remote = remote
-        self._is_async = inspect.iscoroutinefunction(handler)
         super().__init__(ctx=ctx)
 
     async def invoke(self, event: Any, arguments: dict[str, Any]) -> Any:
-        """Call the handler with the event (unless `pass_event=False`) and the arguments as keywords."""
+        """Call the handler with the event (unless `pass_event=False`) and the arguments as keywords; a sync
+        handler runs in a worker thread."""
         args = (event,) if self.pass_event else ()
-        if self._is_async:
-            return await self.handler(*args, **arguments)
-        import anyio
-
-        result = await anyio.to_thread.run_sync(lambda: self.handler(*args, **arguments))
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return await call_handler(self.handler, *args, **arguments)
 
     async def execute(self, **params: Any) -> Any:
         """Call the handler without an event (for use outside a turn)."""

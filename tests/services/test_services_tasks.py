@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from core.services._tasks import call_handler, cancel_and_wait
+from core.utils.tasks import call_handler, cancel_and_wait
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ from core.services import (
     services_for,
 )
 from core.services._entries import Entry
-from core.services._tasks import call_handler
+from core.utils.tasks import call_handler
 from core.services._markers import LIFECYCLE_ATTR, LifecycleMeta, declared
 from plugin.sdk.plugin.host import SdkBus, SystemInfo
 

@@ -148,28 +148,7 @@ async def test_the_default_deadline_applies_unless_a_hook_sets_its_own() -> None
     assert finished == ["has_time"]
 
 
-async def test_a_hook_that_swallows_its_cancellation_is_still_reported_as_timed_out(engine: HookEngine) -> None:
-    calls: list[str] = []
-
-    class Stubborn:
-        @on.im_message(priority=Priority.HIGH, deadline=0.05)
-        async def ignore_cancel(self, event):
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                calls.append("swallowed")  # and returns as if nothing happened
-
-    recorder = Recorder(calls)
-    engine.register(Stubborn(), name="stubborn")
-    engine.register(recorder, name="recorder")
-
-    await engine.dispatch("im_message", KiraEvent())
-
-    assert calls == ["swallowed", "after"]
-    assert [(f.hook_name, f.timed_out) for f in recorder.failures] == [("ignore_cancel", True)]
-
-
-async def test_after_a_hook_swallowed_its_cancellation_the_next_hanging_hook_is_still_cancelled(
+async def test_a_hook_that_swallows_its_cancellation_is_reported_and_later_deadlines_still_work(
     engine: HookEngine,
 ) -> None:
     calls: list[str] = []
@@ -180,22 +159,21 @@ async def test_after_a_hook_swallowed_its_cancellation_the_next_hanging_hook_is_
             try:
                 await asyncio.Event().wait()
             except asyncio.CancelledError:
-                calls.append("swallowed")
+                calls.append("swallowed")  # and returns as if nothing happened
 
-        @on.im_message(priority=Priority.LOW, deadline=0.05)
+        @on.im_message(deadline=0.05)
         async def hang(self, event):
             await asyncio.Event().wait()
-            calls.append("never")
 
-        @on.exception()
-        async def failed(self, event):
-            calls.append(f"timed out: {event.hook_name}")
-
+    recorder = Recorder(calls)
     engine.register(Stubborn(), name="stubborn")
-    with anyio.fail_after(5):  # without the fix the second hook hangs for good
+    engine.register(recorder, name="recorder")
+
+    with anyio.fail_after(5):  # the swallowed cancel must not switch off the next hook's deadline
         await engine.dispatch("im_message", KiraEvent())
-    assert calls[0] == "swallowed"
-    assert sorted(calls[1:]) == ["timed out: hang", "timed out: ignore_cancel"]
+
+    assert calls == ["swallowed", "after"]
+    assert sorted((f.hook_name, f.timed_out) for f in recorder.failures) == [("hang", True), ("ignore_cancel", True)]
 
 
 async def test_cancelling_the_dispatching_task_propagates(engine: HookEngine, record_signal) -> None:

@@ -277,7 +277,7 @@ class PluginManager:
         await self._stop(plugin_id)
         if source is not None and source.path is not None:
             try:
-                self._sources[plugin_id] = _read_folder(source.path)
+                self._sources[plugin_id] = await anyio.to_thread.run_sync(_read_folder, source.path)
             except PluginLoadError as exc:
                 return self._fail(plugin_id, str(exc), str(source.path))
         return await self.load(plugin_id)

@@ -29,6 +29,7 @@ from core.plugin._engine import HookEngine
 from core.plugin._events import EventType
 from core.plugin._log import logger
 from core.plugin._markers import TAG_ATTR, TagMeta
+from core.plugin._schema import ConfigValueError, build_config, parse_schema, to_json_schema
 from core.utils.declarations import declared
 from core.plugin._registry import OwnedRegistry
 from core.plugin._signals import plugin_failed, plugin_loaded, plugin_unloaded, send
@@ -41,10 +42,17 @@ __all__ = [
     "PluginConfigError",
     "ENTRY_POINT_GROUP",
     "ENTRY_MODULES",
+    "KIRA_API_VERSION",
 ]
 
 ENTRY_POINT_GROUP = "hookchat.plugins"
 ENTRY_MODULES = ("main.py", "plugin.py", "__init__.py")
+
+#: The KiraAI version whose plugin API hookchat implements (the one seed 003 documents), for manifests written for
+#: KiraAI, whose `core_version` counts in KiraAI's versions. It is the `VERSION` of KiraAI's core/config/default.py
+#: (v2.26.2) in the KiraAI source this compatibility was built against; see docs/plugins.md, "Plugins written for
+#: KiraAI".
+KIRA_API_VERSION = "2.26.2"
 _MODULE_ROOT = "hookchat_plugins"
 
 State = Literal["discovered", "loaded", "disabled", "error"]
@@ -92,6 +100,9 @@ class PluginStatus:
     tools: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
     tasks: int = 0
+    #: For a loaded plugin whose manifest has a `core_version`: which version satisfied it (hookchat's own, or the
+    #: KiraAI plugin API hookchat implements).
+    compat: str | None = None
 
 
 @dataclass
@@ -220,8 +231,9 @@ class PluginManager:
         ctx: PluginContext | None = None
         instance: Any = None
         modules: list[str] = []
+        compat: str | None = None
         try:
-            _check_core_version(source.manifest)
+            compat = _check_core_version(source.manifest)
             plugin_class, modules = await anyio.to_thread.run_sync(self._import, source)
             cfg = validate_config(plugin_id, source.schema, self.plugin_config.get(plugin_id, {}))
             ctx = PluginContext(
@@ -246,8 +258,9 @@ class PluginManager:
                          exc_info=not isinstance(exc, PluginLoadError))
             return self._fail(plugin_id, reason, source.origin)
         self._loaded[plugin_id] = _Loaded(source, instance, ctx, modules)
-        self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version)
-        logger.info("plugin %r loaded from %s", plugin_id, source.origin)
+        self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version,
+                                               compat=compat)
+        logger.info("plugin %r loaded from %s%s", plugin_id, source.origin, f" ({compat})" if compat else "")
         send(plugin_loaded, self, plugin_id=plugin_id)
         return self.status(plugin_id)  # type: ignore[return-value] - known now
 
@@ -431,17 +444,26 @@ def _read_folder(folder: Path) -> PluginSource:
     return PluginSource(manifest.plugin_id, manifest, path=folder.resolve(), schema=schema)
 
 
-def _check_core_version(manifest: Manifest) -> None:
-    if not manifest.core_version:
-        return
+def _check_core_version(manifest: Manifest) -> str | None:
+    """Check the manifest's `core_version` (a PEP 440 specifier; pre-releases count, as in KiraAI) against
+    hookchat's version, then against the KiraAI plugin API version hookchat implements: a plugin written for
+    KiraAI states the KiraAI version it needs. Returns which one satisfied it (None without a `core_version`);
+    raises `PluginLoadError` when neither does."""
+    wanted = manifest.core_version
+    if not wanted:
+        return None
     try:
-        spec = SpecifierSet(manifest.core_version)
+        spec = SpecifierSet(wanted, prereleases=True)
     except InvalidSpecifier as exc:
-        raise PluginLoadError(f"core_version {manifest.core_version!r} is not a PEP 440 specifier") from exc
-    if Version(core.__version__) not in spec:
-        raise PluginLoadError(
-            f"needs hookchat {manifest.core_version}, but this is hookchat {core.__version__}"
-        )
+        raise PluginLoadError(f"core_version {wanted!r} is not a PEP 440 specifier") from exc
+    if Version(core.__version__) in spec:
+        return f"core_version {wanted!r} satisfied by hookchat {core.__version__}"
+    if Version(KIRA_API_VERSION) in spec:
+        return f"core_version {wanted!r} satisfied by the KiraAI plugin API {KIRA_API_VERSION} that hookchat implements"
+    raise PluginLoadError(
+        f"needs hookchat {wanted}, but this is hookchat {core.__version__}, "
+        f"and the KiraAI plugin API it implements ({KIRA_API_VERSION}) does not satisfy it either"
+    )
 
 
 def _import_folder(source: PluginSource) -> tuple[type, list[str]]:
@@ -528,42 +550,24 @@ def _construct(plugin_class: type, ctx: PluginContext, cfg: dict[str, Any]) -> A
     return plugin_class(ctx, cfg)
 
 
-_JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
-
-
 def schema_to_jsonschema(plugin_id: str, schema: dict[str, Any]) -> dict[str, Any]:
-    """Turn a `schema.json` (field name -> {type, default, description, ...JSON Schema keywords}) into one
-    JSON Schema object; a schema that already is a JSON Schema object (`"type": "object"`) is used as is."""
-    if schema.get("type") == "object" and isinstance(schema.get("properties"), dict):
-        return schema
-    properties: dict[str, Any] = {}
-    for field_name, spec in schema.items():
-        if not isinstance(spec, dict) or spec.get("type") not in _JSON_TYPES:
-            raise PluginConfigError(
-                f"plugin {plugin_id!r}: schema.json field {field_name!r} needs a \"type\" among {sorted(_JSON_TYPES)}"
-            )
-        properties[field_name] = {k: v for k, v in spec.items() if k not in ("default", "description", "hint")}
-    return {"type": "object", "properties": properties, "additionalProperties": False}
+    """The settings `schema.json` declares as one JSON Schema object (sections as nested objects); fields of a type
+    hookchat does not know accept any value. `plugin_id` is kept for callers of the older signature."""
+    return to_json_schema(parse_schema(schema))
 
 
 def validate_config(plugin_id: str, schema: dict[str, Any] | None, values: dict[str, Any]) -> dict[str, Any]:
-    """Defaults from `schema` overlaid with `values`, validated; a bad value raises `PluginConfigError` naming the
-    plugin and the field."""
+    """The plugin's `cfg`: the defaults of `schema` (hookchat's JSON-typed fields or KiraAI's field types, sections
+    nested as KiraAI nests them) overlaid with the operator's `values`, which are checked. A bad value raises
+    `PluginConfigError` naming the plugin and the field; what is wrong with the schema itself (a field type
+    hookchat does not know, a default that does not fit its type) is logged as a warning and does not stop the
+    plugin. See docs/plugins.md, "Plugins written for KiraAI"."""
     if not schema:
         return dict(values)
-    from jsonschema import Draft202012Validator
-
-    json_schema = schema_to_jsonschema(plugin_id, schema)
-    properties = json_schema.get("properties", {})
-    source = schema if json_schema is not schema else properties
-    cfg = {name: spec["default"] for name, spec in source.items() if isinstance(spec, dict) and "default" in spec}
-    cfg.update(values)
-    errors = sorted(Draft202012Validator(json_schema).iter_errors(cfg), key=lambda e: list(e.absolute_path))
-    if errors:
-        err = errors[0]
-        where = ".".join(map(str, err.absolute_path))
-        if not where and err.validator == "additionalProperties":
-            where = ", ".join(sorted(set(cfg) - set(properties)))
-            raise PluginConfigError(f"plugin {plugin_id!r}: unknown config field {where!r}")
-        raise PluginConfigError(f"plugin {plugin_id!r}: config field {where!r}: {err.message}")
-    return cfg
+    parsed = parse_schema(schema)
+    for warning in parsed.warnings:
+        logger.warning("plugin %r: %s", plugin_id, warning)
+    try:
+        return build_config(parsed, values)
+    except ConfigValueError as exc:
+        raise PluginConfigError(f"plugin {plugin_id!r}: {exc}") from None

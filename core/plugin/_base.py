@@ -71,6 +71,11 @@ class PluginContext(PluginContextServicesMixin):
         """The manifest as a dict."""
         return self.manifest.model_dump()
 
+    def get_plugin_data_dir(self) -> Path:
+        """This plugin's own data directory, created if missing (the KiraAI name for `data_dir`)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        return self.data_dir
+
     @property
     def allowed_media_roots(self) -> list[Path]:
         """Directories whose files output tags such as `<file>` and `<img>` may send (operator-configured)."""
@@ -145,6 +150,7 @@ class BasePlugin(PluginServicesMixin):
     def __init__(self, ctx: PluginContext, cfg: dict[str, Any] | None = None) -> None:
         self.ctx = ctx
         self.cfg: dict[str, Any] = cfg if cfg is not None else {}
+        self.plugin_cfg = self.cfg  # the name KiraAI plugins read it under
 
     @property
     def plugin_id(self) -> str:

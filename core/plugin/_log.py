@@ -10,6 +10,9 @@ __all__ = ["logger", "get_logger"]
 logger = logging.getLogger("hookchat")
 
 
-def get_logger(name: str) -> logging.Logger:
-    """A logger for `name` under the framework's logger (plugins get `hookchat.plugin.<plugin_id>` this way)."""
+def get_logger(name: str, color: str | None = None) -> logging.Logger:
+    """A logger for `name` under the framework's logger (plugins get `hookchat.plugin.<plugin_id>` this way).
+
+    `color` is accepted for plugins written for KiraAI, whose console colours a logger's name; it is ignored here.
+    """
     return logger.getChild(name)

@@ -432,6 +432,11 @@ def _read_json(path: Path, what: str) -> Any:
 def _read_folder(folder: Path) -> PluginSource:
     """Read a plugin folder's manifest and schema (no code is imported)."""
     raw = _read_json(folder / "manifest.json", "manifest")
+    if isinstance(raw, dict):
+        # KiraAI names a plugin after its folder when the manifest has no id, and accepts a numeric version.
+        raw.setdefault("plugin_id", folder.name)
+        if isinstance(raw.get("version"), int | float):
+            raw["version"] = str(raw["version"])
     try:
         manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
@@ -523,22 +528,32 @@ def _forget_modules(modules: list[str]) -> None:
 
 
 def _find_plugin_class(module: Any, plugin_id: str, manifest: Manifest | None = None) -> type:
+    """The plugin class: `entry_class` from the manifest, else the `BasePlugin` subclass the plugin's own code
+    defines (in the entry module or a module of its package). Several: one from the entry module wins, then the
+    first by name, with a warning, as KiraAI does."""
     wanted = (manifest.model_extra or {}).get("entry_class") if manifest else None
-    classes = [
-        obj
-        for obj in vars(module).values()
-        if isinstance(obj, type)
-        and issubclass(obj, BasePlugin)
-        and obj.__module__.startswith(getattr(module, "__name__", ""))
-        and not inspect.isabstract(obj)
-        and (wanted is None or obj.__name__ == wanted)
-    ]
-    if len(classes) != 1:
-        what = "no" if not classes else f"{len(classes)} ({', '.join(c.__name__ for c in classes)})"
+    name = getattr(module, "__name__", "")
+    package = name if hasattr(module, "__path__") else name.rpartition(".")[0] or name
+    classes = sorted(
+        (
+            obj
+            for obj in vars(module).values()
+            if isinstance(obj, type)
+            and issubclass(obj, BasePlugin)
+            and (obj.__module__ == package or obj.__module__.startswith(package + "."))
+            and not inspect.isabstract(obj)
+            and (wanted is None or obj.__name__ == wanted)
+        ),
+        key=lambda cls: (cls.__module__ != name, cls.__name__),
+    )
+    if not classes:
         raise PluginLoadError(
-            f"plugin {plugin_id!r}: expected one BasePlugin subclass in {getattr(module, '__name__', module)}, "
-            f"found {what}; set \"entry_class\" in manifest.json to choose"
+            f"plugin {plugin_id!r}: no BasePlugin subclass in {name}"
+            + (f" called {wanted!r} (entry_class in manifest.json)" if wanted else "")
         )
+    if len(classes) > 1:
+        logger.warning("plugin %r: several plugin classes (%s); loading %s (set \"entry_class\" in manifest.json "
+                       "to choose)", plugin_id, ", ".join(c.__name__ for c in classes), classes[0].__name__)
     return classes[0]
 
 

@@ -245,3 +245,37 @@ async def test_a_core_version_neither_satisfies_is_refused_with_its_reason(
     assert status.state == "error"
     assert f"needs hookchat {core_version}" in status.reason
     assert core.__version__ in status.reason and KIRA_API_VERSION in status.reason
+
+
+async def test_the_loader_conventions_of_kiraai_plugins(manager: PluginManager, plugins_root, caplog) -> None:
+    """No `plugin_id` (the folder names it), a numeric version, the plugin class in a helper module, the config
+    read as `plugin_cfg`, a coloured `get_logger` and `ctx.get_plugin_data_dir()`: all as KiraAI plugins use them."""
+    import json
+
+    folder = plugins_root / "KiraAI-Notes-Plugin"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"display_name": "Notes", "version": 2, "core_version": ">=2.6"}))
+    (folder / "schema.json").write_text(json.dumps({"greeting": {"type": "text", "default": "hi"}}))
+    (folder / "plugin_impl.py").write_text(
+        "from core.plugin import BasePlugin, get_logger\n"
+        "log = get_logger('notes', 'cyan')\n"
+        "class NotesPlugin(BasePlugin):\n"
+        "    async def initialize(self):\n"
+        "        self.greeting = self.plugin_cfg['greeting']\n"
+        "        self.data = self.ctx.get_plugin_data_dir()\n"
+        "class OtherPlugin(BasePlugin):\n"
+        "    pass\n",
+        encoding="utf-8",
+    )
+    (folder / "main.py").write_text("from .plugin_impl import NotesPlugin, OtherPlugin\n", encoding="utf-8")
+
+    with caplog.at_level(logging.WARNING, logger="hookchat"):
+        await manager.load_all()
+    status = manager.status("KiraAI-Notes-Plugin")
+    assert status.state == "loaded", status.reason
+    assert status.version == "2"
+    plugin = manager.get_plugin("KiraAI-Notes-Plugin")
+    assert type(plugin).__name__ == "NotesPlugin", "the first plugin class by name, as KiraAI picks it"
+    assert plugin.greeting == "hi"
+    assert plugin.data.is_dir() and plugin.data.name == "KiraAI-Notes-Plugin"
+    assert any("several plugin classes" in r.getMessage() for r in caplog.records)

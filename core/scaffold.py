@@ -76,7 +76,7 @@ def write_plugin_skeleton(folder: Path, plugin_id: str) -> None:
         "version": "0.1.0",
         "author": "",
         "description": "A hookchat plugin.",
-        "core_version": f">={core.__version__}",
+        "core_version": f">={core.__version__},<1",
     }
     schema = {"greeting": {"type": "string", "default": f"Hello from {plugin_id}.", "description": "Prompt text."}}
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -65,7 +65,10 @@ def _token_re(names: tuple[str, ...], missing: frozenset[str] = frozenset()) -> 
         opener + "|" for mark, opener in (("-->", "--"), ("]]>", r"(?i:\[CDATA\[)")) if mark not in missing
     )
     return re.compile(
-        r"<(?:(/?)(?ai:(" + alternatives + r"))(?=[\s/>])([^<>]*)>"  # a known tag: slash, name, attributes
+        # A known tag: slash, name, then its attributes, where a quoted value may hold `>` (a value cannot hold
+        # `<`, so every attempt still stops at the next `<`); with a quote left open, the tag ends at the first `>`.
+        r"<(?:(/?)(?ai:(" + alternatives + r"))(?=[\s/>])"
+        r"(?:((?:[^<>\"']++|\"[^\"<]*\"|'[^'<]*')*+)|([^<>]*))>"
         r"(?:([^<]*+)</(?ai:\2)\s*>)?"  # ... and, if they follow, its plain text and end tag
         r"|!(?:" + openers + r"(?i:DOCTYPE)[^<>\[]*\["  # openers whose end is searched separately
         r"|[A-Za-z][^<>]*>)|\?[^<>]*>)"  # declarations (<!ENTITY ...>) and <?xml ?>: dropped
@@ -73,8 +76,10 @@ def _token_re(names: tuple[str, ...], missing: frozenset[str] = frozenset()) -> 
 
 
 @functools.lru_cache(maxsize=8)
-def _hidden_end_re(name: str) -> re.Pattern[str]:
-    return re.compile(r"</(?ai:" + name + r")\s*>")
+def _hidden_end_re(name: str, in_msg: bool) -> re.Pattern[str]:
+    """The end of a hidden block; inside a `<msg>`, its `</msg>` ends an unclosed `<think>` too, so a model that
+    writes the word `<think>` in prose loses that sentence's rest, never the following messages."""
+    return re.compile(r"</(?ai:" + name + (r"|msg" if in_msg else "") + r")\s*>")
 
 
 def _ref(m: re.Match[str]) -> str:
@@ -105,11 +110,23 @@ def _may_grow(tail: str) -> bool:
     return c in "/?_" or (c.isascii() and c.isalpha())
 
 
-def _may_end_hidden(tail: str, name: str) -> bool:
-    """Could `tail` still become the `</think>` (or `</reasoning>`) that ends the hidden block?"""
-    end = "</" + name
+def _may_end_hidden(tail: str, name: str, in_msg: bool) -> bool:
+    """Could `tail` still become the `</think>` (or `</reasoning>`, or inside a message `</msg>`) that ends the
+    hidden block?"""
     low = tail.lower()
-    return end.startswith(low) or (low.startswith(end) and (len(low) == len(end) or low[len(end):].isspace()))
+    for end in ("</" + name, "</msg") if in_msg else ("</" + name,):
+        if end.startswith(low) or (low.startswith(end) and (len(low) == len(end) or low[len(end):].isspace())):
+            return True
+    return False
+
+
+_QUOTED = re.compile(r""""[^"]*"|'[^']*'""")
+
+
+def _quote_open(text: str) -> bool:
+    """Does `text` (a tag's attributes) leave a quote open?"""
+    rest = _QUOTED.sub("", text)
+    return '"' in rest or "'" in rest
 
 
 def _attributes(text: str) -> dict[str, str]:
@@ -262,15 +279,18 @@ class StreamParser:
         tags = self._tags
         while True:
             if self._hidden is not None:  # everything up to </think> is dropped
-                m = _hidden_end_re(self._hidden).search(buf, pos)
+                m = _hidden_end_re(self._hidden, self._in_msg).search(buf, pos)
                 if m is not None:
                     pos = at = m.end()
                     self._hidden = None
+                    if m.group(0)[2:5].lower() == "msg":  # an unclosed <think> ends with its message
+                        self._structural("/", "msg", "")
                     continue
                 if final:
                     return self._stop(n, None)
                 lt = buf.rfind("<", pos)
-                return self._stop(lt if lt >= 0 and _may_end_hidden(buf[lt:], self._hidden) else n, None)
+                ends = lt >= 0 and _may_end_hidden(buf[lt:], self._hidden, self._in_msg)
+                return self._stop(lt if ends else n, None)
             m = search(buf, at)
             if m is None:
                 end = n
@@ -293,8 +313,14 @@ class StreamParser:
                     self._open_value.append(_REF.sub(_ref, text) if "&" in text else text)
                 elif self._bare or self._ops or not text.isspace():  # else: layout at a message's start
                     self._bare.append(_REF.sub(_ref, text) if "&" in text else text)
-            slash, name, rest, content = m.groups()
+            slash, name, quoted_rest, rest, content = m.groups()
             if name is not None:
+                if quoted_rest is not None:
+                    rest = quoted_rest
+                elif not final and "<" not in buf[stop:] and _quote_open(rest):
+                    # The tag ended at a `>` inside an open quote: more data may still close the quote (and then
+                    # the tag ends later), so wait, exactly as for an unfinished tag. The text before it is taken.
+                    return self._stop(start, _WAIT_TAG)
                 pos = at = stop
                 name = name.lower()
                 tag = tags.get(name)

@@ -29,6 +29,9 @@ CORPUS: list[tuple[str, str, list[list]]] = [
     ("runs of brackets", "<3 <<< >>> <> </>", [[T("<3 <<< >>> <> </>")]]),
     ("unfinished tag at the end", '<msg>x <at id="1"', [[T('x <at id="1"')]]),
     ("unfinished end tag", "<msg>x</msg", [[T("x</msg")]]),
+    ("quoted attribute holding >", '<msg><text title="x > y">hello</text></msg>', [[T("hello")]]),
+    ("unclosed think in prose ends with its message",
+     "<msg>Wrap it in a <think> tag, then answer.</msg><msg>Second</msg>", [[T("Wrap it in a")], [T("Second")]]),
     # -- text outside <msg> --------------------------------------------------------------------------------------
     ("bare text only", "  Just text.  ", [[T("Just text.")]]),
     ("text around blocks", "Sure!\n<msg>in</msg>\nBye", [[T("Sure!")], [T("in")], [T("Bye")]]),

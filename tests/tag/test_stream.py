@@ -65,3 +65,18 @@ async def test_parse_stream_yields_each_message(tag_set) -> None:
 
     got = [chain async for chain in parse_stream(chunks(), tag_set)]
     assert got == [[Text("one")], [Text("two")], [Text("three")]]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("output", [
+    '<msg><text title="x > y">hello</text> and <at id="1>more</at></msg>',
+    "<msg>Wrap it in a <think> tag.</msg><msg>Second</msg>",
+])
+async def test_a_quote_or_a_think_left_open_gives_the_same_messages_for_every_cut(tag_set, output: str) -> None:
+    from core.tag import parse_output
+
+    whole = await parse_output(output, tag_set)
+    for cut in range(1, len(output)):
+        parser = StreamParser(tag_set)
+        got = await parser.feed(output[:cut]) + await parser.feed(output[cut:]) + await parser.close()
+        assert got == whole, cut

@@ -118,8 +118,8 @@ class LocalLlamaProvider(LLMProvider):
         async with self._load_lock:
             if self._llama is not None:
                 return
-            size = self.model_path.stat().st_size / 2**20 if self.model_path.exists() else 0
-            self._progress(f"loading model {self.model_path.name} ({size:.0f} MiB) ...")
+            path, size = await anyio.to_thread.run_sync(self._model_file)  # finding the file touches the disk
+            self._progress(f"loading model {path.name} ({size / 2**20:.0f} MiB) ...")
             started = time.perf_counter()
             self._llama = await anyio.to_thread.run_sync(self._load_blocking)
             elapsed = time.perf_counter() - started
@@ -201,6 +201,11 @@ class LocalLlamaProvider(LLMProvider):
         its context then holds the prompt and the answer (minus the last token when cut off by max_tokens)."""
         in_context = self._llama.n_tokens + (1 if finish_reason == "length" else 0)
         return TokenUsage(prompt_tokens=max(0, in_context - completion_tokens), completion_tokens=completion_tokens)
+
+    def _model_file(self) -> tuple[Path, int]:
+        """The model file and its size in bytes (0 when it is missing); runs in a worker thread."""
+        path = self.model_path
+        return path, path.stat().st_size if path.exists() else 0
 
     def _load_blocking(self) -> Any:
         try:

@@ -135,9 +135,13 @@ class OpenAIProvider(LLMProvider):
                 yield event
             while not opened.finished:
                 try:
-                    chunk = await opened.stream.__anext__()
+                    with anyio.fail_after(self.timeout):  # a stream that stalls after output began
+                        chunk = await opened.stream.__anext__()
                 except StopAsyncIteration:
                     break
+                except TimeoutError:
+                    raise ProviderError(f"{self.name}: the stream from {opened.model!r} stalled for "
+                                        f"{self.timeout:g} s after output began") from None
                 except (openai.OpenAIError, ValueError) as exc:
                     raise ProviderError(self._redact(f"{self.name}: the stream from {opened.model!r} broke after "
                                                      f"output began: {_describe(exc, self.timeout).reason}")) from None
@@ -206,7 +210,12 @@ class OpenAIProvider(LLMProvider):
         for model in models:
             for tries in range(1, self.max_retries + 2):
                 try:
-                    return await attempt(model)
+                    # The client's timeout bounds each read; this bounds the whole attempt, so a server that
+                    # trickles bytes or keep-alive comments without ever answering still times out.
+                    with anyio.fail_after(self.timeout):
+                        return await attempt(model)
+                except TimeoutError:
+                    failure = _Failure(f"timed out after {self.timeout:g} s", retryable=True)
                 except (openai.OpenAIError, _MalformedReply, ValueError) as exc:
                     failure = _describe(exc, self.timeout)
                 if not failure.retryable or tries > self.max_retries:
@@ -248,7 +257,8 @@ class _StreamAssembler:
         self.model = model
         self.text: list[str] = []
         self.reasoning: list[str] = []
-        self.calls: dict[int, dict[str, Any]] = {}
+        self.calls: list[dict[str, Any]] = []  # in order of appearance
+        self._call_at: dict[Any, dict[str, Any]] = {}  # the call each delta index currently adds to
         self.usage = TokenUsage()
         self.finish_reason = ""
         self.saw_choices = False
@@ -290,9 +300,14 @@ class _StreamAssembler:
         if not isinstance(call, dict):
             raise _MalformedReply("a tool-call delta is not an object")
         index = call.get("index", position)
-        slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
+        call_id = call.get("id") or ""
+        slot = self._call_at.get(index)
+        if slot is None or (call_id and slot["id"] and call_id != slot["id"]):
+            # A new call; some servers send every parallel call whole at the same index, told apart by id.
+            slot = self._call_at[index] = {"id": "", "name": "", "arguments": []}
+            self.calls.append(slot)
         function = call.get("function") or {}
-        slot["id"] = slot["id"] or call.get("id") or ""
+        slot["id"] = slot["id"] or call_id
         slot["name"] = slot["name"] or function.get("name") or ""
         arguments = function.get("arguments")
         if isinstance(arguments, dict):
@@ -305,7 +320,7 @@ class _StreamAssembler:
             raise _MalformedReply("the stream carried no 'choices'")
         calls = [
             _tool_call(slot["name"], "".join(slot["arguments"]), slot["id"])
-            for _, slot in sorted(self.calls.items())
+            for slot in self.calls
         ]
         return LLMResponse(
             text_response="".join(self.text),

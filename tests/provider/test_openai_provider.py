@@ -488,3 +488,52 @@ async def test_stream_fails_over_before_output(fake, make):
 
     assert events[-1].response.text_response == "from b"
     assert fake.models() == ["a", "b"]
+
+
+async def test_parallel_calls_sent_whole_at_one_index_stay_apart(fake, make):
+    fake.script(Reply(events=[
+        chunk(tool_calls=[{"index": 0, "id": "call_0", "type": "function",
+                           "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]),
+        chunk(tool_calls=[{"index": 0, "id": "call_1", "type": "function",
+                           "function": {"name": "weather", "arguments": '{"city": "Rome"}'}}]),
+        chunk("tool_calls"),
+    ]))
+    req = request()
+    req.tool_set.add(Weather())
+
+    resp = (await collect(make().stream(req)))[-1].response
+
+    assert [(c.id, c.arguments) for c in resp.tool_calls] == [("call_0", {"city": "Oslo"}),
+                                                               ("call_1", {"city": "Rome"})]
+
+
+async def test_a_server_that_sends_keep_alives_but_never_answers_times_out():
+    """SSE comments keep every single read under the client's read timeout; the deadline on the whole attempt
+    still ends it."""
+    import asyncio
+
+    from core.provider.openai_provider import OpenAIProvider
+
+    async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        try:
+            for _ in range(50):  # bounded: at most 5 s
+                writer.write(b"e\r\n: processing\n\n\r\n")  # one chunk: an SSE comment
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(keep_alive, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    provider = OpenAIProvider(f"http://127.0.0.1:{port}/v1", ["m"], api_key="k", timeout=0.5, max_retries=0)
+    try:
+        with pytest.raises(ProviderError, match="timed out after 0.5 s"):
+            async for _ in provider.stream(request()):
+                pass
+    finally:
+        await provider.aclose()
+        server.close()

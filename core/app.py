@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.chat.adapter import ALL_ELEMENTS, Adapter
+from core.adapter import ALL_ELEMENTS, Adapter
 from core.chat.message_utils import (
     KiraIMMessage,
     KiraIMSentResult,

@@ -25,7 +25,7 @@ def _app(config: HookchatConfig, *, console: Any = None) -> Any:
 
 
 async def _chat(config: HookchatConfig) -> int:
-    from core.chat.console import ConsoleAdapter
+    from core.adapter.console import ConsoleAdapter
     from core.provider.local import LocalLlamaProvider
 
     console = ConsoleAdapter()
@@ -44,8 +44,8 @@ async def _chat(config: HookchatConfig) -> int:
 
 
 async def _run(config: HookchatConfig) -> int:
-    from core.chat.adapter import AdapterError, build_adapters
-    from core.chat.console import ConsoleAdapter
+    from core.adapter import AdapterError, build_adapters
+    from core.adapter.console import ConsoleAdapter
 
     try:
         adapters = build_adapters(config)

@@ -19,7 +19,7 @@ from typing import Any
 
 import core
 from core.app import HookChat
-from core.chat.adapter import ALL_ELEMENTS, Adapter
+from core.adapter import ALL_ELEMENTS, Adapter
 from core.chat.message_elements import BaseMessageElement, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from core.app import HookChat
-from core.chat.adapter import Adapter
+from core.adapter import Adapter
 from core.chat.message_elements import Image
 from core.config import HookchatConfig
 from core.history import HistoryError

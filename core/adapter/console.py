@@ -7,7 +7,7 @@ from typing import TextIO
 
 import anyio
 
-from core.chat.adapter import Adapter
+from core.adapter import Adapter
 from core.chat.message_elements import Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Session, User

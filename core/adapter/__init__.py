@@ -50,7 +50,7 @@ class Adapter(abc.ABC):
 
 #: Entry point group through which installed packages provide adapter types (`name = "pkg.module:AdapterClass"`).
 ADAPTER_ENTRY_POINT_GROUP = "hookchat.adapters"
-_BUILTIN_TYPES = {"console": "core.chat.console:ConsoleAdapter"}
+_BUILTIN_TYPES = {"console": "core.adapter.console:ConsoleAdapter"}
 
 
 def adapter_class(type_name: str) -> type[Adapter]:

@@ -1,29 +1,38 @@
 """The application: one object that owns the hook engine, the plugins, the model provider, the history store,
-the adapters and the message pipeline, and starts and stops them in order (`async with HookChat(config) as app`)."""
+the adapters and the message pipeline, and starts and stops them in order (`async with HookChat(config) as app`).
+It is the `PluginHost` plugins and services see: the one send path, the session buffers, turns and history."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
-from typing import Any
 
 from core.adapter import ALL_ELEMENTS, Adapter
-from core.chat.message_utils import (
+from core.chat import (
+    KiraEvent,
     KiraIMMessage,
     KiraIMSentResult,
     KiraLifecycleEvent,
+    KiraMessageBatchEvent,
     MessageChain,
     MessageStrategy,
+    Received,
+    Session,
+    SessionBuffers,
+    TurnResult,
 )
-from core.chat.pipeline import MessagePipeline, Received, TurnResult, TurnScheduler
-from core.chat.session import Session
 from core.config import HookchatConfig
-from core.plugin._engine import HookEngine
-from core.plugin._log import logger
-from core.plugin._manager import PluginManager
-from core.plugin._signals import message_sent, send
+from core.history import HistoryStore
+from core.pipeline import MessagePipeline, TurnScheduler
+from core.plugin import HookEngine, PluginLoader
+from core.provider import ChatMessage, LLMProvider
 from core.provider.agent import AgentLoop, AgentSettings
-from core.provider.llm import LLMProvider
+from core.provider.local import LocalLlamaProvider
+from core.provider.openai_provider import OpenAIProvider
+from core.server import ToolRegistryServer
 from core.services import PushService
+from core.utils.log import logger
+from core.utils.signals import message_sent, send
 
 __all__ = ["HookChat", "build_provider"]
 
@@ -35,11 +44,7 @@ def build_provider(config: HookchatConfig) -> LLMProvider:
     """
     chosen = config.provider()
     if chosen is None or (chosen.type == "local" and not chosen.base_url):
-        from core.provider.local import LocalLlamaProvider
-
         return LocalLlamaProvider()
-    from core.provider.openai_provider import OpenAIProvider
-
     return OpenAIProvider(
         base_url=chosen.base_url,
         models=list(chosen.models) or ["default"],
@@ -68,7 +73,7 @@ class HookChat:
         limits, deadlines = self.config.limits, self.config.deadlines
         self.data_dir = Path(self.config.data.dir)
         self.engine = HookEngine(default_deadline=deadlines.hook_default, stall_threshold=deadlines.stall_threshold)
-        self.plugins = PluginManager(
+        self.plugins = PluginLoader(
             self.engine,
             plugin_dirs=list(self.config.plugins.dirs),
             data_dir=self.data_dir,
@@ -81,10 +86,8 @@ class HookChat:
         self._extra_plugins = list(plugins)
         self.provider = provider if provider is not None else build_provider(self.config)
         self.adapters: dict[str, Adapter] = {a.name: a for a in adapters}
-        self.history: Any = None
+        self.history: HistoryStore | None = None
         if history:
-            from core.history import HistoryStore
-
             self.history = HistoryStore(
                 self.config.data.history_path,
                 max_turns=limits.history_turns,
@@ -106,11 +109,9 @@ class HookChat:
         self.pipeline = MessagePipeline(
             self.engine, self.scheduler, self.capabilities, max_buffered_sessions=limits.max_buffered_sessions
         )
-        self.push = PushService(self)
-        self.tool_server: Any = None
+        self.push: PushService | None = PushService(self)
+        self.tool_server: ToolRegistryServer | None = None
         if serve_tools:  # `hookchat run`: the HTTP tool registry on [server] host:port
-            from core.server import ToolRegistryServer
-
             self.tool_server = ToolRegistryServer(self)
         self._started = False
 
@@ -141,7 +142,8 @@ class HookChat:
                 logger.warning("plugin %r skipped: %s", status.plugin_id, status.reason)
         for adapter in self.adapters.values():
             await adapter.start(self)
-        await self.push.start()
+        if self.push is not None:
+            await self.push.start()
         self._started = True
         await self.plugins.dispatch_loaded(None)
 
@@ -152,7 +154,8 @@ class HookChat:
         self._started = False
         if self.tool_server is not None:  # first: the remote registrations it stored stay stored
             await self.tool_server.stop()
-        await self.push.aclose()
+        if self.push is not None:
+            await self.push.aclose()
         await self.scheduler.aclose()
         for adapter in self.adapters.values():
             try:
@@ -192,16 +195,64 @@ class HookChat:
         """Register an adapter (start it yourself if the app is running)."""
         self.adapters[adapter.name] = adapter
 
+    # -- the plugin host: what plugins and services may use ----------------------------------------------------------
+
+    @property
+    def buffers(self) -> SessionBuffers:
+        """The per-session buffers of the `buffer` strategy."""
+        return self.pipeline.buffers
+
+    def serves(self, session: Session) -> bool:
+        """Whether one of this app's adapters serves `session`."""
+        return session.adapter_name in self.adapters
+
     def capabilities(self, session: Session) -> frozenset[str]:
         """The element types the session's adapter can send."""
         adapter = self.adapters.get(session.adapter_name)
         return adapter.capabilities if adapter is not None else ALL_ELEMENTS
 
-    async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
-        """Send a message to a session through its adapter."""
+    def flush(self, session: Session | str) -> asyncio.Future[TurnResult] | None:
+        """Turn everything buffered for `session` into one batch now (the debounce timer calls this)."""
+        return self.pipeline.flush(session)
+
+    def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
+        """Queue `batch` as a turn of its session, like any batch the pipeline makes."""
+        return self.pipeline.submit(batch)
+
+    @property
+    def has_history(self) -> bool:
+        """Whether this app keeps history."""
+        return self.history is not None
+
+    async def remember(self, session: Session, text: str, meta: dict[str, object]) -> None:
+        """Append `text` to the session's history as a user message the model reads next turn."""
+        if self.history is not None:
+            await self.history.append_turn(session.sid, [ChatMessage("user", text)], meta=dict(meta))
+
+    async def clear_remote_tools(self, source: str) -> bool:
+        """Remove the remote tools of `source` from the running tool registry (memory and its database); False
+        when this app serves no registry."""
+        server = self.tool_server
+        if server is None or not server.registry.is_open:
+            return False
+        await server.registry.clear(source)
+        return True
+
+    async def send(self, session: Session, chain: MessageChain, event: KiraEvent | None = None) -> KiraIMSentResult:
+        """The one send path of every message the bot sends (agent replies, pushes, plugins): the session's adapter
+        sends it, then `message_sent` hooks run with `(event, result)` (for a send outside a turn, an empty batch
+        of the session) and the `message_sent` signal fires. Never raises for an adapter's failure: the result
+        says `ok=False` and why."""
         adapter = self.adapters.get(session.adapter_name)
         if adapter is None:
-            return KiraIMSentResult(chain, session, ok=False, error=f"no adapter called {session.adapter_name!r}")
-        result = await adapter.send(session, chain)
+            result = KiraIMSentResult(chain, session, ok=False, error=f"no adapter called {session.adapter_name!r}")
+        else:
+            try:
+                result = await adapter.send(session, chain)
+            except Exception as exc:  # an adapter that raises is reported, not fatal
+                logger.exception("sending to %s failed", session.sid)
+                result = KiraIMSentResult(chain, session, ok=False, error=f"{type(exc).__name__}: {exc}")
+        await self.engine.dispatch("message_sent", event if event is not None else KiraMessageBatchEvent([], session),
+                                   result)
         send(message_sent, self, session=session, chain=chain, result=result)
         return result

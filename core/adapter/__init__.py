@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any
+import importlib
+import importlib.metadata
+from typing import Any, Protocol
 
-from core.chat.message_utils import KiraIMSentResult, MessageChain
-from core.chat.session import Session
+from core.chat import KiraIMMessage, KiraIMSentResult, MessageChain, Received, Session, TurnResult
+from core.config import HookchatConfig
 
-if TYPE_CHECKING:
-    from core.app import HookChat
-
-__all__ = ["Adapter", "ALL_ELEMENTS", "AdapterError"]
+__all__ = ["Adapter", "AdapterHost", "ALL_ELEMENTS", "AdapterError", "adapter_class", "build_adapters",
+           "ADAPTER_ENTRY_POINT_GROUP"]
 
 #: Element type names an adapter may support; the built-in tags offered to the model follow this set.
 ALL_ELEMENTS = frozenset(
@@ -21,6 +21,17 @@ ALL_ELEMENTS = frozenset(
 
 class AdapterError(RuntimeError):
     """An adapter could not send a message."""
+
+
+class AdapterHost(Protocol):
+    """What an adapter may use of the app: deliver an incoming message (`receive`), or deliver it and wait for the
+    turn it causes (`respond`, for adapters where one message ends with Enter, like the console)."""
+
+    async def receive(self, message: KiraIMMessage) -> Received:
+        """Run an incoming message through the pipeline; returns what became of it."""
+
+    async def respond(self, message: KiraIMMessage) -> TurnResult | None:
+        """Deliver a message, flush its session at once, and wait for the turn; None when no turn follows."""
 
 
 class Adapter(abc.ABC):
@@ -34,9 +45,9 @@ class Adapter(abc.ABC):
         if name:
             self.name = name
         self.options = options
-        self.app: HookChat | None = None
+        self.app: AdapterHost | None = None
 
-    async def start(self, app: HookChat) -> None:
+    async def start(self, app: AdapterHost) -> None:
         """Connect; called by the app with itself once plugins are loaded."""
         self.app = app
 
@@ -55,9 +66,6 @@ _BUILTIN_TYPES = {"console": "core.adapter.console:ConsoleAdapter"}
 
 def adapter_class(type_name: str) -> type[Adapter]:
     """The adapter class of `type_name`: a built-in type or one an installed package exposes as an entry point."""
-    import importlib
-    import importlib.metadata
-
     target = _BUILTIN_TYPES.get(type_name)
     if target is None:
         found = [ep for ep in importlib.metadata.entry_points(group=ADAPTER_ENTRY_POINT_GROUP) if ep.name == type_name]
@@ -70,7 +78,7 @@ def adapter_class(type_name: str) -> type[Adapter]:
     return getattr(importlib.import_module(module), name)
 
 
-def build_adapters(config: Any) -> list[Adapter]:
+def build_adapters(config: HookchatConfig) -> list[Adapter]:
     """The adapters `[adapters]` of a `HookchatConfig` asks for: the console (if on) and every enabled instance."""
     adapters: list[Adapter] = []
     if config.adapters.console:

@@ -15,6 +15,8 @@ from core.chat.message_utils import (
     MessageStrategy,
 )
 from core.chat.session import Group, Session, User
+from core.chat.turn import Received, TurnResult
+from core.chat.buffers import SessionBuffers
 
 __all__ = [
     "BaseMessageElement",
@@ -32,4 +34,7 @@ __all__ = [
     "Session",
     "Group",
     "User",
+    "Received",
+    "TurnResult",
+    "SessionBuffers",
 ]

@@ -153,7 +153,7 @@ class KiraIMMessage:
 class KiraMessageEvent(KiraEvent):
     """One incoming message on its way through the `im_message` hooks, which choose its strategy."""
 
-    __slots__ = ("message", "message_repr", "strategy", "strategy_forced", "__dict__")
+    __slots__ = ("message", "message_repr", "strategy", "strategy_forced")
 
     def __init__(self, message: KiraIMMessage) -> None:
         self.is_stopped = False
@@ -216,12 +216,28 @@ class KiraMessageEvent(KiraEvent):
 class KiraMessageBatchEvent(KiraEvent):
     """The messages of one session merged into one turn for the model."""
 
-    __slots__ = ("messages", "session", "__dict__")
+    __slots__ = ("messages", "session", "capabilities", "tool_attachments", "push", "role")
 
-    def __init__(self, messages: list[KiraMessageEvent], session: Session) -> None:
+    def __init__(
+        self,
+        messages: list[KiraMessageEvent],
+        session: Session,
+        *,
+        capabilities: frozenset[str] | None = None,
+        push: dict[str, Any] | None = None,
+        role: str | None = None,
+    ) -> None:
         self.is_stopped = False
         self.messages = messages
         self.session = session
+        #: The element types the session's adapter can send (None: all); the built-in tags offered follow it.
+        self.capabilities = capabilities
+        #: Files this turn's tools returned (`ToolResult.attachments`): the `<file>` tag may send them.
+        self.tool_attachments: list[Any] = []
+        #: For a turn a plugin's `push_message(ai_behavior="respond")` caused: the push's id, plugin, source.
+        self.push = push
+        #: The persona this turn speaks as; role-scoped tools are offered only to it (None: global tools only).
+        self.role = role
 
     @property
     def sid(self) -> str:

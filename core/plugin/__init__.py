@@ -1,24 +1,26 @@
 """The plugin API: hooks (`on`, `Priority`), tool and tag declarations (`register`), `BasePlugin`,
-`PluginContext`, and the machinery that loads plugins and dispatches events to them.
+`PluginContext`, and the machinery that loads plugins (`PluginLoader`) and dispatches events to them
+(`HookEngine`).
 
 Everything a plugin author imports lives here; the modules starting with `_` are internals with one job each.
 """
 
-from core.plugin import _signals as signals
 from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
 from core.plugin._events import EventType, Priority
-from core.plugin._log import get_logger, logger
-from core.plugin._manager import (
+from core.plugin._loader import (
     ENTRY_POINT_GROUP,
-    PluginConfigError,
+    KIRA_API_VERSION,
+    PluginLoader,
     PluginLoadError,
-    PluginManager,
     PluginSource,
     PluginStatus,
 )
 from core.plugin._markers import on, register, register_tool
-from core.plugin._registry import OwnedRegistry
+from core.services import PluginConfigError
+from core.utils import signals
+from core.utils.log import get_logger, logger
+from core.utils.registry import OwnedRegistry
 
 __all__ = [
     "BasePlugin",
@@ -28,12 +30,13 @@ __all__ = [
     "HookEntry",
     "HookRegistrationError",
     "HookTimeout",
+    "KIRA_API_VERSION",
     "Manifest",
     "OwnedRegistry",
     "PluginConfigError",
     "PluginContext",
     "PluginLoadError",
-    "PluginManager",
+    "PluginLoader",
     "PluginSource",
     "PluginStatus",
     "Priority",

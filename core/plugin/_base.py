@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.chat import KiraCustomEvent
 from core.plugin._events import custom_event_name
-from core.plugin._log import get_logger
+from core.services import (
+    PluginContextServicesMixin,
+    PluginHost,
+    PluginLogger,
+    PluginServices,
+    PluginServicesMixin,
+    get_plugin_logger,
+)
 from core.utils.tasks import cancel_and_wait
-from core.services._mixin import PluginContextServicesMixin, PluginServicesMixin
 
-if TYPE_CHECKING:
-    from core.plugin._manager import PluginManager
+if TYPE_CHECKING:  # the loader builds contexts, so it imports this module
+    from core.plugin._loader import PluginLoader
 
 __all__ = ["Manifest", "PluginContext", "BasePlugin"]
 
@@ -48,7 +54,7 @@ class PluginContext(PluginContextServicesMixin):
         plugin_dir: Path | None = None,
         data_dir: Path | None = None,
         config: dict[str, Any] | None = None,
-        manager: PluginManager | None = None,
+        manager: PluginLoader | None = None,
     ) -> None:
         self.plugin_id = plugin_id
         self.manifest = manifest or Manifest(plugin_id=plugin_id)
@@ -57,13 +63,15 @@ class PluginContext(PluginContextServicesMixin):
         self.config: dict[str, Any] = config if config is not None else {}
         self.manager = manager
         self.closing = False  # set when the plugin starts stopping; its services then refuse new registrations
-        self.logger: logging.Logger = get_logger(f"plugin.{plugin_id}")
+        self.logger: PluginLogger = get_plugin_logger(plugin_id)
+        self.services: PluginServices | None = None  # made on first use by core.services
+        self.bound = False  # set once the loader acted on the plugin's declarations
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cleanups: list[Callable[[], Awaitable[None] | None]] = []
 
     @property
-    def app(self) -> Any:
-        """The running application (adapters, provider, history), or None outside one."""
+    def app(self) -> PluginHost | None:
+        """The running application as plugins may use it (send, buffers, turns, history), or None outside one."""
         return self.manager.app if self.manager is not None else None
 
     @property
@@ -83,8 +91,6 @@ class PluginContext(PluginContextServicesMixin):
 
     async def dispatch_custom(self, event_name: str, data: Any = None) -> Any:
         """Dispatch the custom event `event_name` to every `@on.custom_event(event_name=...)` hook; returns it."""
-        from core.chat.message_utils import KiraCustomEvent
-
         event = KiraCustomEvent(event_name, data)
         if self.manager is not None:
             await self.manager.engine.dispatch(custom_event_name(event_name), event)
@@ -158,7 +164,7 @@ class BasePlugin(PluginServicesMixin):
         return self.ctx.plugin_id
 
     @property
-    def logger(self) -> logging.Logger:
+    def logger(self) -> PluginLogger:
         """This plugin's logger (`hookchat.plugin.<plugin_id>`)."""
         return self.ctx.logger
 

@@ -25,11 +25,12 @@ from typing import Any
 
 import pluggy
 
+from core.chat import KiraExceptionEvent
 from core.plugin._events import EventType
-from core.plugin._log import logger
 from core.plugin._markers import HOOK_ATTR, PROJECT, HookMeta
-from core.plugin._signals import hook_failed, loop_stalled, send
 from core.utils.declarations import declared
+from core.utils.log import logger
+from core.utils.signals import hook_failed, loop_stalled, send
 
 __all__ = ["HookEngine", "HookEntry", "HookRegistrationError", "HookTimeout"]
 
@@ -274,8 +275,6 @@ class HookEngine(pluggy.PluginManager):
         )
         if entry.event == _EXCEPTION:
             return  # a failing exception hook is logged, never re-dispatched
-        from core.chat.message_utils import KiraExceptionEvent
-
         await self.dispatch(
             _EXCEPTION,
             KiraExceptionEvent(error, entry.plugin_id, entry.hook_name, entry.event, event, tb, timed_out),
@@ -335,7 +334,7 @@ class HookEngine(pluggy.PluginManager):
             if loop is None or loop.is_closed() or stalled < self.stall_threshold or reported_beat == beat:
                 continue
             reported_beat = beat
-            running = asyncio.tasks._current_tasks.get(loop)  # read-only peek from another thread
+            running = asyncio.current_task(loop)  # the task the blocked loop is running (a read from this thread)
             entry = next((r.entry for r in list(self._records) if r.task is running and r.entry), None)
             if entry is not None:
                 logger.warning(

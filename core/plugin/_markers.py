@@ -8,24 +8,25 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pluggy
 
 from core.plugin._events import EventType, custom_event_name
+from core.services import LLM_TOOL_ATTR, LlmToolMeta
+from core.tag import validate_tag_name
+from core.utils.tool_utils import validate_tool_rules
 
 __all__ = [
     "PROJECT",
     "hookimpl",
     "HookMeta",
-    "ToolMeta",
     "TagMeta",
     "on",
     "register",
     "register_tool",
     "HOOK_ATTR",
-    "TOOL_ATTR",
     "TAG_ATTR",
 ]
 
@@ -33,7 +34,6 @@ PROJECT = "hookchat"
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 HOOK_ATTR = "__hookchat_hook__"
-TOOL_ATTR = "__hookchat_tool__"
 TAG_ATTR = "__hookchat_tag__"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,17 +46,6 @@ class HookMeta:
     event: str
     priority: int
     deadline: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolMeta:
-    """What `@register.tool` recorded on a method."""
-
-    name: str
-    description: str
-    params: dict[str, Any] = field(default_factory=dict)
-    timeout: float = 30.0
-    role: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,22 +155,18 @@ class _Register:
         `params` is the JSON Schema of the arguments (OpenAI tool format); arguments are validated against it
         before the call. `timeout` is at most 300 s; `role` scopes the tool to one persona (None: all).
         """
-        from core.utils.tool_utils import validate_tool_rules
-
         schema = params if params is not None else {"type": "object", "properties": {}, "required": []}
         validate_tool_rules(name, timeout, schema)
 
         def decorate(fn: F) -> F:
             _require_async(fn, "@register.tool")
-            setattr(fn, TOOL_ATTR, ToolMeta(name, description, schema, timeout, role))
+            setattr(fn, LLM_TOOL_ATTR, LlmToolMeta(name, description, schema, timeout, role, pass_event=True))
             return fn
 
         return decorate
 
     def tag(self, name: str, description: str) -> Callable[[F], F]:
         """Declare `async def method(self, value, **attrs) -> list[BaseMessageElement]` as an output tag handler."""
-        from core.tag import validate_tag_name
-
         validate_tag_name(name)
 
         def decorate(fn: F) -> F:

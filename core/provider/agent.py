@@ -12,30 +12,28 @@ the turn: nothing later runs, nothing more is sent, and history records only wha
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from jsonschema import Draft202012Validator
 
-from core.chat.message_elements import Text
-from core.chat.message_utils import (
+from core.chat import (
+    KiraEvent,
     KiraExceptionEvent,
     KiraIMSentResult,
     KiraMessageBatchEvent,
     KiraStepResult,
     MessageChain,
+    Session,
+    TurnResult,
 )
-from core.chat.pipeline import TurnResult
-from core.chat.session import Session
-from core.plugin._engine import HookEngine
-from core.plugin._log import logger
-from core.plugin._registry import OwnedRegistry
+from core.chat.message_elements import Text
+from core.plugin import HookEngine
 from core.prompt_manager import Prompt, default_system_prompt
 from core.provider.llm import (
     ChatMessage,
@@ -47,6 +45,9 @@ from core.provider.llm import (
     ToolResult,
 )
 from core.services import apply_picture_budget, current_tool_call, visible_tools
+from core.tag import BaseTag, StreamParser, TagSet, parse_output
+from core.utils.log import logger
+from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
 
 __all__ = ["AgentLoop", "AgentSettings", "CONCLUDE_PROMPT"]
@@ -71,18 +72,33 @@ class AgentSettings:
     max_tool_timeout: float = MAX_TOOL_TIMEOUT
 
 
+class TurnHistory(Protocol):
+    """What the agent loop needs of a history store: a session's past messages, and appending a turn."""
+
+    async def get_history(self, sid: str) -> list[ChatMessage]:
+        """The messages of the session's stored turns, oldest first, within the store's budget."""
+
+    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None) -> int:
+        """Store one turn's messages; returns its id."""
+
+
+#: The one send path: `send(session, chain, event)` delivers through the session's adapter and fires
+#: `message_sent` (the app's `send`).
+SendPath = Callable[[Session, MessageChain, KiraEvent], Awaitable[KiraIMSentResult]]
+
+
 class AgentLoop:
-    """Runs turns. `send(session, chain)` delivers a message through the session's adapter."""
+    """Runs turns. `send(session, chain, event)` is the app's one send path."""
 
     def __init__(
         self,
         engine: HookEngine,
         provider: LLMProvider,
-        send: Callable[[Session, MessageChain], Awaitable[KiraIMSentResult]],
+        send: SendPath,
         *,
         tools: OwnedRegistry[BaseTool] | None = None,
-        tags: OwnedRegistry[Any] | None = None,
-        history: Any = None,
+        tags: OwnedRegistry[BaseTag] | None = None,
+        history: TurnHistory | None = None,
         settings: AgentSettings | None = None,
     ) -> None:
         self.engine = engine
@@ -103,7 +119,6 @@ class AgentLoop:
         if batch.is_stopped:
             result.stopped = True
             return result
-        batch.tool_attachments = []
         history = await self.history.get_history(batch.sid) if self.history is not None else []
         turn: list[ChatMessage] = []
         sent_all = MessageChain()
@@ -185,11 +200,8 @@ class AgentLoop:
 
     def _build_request(
         self, batch: KiraMessageBatchEvent, history: list[ChatMessage], turn: list[ChatMessage], user_prompt: str
-    ) -> tuple[LLMRequest, Any]:
-        role = getattr(batch, "role", None)
-        tool_set = ToolSet(visible_tools(self.tools, role))
-        from core.tag import TagSet
-
+    ) -> tuple[LLMRequest, TagSet]:
+        tool_set = ToolSet(visible_tools(self.tools, batch.role))
         tag_set = TagSet()
         for tag in self.tags.active():
             tag_set.register(tag)
@@ -201,7 +213,7 @@ class AgentLoop:
         return req, tag_set
 
     @staticmethod
-    def _finish_request(req: LLMRequest, tag_set: Any, last: bool) -> None:
+    def _finish_request(req: LLMRequest, tag_set: TagSet, last: bool) -> None:
         """After the `llm_request` hooks: teach the tags the request ended up with, and close the last step."""
         fmt = req.get_prompt("format")
         protocol = tag_set.to_prompt() if len(tag_set) else ""
@@ -231,25 +243,21 @@ class AgentLoop:
     # -- output -------------------------------------------------------------------------------------------------
 
     async def _deliver(
-        self, batch: KiraMessageBatchEvent, resp: LLMResponse, tag_set: Any, result: TurnResult,
+        self, batch: KiraMessageBatchEvent, resp: LLMResponse, tag_set: TagSet, result: TurnResult,
         step_sent: list[KiraIMSentResult],
     ) -> None:
         """Parse the step's whole output into messages and emit each."""
         if not resp.text_response.strip():
             return
-        from core.tag import parse_output
-
         for chain in await parse_output(resp.text_response, tag_set, batch, on_error=self._tag_failed(batch)):
             if not await self._emit(batch, chain, result, step_sent):
                 return
 
     async def _stream_model(
-        self, batch: KiraMessageBatchEvent, req: LLMRequest, tag_set: Any, result: TurnResult,
+        self, batch: KiraMessageBatchEvent, req: LLMRequest, tag_set: TagSet, result: TurnResult,
         step_sent: list[KiraIMSentResult],
     ) -> LLMResponse:
         """Stream the answer, emitting each message as soon as its `</msg>` arrives (before `llm_response`)."""
-        from core.tag import StreamParser
-
         parser = StreamParser(tag_set, batch, on_error=self._tag_failed(batch))
         started = time.perf_counter()
         resp: LLMResponse | None = None
@@ -291,22 +299,15 @@ class AgentLoop:
         return not batch.is_stopped
 
     async def _send(self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult) -> KiraIMSentResult:
-        try:
-            sent = await self.send(batch.session, chain)
-        except Exception as exc:  # an adapter that raises is reported, not fatal
-            logger.exception("sending to %s failed", batch.sid)
-            sent = KiraIMSentResult(chain, batch.session, ok=False, error=str(exc))
+        sent = await self.send(batch.session, chain, batch)
         result.sent.append(sent)
-        await self.engine.dispatch("message_sent", batch, sent)
         return sent
 
-    def _tag_failed(self, batch: KiraMessageBatchEvent) -> Callable[[Any, BaseException], Awaitable[None]]:
-        async def report(tag: Any, exc: BaseException) -> None:
-            owner = getattr(tag, "owner", None) or "core"
-            logger.error("plugin %r tag <%s> failed: %s", owner, getattr(tag, "name", "?"), exc, exc_info=exc)
-            await self.engine.dispatch(
-                "exception", KiraExceptionEvent(exc, owner, f"tag:{getattr(tag, 'name', '?')}", "tag", batch)
-            )
+    def _tag_failed(self, batch: KiraMessageBatchEvent) -> Callable[[BaseTag, BaseException], Awaitable[None]]:
+        async def report(tag: BaseTag, exc: BaseException) -> None:
+            owner = tag.owner or "core"
+            logger.error("plugin %r tag <%s> failed: %s", owner, tag.name, exc, exc_info=exc)
+            await self.engine.dispatch("exception", KiraExceptionEvent(exc, owner, f"tag:{tag.name}", "tag", batch))
 
         return report
 
@@ -315,11 +316,20 @@ class AgentLoop:
     async def _run_tools(
         self, batch: KiraMessageBatchEvent, tool_set: ToolSet, calls: list[ToolCall], seen: dict[str, int]
     ) -> list[ToolResult]:
-        """Run the step's calls concurrently; every failure becomes an error result the model sees."""
-        results = await asyncio.gather(*(self._run_tool(batch, tool_set, call, seen) for call in calls))
-        for r in results:
+        """Run the step's calls concurrently, in a task group this step owns; every failure becomes an error result
+        the model sees. Results keep the order of the calls."""
+        results: list[ToolResult | None] = [None] * len(calls)
+
+        async def run(index: int, call: ToolCall) -> None:
+            results[index] = await self._run_tool(batch, tool_set, call, seen)
+
+        async with anyio.create_task_group() as group:
+            for index, call in enumerate(calls):
+                group.start_soon(run, index, call)
+        done = [r for r in results if r is not None]
+        for r in done:
             batch.tool_attachments.extend(r.attachments)
-        return list(results)
+        return done
 
     async def _run_tool(
         self, batch: KiraMessageBatchEvent, tool_set: ToolSet, call: ToolCall, seen: dict[str, int]
@@ -349,7 +359,7 @@ class AgentLoop:
                 "this turn; use the earlier results instead of calling it again"
             )
         timeout = min(tool.timeout or self.settings.tool_timeout, self.settings.max_tool_timeout)
-        current_tool_call.set(call)  # this task only (gather runs each call in its own task): remote tools read it
+        current_tool_call.set(call)  # this task only (each call runs in its own task): remote tools read it
         try:
             with anyio.fail_after(timeout):
                 output = await tool.invoke(batch, dict(call.arguments))

@@ -4,18 +4,13 @@
 from __future__ import annotations
 
 import abc
-import json
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from core.chat import BaseMessageElement, KiraStepResult
 from core.prompt_manager import Prompt, default_system_prompt, render_system_prompt
-
-if TYPE_CHECKING:
-    from core.chat.message_elements import BaseMessageElement
-    from core.chat.message_utils import KiraStepResult
-    from core.utils.tool_utils import ToolSet
+from core.utils.tool_utils import ToolCall, ToolSet
 
 __all__ = [
     "ChatMessage",
@@ -32,24 +27,6 @@ __all__ = [
 
 class ProviderError(RuntimeError):
     """The model could not answer (network, HTTP status, timeout, malformed reply). Never stored as the bot's words."""
-
-
-@dataclass(slots=True)
-class ToolCall:
-    """One tool call the model asked for. `arguments` is parsed; `raw_arguments` is the text the model wrote."""
-
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:16]}")
-    raw_arguments: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.raw_arguments is None:
-            self.raw_arguments = json.dumps(self.arguments, ensure_ascii=False)
-
-    def to_openai(self) -> dict[str, Any]:
-        """The call in OpenAI chat format (an assistant message's `tool_calls` item)."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.raw_arguments}}
 
 
 @dataclass(slots=True)
@@ -124,8 +101,6 @@ class TokenUsage:
 
 
 def _new_tool_set() -> ToolSet:
-    from core.utils.tool_utils import ToolSet
-
     return ToolSet()
 
 

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from core.server._http import EmbeddedServer, HTTPProblem, check_signature, problem_response, read_json_body
 from core.server.registry import SOURCE_RE
 from core.utils.tasks import call_handler, cancel_and_wait
-from core.services._tools import check_role
+from core.services import check_role
 from core.utils.tool_utils import EMPTY_PARAMETERS, validate_tool_rules
 
 __all__ = ["ToolRegistryClient", "RemoteTool"]

@@ -1,12 +1,17 @@
 """Plugin services (seeds 000 and 002): the one tool registration path, the picture budget, config, key-value store,
 SQLite database, files, entries, timers, cross-plugin calls and proactive messages. Plugins reach them through
-`PluginServicesMixin` (a base of `BasePlugin`); `plugin.sdk` is a thin layer over this package."""
+`PluginServicesMixin` (a base of `BasePlugin`); `plugin.sdk` is a thin layer over this package. The services see a
+plugin, the loader and the app only through the protocols of `_host.py` (`PluginHandle`, `PluginDirectory`,
+`PluginHost`), so this package sits below `core.plugin` and never imports it."""
 
 from core.services._config import ConfigValidationError, PluginConfig
+from core.services._host import PluginDirectory, PluginHandle, PluginHost, PluginStatusView
 from core.services._db import DbRows, DbSession, PluginDatabase
 from core.services._entries import Entry, EntryRegistry, TimerRunner
-from core.services._log import PluginLogger, format_braces, get_plugin_logger
+from core.utils.log import PluginLogger, format_braces, get_plugin_logger
 from core.services._markers import (
+    LIFECYCLE_ATTR,
+    LLM_TOOL_ATTR,
     EntryHookMeta,
     EntryMeta,
     LifecycleMeta,
@@ -23,13 +28,15 @@ from core.services._markers import (
 from core.services._mixin import PluginContextServicesMixin, PluginServicesMixin
 from core.services._pictures import MAX_INLINE_PICTURE, PICTURE_BUDGET, apply_picture_budget, reencode_picture
 from core.services._plugins import Plugins
-from core.services._push import PUSH_REASONS, PushMessageError, PushService, push_service_for
+from core.services._push import PUSH_REASONS, PushMessageError, PushService
 from core.services._result import Err, Ok, Result, SdkError, TransportError, UnwrapError, unwrap, unwrap_or
 from core.services._services import PluginServices, bind_plugin, clear_remote_tools, services_for
 from core.services._sqlite import StorageClosedError
 from core.services._store import PluginStore
+from core.services._schema import PluginConfigError, validate_config
 from core.services._tools import (
     add_function_tool,
+    check_role,
     current_tool_call,
     plugin_tools,
     remote_owner,
@@ -38,6 +45,15 @@ from core.services._tools import (
 )
 
 __all__ = [
+    "LIFECYCLE_ATTR",
+    "LLM_TOOL_ATTR",
+    "PluginConfigError",
+    "PluginDirectory",
+    "PluginHandle",
+    "PluginHost",
+    "PluginStatusView",
+    "check_role",
+    "validate_config",
     "ConfigValidationError",
     "DbRows",
     "DbSession",
@@ -83,7 +99,6 @@ __all__ = [
     "llm_tool",
     "plugin_entry",
     "plugin_tools",
-    "push_service_for",
     "reencode_picture",
     "remote_owner",
     "remove_function_tool",

@@ -13,7 +13,9 @@ from typing import Any
 
 import anyio
 
+from core.services._host import PluginHandle
 from core.services._result import SdkError
+from core.services._schema import PluginConfigError, validate_config
 
 __all__ = ["PluginConfig", "ConfigValidationError", "deep_merge", "read_runtime_config"]
 
@@ -79,7 +81,7 @@ class PluginConfig:
 
     def __init__(
         self,
-        ctx: Any,
+        ctx: PluginHandle,
         runtime_config_path: Path,
         *,
         on_change: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
@@ -179,7 +181,7 @@ class PluginConfig:
         return copy.deepcopy(self._data)
 
     def _read_schema(self) -> dict[str, Any] | None:
-        plugin_dir = getattr(self.ctx, "plugin_dir", None)
+        plugin_dir = self.ctx.plugin_dir
         if plugin_dir is None:
             return None
         schema_file = Path(plugin_dir) / "schema.json"
@@ -193,8 +195,6 @@ class PluginConfig:
 
 
 def _validate(plugin_id: str, schema: dict[str, Any] | None, values: dict[str, Any]) -> dict[str, Any]:
-    from core.plugin._manager import PluginConfigError, validate_config
-
     try:
         return validate_config(plugin_id, schema, values)
     except PluginConfigError as exc:

@@ -48,13 +48,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(frozen=True, slots=True)
 class LlmToolMeta:
-    """What `@llm_tool` recorded: the model-visible name, description, JSON Schema, timeout and role."""
+    """The one declaration of a plugin method as a model tool, recorded by `@llm_tool` and `@register.tool` alike:
+    the model-visible name, description, JSON Schema, timeout and role. `pass_event` says how the method is called:
+    `method(event, **arguments)` (`@register.tool`) or `method(**arguments)` (`@llm_tool`)."""
 
     name: str
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_PARAMETERS))
     timeout: float = 30.0
     role: str | None = None
+    pass_event: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,6 +150,8 @@ class PluginServicesMixin:
 class PluginContextServicesMixin:
     """Seed 002's context methods on `PluginContext` (the class needs `plugin_id`, `config`, `manager`)."""
 
+    plugin_dir: Path | None
+
     async def update_own_config(self, patch: dict[str, Any]) -> dict[str, Any]:
         """Update this plugin's config (validated against its schema, saved); returns the new config."""
         return await services_for(self).config.update(patch)
@@ -157,5 +159,5 @@ class PluginContextServicesMixin:
     @property
     def config_path(self) -> Path | None:
         """The plugin's manifest file (`manifest.json`), or None for a plugin class given in-process."""
-        plugin_dir = getattr(self, "plugin_dir", None)
+        plugin_dir = self.plugin_dir
         return Path(plugin_dir) / "manifest.json" if plugin_dir is not None else None

@@ -9,19 +9,32 @@ import asyncio
 import base64
 import heapq
 import itertools
-import logging
 import threading
 import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from core.chat import (
+    KiraIMMessage,
+    KiraIMSentResult,
+    KiraMessageBatchEvent,
+    KiraMessageEvent,
+    MessageChain,
+    Session,
+    TurnResult,
+    User,
+)
 from core.chat.message_elements import Image, Text
-from core.chat.message_utils import KiraIMMessage, KiraMessageBatchEvent, KiraMessageEvent, MessageChain
-from core.chat.session import Session, SessionIdError, User
+from core.chat.session import SessionIdError
 from core.services._result import SdkError
+from core.utils.log import get_logger
+from core.utils.signals import message_sent
 from core.utils.tasks import cancel_and_wait
+
+if TYPE_CHECKING:  # the host protocol names PushService, so this module only annotates with it
+    from core.services._host import PluginHost
 
 __all__ = [
     "PushService",
@@ -29,10 +42,9 @@ __all__ = [
     "PUSH_REASONS",
     "VISIBILITIES",
     "AI_BEHAVIORS",
-    "push_service_for",
 ]
 
-logger = logging.getLogger("hookchat.services.push")
+logger = get_logger("services.push")
 
 #: The stable reasons of a rejected receipt.
 PUSH_REASONS = ("backpressure", "transport_error", "transport_unavailable")
@@ -49,12 +61,6 @@ class PushMessageError(SdkError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code="invalid_push_message")
-
-
-def push_service_for(app: Any) -> PushService | None:
-    """The app's push service (`app.push`), or None when the app has none."""
-    service = getattr(app, "push", None)
-    return service if isinstance(service, PushService) else None
 
 
 @dataclass(order=False)
@@ -154,7 +160,7 @@ class PushService:
     the model out. `"hud"` has no display in hookchat: alone, it carries nothing.
     """
 
-    def __init__(self, app: Any, *, capacity: int = 64, failure_hold: float = 30.0) -> None:
+    def __init__(self, app: PluginHost | None, *, capacity: int = 64, failure_hold: float = 30.0) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.app = app
@@ -174,6 +180,7 @@ class PushService:
         self._wakeup: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._turns: set[asyncio.Future[TurnResult]] = set()  # turns that "respond" pushes caused, still running
         self._running = False
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
@@ -187,8 +194,6 @@ class PushService:
         """Start the delivery task (on the running loop) and follow the app's sent messages."""
         if self._running:
             return
-        from core.plugin._signals import message_sent
-
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._wakeup = asyncio.Event()
@@ -203,11 +208,11 @@ class PushService:
         if not self._running:
             return
         self._running = False
-        from core.plugin._signals import message_sent
-
         message_sent.disconnect(self._on_sent, sender=self.app)
         task, self._task = self._task, None
         await cancel_and_wait(task)
+        for turn in list(self._turns):  # the scheduler cancels them too when the app stops; say so here
+            turn.cancel()
         with self._lock:
             dropped = len(self._heap)
             for _, _, item in self._heap:
@@ -254,8 +259,7 @@ class PushService:
         if not self._can_carry(frozenset(visibility), ai_behavior):
             return _rejected("transport_unavailable")
         session = target or self.default_session
-        adapters = getattr(self.app, "adapters", {}) or {}
-        if session is None or session.adapter_name not in adapters:
+        if session is None or self.app is None or not self.app.serves(session):
             if session is None and self._sessions_seen > 1 and plugin_id not in self._told:
                 self._told.add(plugin_id)
                 logger.warning("push_message of plugin %r refused: the bot talks to several sessions, so name "
@@ -325,11 +329,13 @@ class PushService:
         """Whether delivering such a message would do anything at all here."""
         if "chat" in visibility:
             return True
-        needs = {"read": "history", "respond": "scheduler"}.get(ai_behavior)
-        return needs is not None and getattr(self.app, needs, None) is not None
+        if ai_behavior == "read":
+            return self.app is not None and self.app.has_history
+        return ai_behavior == "respond" and self.app is not None
 
-    def _on_sent(self, _sender: Any, session: Session | None = None, result: Any = None, **_: Any) -> None:
-        if session is None or not getattr(result, "ok", False):
+    def _on_sent(self, _sender: object, session: Session | None = None, result: KiraIMSentResult | None = None,
+                 **_: object) -> None:
+        if session is None or result is None or not result.ok:
             return
         if self._sessions_seen == 0:
             self._sessions_seen, self.default_session = 1, session
@@ -361,18 +367,16 @@ class PushService:
 
     async def _deliver(self, item: _Push) -> str:
         app = self.app
+        assert app is not None, "a push is only queued while the app runs"
         adapter = item.session.adapter_name
         if "chat" in item.visibility:
-            try:
-                sent = await app.send(item.session, MessageChain(item.chain))
-                ok = bool(getattr(sent, "ok", False))
-                why = "the adapter refused it"
-            except Exception as exc:  # noqa: BLE001 - an adapter failure is this message's outcome
-                ok, why = False, f"the adapter raised {type(exc).__name__}"
-            if not ok:
+            push = {"id": item.id, "plugin_id": item.plugin_id, "source": item.source, "priority": item.priority}
+            sent = await app.send(item.session, MessageChain(item.chain),
+                                  KiraMessageBatchEvent([], item.session, push=push))
+            if not sent.ok:
                 self._failing[adapter] = time.monotonic()
-                logger.warning("push %s of plugin %r to %s not delivered: %s", item.id, item.plugin_id,
-                               item.session.sid, why)
+                logger.warning("push %s of plugin %r to %s not delivered: the adapter refused it", item.id,
+                               item.plugin_id, item.session.sid)
                 return "transport_error"
             self._failing.pop(adapter, None)
         if item.ai_behavior in ("read", "respond"):
@@ -386,27 +390,27 @@ class PushService:
         return f"[notification from plugin {item.plugin_id} ({item.source}){shown}] {item.chain.message_repr}"
 
     async def _remember(self, item: _Push) -> None:
-        if item.ai_behavior != "read":
+        if item.ai_behavior != "read" or self.app is None:
             return  # a "respond" message enters history with the turn it causes
-        history = getattr(self.app, "history", None)
-        if history is None:
-            return
-        from core.provider.llm import ChatMessage
-
         meta = {"push": {"id": item.id, "plugin_id": item.plugin_id, "source": item.source,
                          "priority": item.priority}}
-        await history.append_turn(item.session.sid, [ChatMessage("user", self._model_text(item))], meta=meta)
+        await self.app.remember(item.session, self._model_text(item), meta)
 
     def _respond(self, item: _Push) -> None:
-        scheduler = getattr(self.app, "scheduler", None)
-        if scheduler is None:
+        """Submit the turn this push asks for through the pipeline, like any batch; its outcome is logged."""
+        if self.app is None:
             return
         chain = MessageChain([Text(self._model_text(item))])
         message = KiraIMMessage(chain, User(f"plugin:{item.plugin_id}", item.source), item.session)
-        batch = KiraMessageBatchEvent([KiraMessageEvent(message)], item.session)
-        capabilities = getattr(self.app, "capabilities", None)
-        if capabilities is not None:
-            batch.capabilities = capabilities(item.session)
-        batch.push = {"id": item.id, "plugin_id": item.plugin_id, "source": item.source, "priority": item.priority}
-        future = scheduler.submit(batch)
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        push = {"id": item.id, "plugin_id": item.plugin_id, "source": item.source, "priority": item.priority}
+        turn = self.app.submit(KiraMessageBatchEvent([KiraMessageEvent(message)], item.session, push=push))
+        self._turns.add(turn)
+        turn.add_done_callback(lambda done: self._turn_done(item, done))
+
+    def _turn_done(self, item: _Push, turn: asyncio.Future[TurnResult]) -> None:
+        self._turns.discard(turn)
+        if turn.cancelled():
+            logger.warning("the turn push %s of plugin %r asked for was cancelled", item.id, item.plugin_id)
+        elif turn.exception() is not None:
+            logger.error("the turn push %s of plugin %r asked for failed", item.id, item.plugin_id,
+                         exc_info=turn.exception())

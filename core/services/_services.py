@@ -11,21 +11,21 @@ from typing import Any
 from core.services._config import PluginConfig
 from core.services._db import PluginDatabase
 from core.services._entries import EntryRegistry, TimerRunner
-from core.services._log import PluginLogger, get_plugin_logger
-from core.services._markers import LLM_TOOL_ATTR, LlmToolMeta, declared
+from core.utils.log import PluginLogger, get_plugin_logger
+from core.services._markers import ENTRY_ATTR, ENTRY_HOOK_ATTR, LLM_TOOL_ATTR, TIMER_ATTR, LlmToolMeta, declared
 from core.services._plugins import Plugins
-from core.services._push import PushService, push_service_for
+from core.services._host import PluginHandle
+from core.services._push import PushService
 from core.services._result import SdkError
+from core.services._store import PluginStore
 from core.services._tools import add_function_tool, remote_owner
 
 __all__ = ["PluginServices", "services_for", "bind_plugin", "storage_dir_of", "clear_remote_tools"]
 
-_SERVICES_ATTR = "_hookchat_services"
-_BOUND_ATTR = "_hookchat_bound"
 _UNAVAILABLE = PushService(None)  # never started, so it only validates and answers `transport_unavailable`
 
 
-def storage_dir_of(ctx: Any) -> Path:
+def storage_dir_of(ctx: PluginHandle) -> Path:
     """The plugin's storage root: its framework data directory, `<data>/plugin_data/<plugin_id>`."""
     return Path(ctx.data_dir)
 
@@ -34,7 +34,7 @@ class PluginServices:
     """Everything seed 002 gives a plugin beyond hooks, for the plugin of `ctx`. Each part is created on first use;
     `aclose()` (registered with `ctx.on_stop`) stops timers, forgets entries and closes the store and database."""
 
-    def __init__(self, ctx: Any, instance: Any = None) -> None:
+    def __init__(self, ctx: PluginHandle, instance: Any = None) -> None:
         self.ctx = ctx
         self.instance = instance
         self.plugin_id: str = ctx.plugin_id
@@ -44,7 +44,7 @@ class PluginServices:
         self.timers = TimerRunner(ctx, self.logger)
         self.plugins = Plugins(ctx)
         self._config: PluginConfig | None = None
-        self._store: Any = None
+        self._store: PluginStore | None = None
         self._db: PluginDatabase | None = None
         self._closed = False
         self._made_dirs: set[str] = set()
@@ -92,12 +92,10 @@ class PluginServices:
         return self._config
 
     @property
-    def store(self) -> Any:
+    def store(self) -> PluginStore:
         """The plugin's `PluginStore` (`<storage>/store.sqlite3`)."""
         if self._store is None:
             self._check_open("store")
-            from core.services._store import PluginStore
-
             self._store = PluginStore(self.storage_dir / "store.sqlite3", plugin_id=self.plugin_id)
         return self._store
 
@@ -119,8 +117,9 @@ class PluginServices:
     def push_message(self, **kwargs: Any) -> dict[str, Any]:
         """Submit a proactive message (see `PushService`). `transport_unavailable` when the app has no push service
         or the plugin is stopping (`ctx.closing`): a stopping plugin must not leave messages behind it."""
-        service = push_service_for(self.ctx.app)
-        if service is None or getattr(self.ctx, "closing", False):
+        app = self.ctx.app
+        service = app.push if app is not None else None
+        if service is None or self.ctx.closing:
             service = _UNAVAILABLE  # never started: it validates the call, then rejects it as unavailable
         return service.submit(self.plugin_id, **kwargs)
 
@@ -138,14 +137,13 @@ class PluginServices:
                 await part.close()
 
 
-def services_for(ctx: Any, instance: Any = None) -> PluginServices:
+def services_for(ctx: PluginHandle, instance: Any = None) -> PluginServices:
     """The services of the plugin of `ctx`, created (and registered for closing on `ctx.on_stop`) on first use."""
-    services = ctx.__dict__.get(_SERVICES_ATTR)
+    services = ctx.services
     if services is None:
-        if instance is None and getattr(ctx, "manager", None) is not None:
+        if instance is None and ctx.manager is not None:
             instance = ctx.manager.get_plugin(ctx.plugin_id)
-        services = PluginServices(ctx, instance)
-        ctx.__dict__[_SERVICES_ATTR] = services
+        services = ctx.services = PluginServices(ctx, instance)
         ctx.on_stop(services.aclose)
     elif instance is not None and services.instance is None:
         services.instance = instance
@@ -153,37 +151,28 @@ def services_for(ctx: Any, instance: Any = None) -> PluginServices:
     return services
 
 
-async def clear_remote_tools(ctx: Any) -> None:
+async def clear_remote_tools(ctx: PluginHandle) -> None:
     """Remove the remote tools registered with source `plugin:<plugin_id>`: from the running registry (memory and
     its database) when the app has one, else from the tool registry only."""
     source = f"plugin:{ctx.plugin_id}"
-    app = getattr(ctx, "app", None)
-    server = getattr(app, "tool_server", None) if app is not None else None
-    registry = getattr(server, "registry", None)
-    if registry is not None and getattr(registry, "is_open", False):
-        await registry.clear(source)
-    elif getattr(ctx, "manager", None) is not None:
+    app = ctx.app
+    if app is not None and await app.clear_remote_tools(source):
+        return
+    if ctx.manager is not None:
         ctx.manager.tools.remove_owner(remote_owner(source))
 
 
-def bind_plugin(instance: Any, ctx: Any) -> None:
+def bind_plugin(instance: Any, ctx: PluginHandle) -> None:
     """Act on a plugin's declarations, once: register its `@register.tool` and `@llm_tool` tools (the same path as
     `register_llm_tool`), collect its `@plugin_entry` entries, start its `@timer_interval` timers, and arrange that
     its remote tools (source `plugin:<id>`) are cleared when it stops. Calling it again does nothing."""
-    if ctx.__dict__.get(_BOUND_ATTR):
+    if ctx.bound:
         return
-    ctx.__dict__[_BOUND_ATTR] = True
-    from core.plugin._markers import TOOL_ATTR, ToolMeta
-    from core.services._markers import ENTRY_ATTR, ENTRY_HOOK_ATTR, TIMER_ATTR
-
-    for attr, fn in declared(instance, TOOL_ATTR):
-        meta: ToolMeta = getattr(fn, TOOL_ATTR)
-        add_function_tool(ctx, meta.name, meta.description, meta.params, getattr(instance, attr),
-                          timeout=meta.timeout, role=meta.role, pass_event=True)
+    ctx.bound = True
     for attr, fn in declared(instance, LLM_TOOL_ATTR):
         tool: LlmToolMeta = getattr(fn, LLM_TOOL_ATTR)
         add_function_tool(ctx, tool.name, tool.description, tool.parameters, getattr(instance, attr),
-                          timeout=tool.timeout, role=tool.role, pass_event=False)
+                          timeout=tool.timeout, role=tool.role, pass_event=tool.pass_event)
     if declared(instance, ENTRY_ATTR) or declared(instance, ENTRY_HOOK_ATTR) or declared(instance, TIMER_ATTR):
         services = services_for(ctx, instance)
         services.timers.collect(instance)

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from core.services._host import PluginHandle
 from core.services._result import SdkError
-from core.utils.tool_utils import EMPTY_PARAMETERS, BaseTool, FunctionTool, ToolDefinitionError, validate_tool_rules
-
-if TYPE_CHECKING:
-    from core.provider.llm import ToolCall
+from core.utils.registry import OwnedRegistry
+from core.utils.tool_utils import (
+    EMPTY_PARAMETERS,
+    BaseTool,
+    FunctionTool,
+    ToolCall,
+    ToolDefinitionError,
+    validate_tool_rules,
+)
 
 __all__ = [
     "add_function_tool",
@@ -41,11 +47,11 @@ def remote_owner(source: str) -> str:
     return f"{REMOTE_OWNER_PREFIX}{source}"
 
 
-def refuse_if_stopping(ctx: Any, what: str) -> None:
+def refuse_if_stopping(ctx: PluginHandle, what: str) -> None:
     """Raise `SdkError(code="plugin_stopped")` when the plugin of `ctx` is stopping (`ctx.closing`), so nothing it
     registers from `terminate()`, a timer or a task can outlive it. `what` names the refused registration."""
-    if getattr(ctx, "closing", False):
-        raise SdkError(f"plugin {getattr(ctx, 'plugin_id', '?')!r} is stopping: it cannot register {what}",
+    if ctx.closing:
+        raise SdkError(f"plugin {ctx.plugin_id!r} is stopping: it cannot register {what}",
                        code="plugin_stopped")
 
 
@@ -57,16 +63,16 @@ def check_role(role: object, tool_name: object, where: str) -> None:
                                   f"persona name of 1 to {MAX_ROLE_LENGTH} characters, not {role!r}")
 
 
-def _tools_registry(ctx: Any) -> Any:
-    manager = getattr(ctx, "manager", None)
+def _tools_registry(ctx: PluginHandle) -> OwnedRegistry[BaseTool]:
+    manager = ctx.manager
     if manager is None:
-        raise SdkError(f"plugin {getattr(ctx, 'plugin_id', '?')!r} is not loaded by a plugin manager, so it cannot "
+        raise SdkError(f"plugin {ctx.plugin_id!r} is not loaded by a plugin manager, so it cannot "
                        "register tools", code="not_attached")
     return manager.tools
 
 
 def add_function_tool(
-    ctx: Any,
+    ctx: PluginHandle,
     name: str,
     description: str,
     parameters: dict[str, Any] | None,
@@ -95,7 +101,7 @@ def add_function_tool(
     return tool
 
 
-def remove_function_tool(ctx: Any, name: str) -> bool:
+def remove_function_tool(ctx: PluginHandle, name: str) -> bool:
     """Remove the plugin's own tool `name` (another plugin's tool of that name stays); True when it had one."""
     return bool(_tools_registry(ctx).remove(name, ctx.plugin_id))
 
@@ -114,7 +120,7 @@ def describe_tool(tool: BaseTool, *, owner: str | None = None, active: bool = Tr
     }
 
 
-def plugin_tools(ctx: Any) -> list[dict[str, Any]]:
+def plugin_tools(ctx: PluginHandle) -> list[dict[str, Any]]:
     """Every tool the plugin of `ctx` registered, sorted by name; `active` is False for one shadowed by a newer
     tool of the same name from another owner."""
     registry = _tools_registry(ctx)
@@ -125,7 +131,7 @@ def plugin_tools(ctx: Any) -> list[dict[str, Any]]:
     ]
 
 
-def visible_tools(registry: Any, role: str | None) -> list[BaseTool]:
+def visible_tools(registry: OwnedRegistry[BaseTool], role: str | None) -> list[BaseTool]:
     """The tools a request for persona `role` offers: per name, the newest tool that is global or of that role,
     so a role-scoped tool never hides an older global tool of the same name from the other personas."""
     chosen: list[BaseTool] = []

@@ -7,12 +7,25 @@ from __future__ import annotations
 import functools
 import json
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from core.utils.tasks import call_handler
 
-__all__ = ["BaseTool", "FunctionTool", "ToolSet", "ToolDefinitionError", "validate_tool_rules", "MAX_TOOL_TIMEOUT"]
+__all__ = [
+    "BaseTool",
+    "FunctionTool",
+    "ToolCall",
+    "ToolSet",
+    "ToolDefinitionError",
+    "validate_tool_rules",
+    "MAX_TOOL_TIMEOUT",
+]
 
 TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 MAX_TOOL_TIMEOUT = 300.0
@@ -45,14 +58,30 @@ def validate_tool_rules(name: str, timeout: float, parameters: Any, *, where: st
 @functools.lru_cache(maxsize=4096)
 def _schema_problem(schema_json: str) -> str:
     """Why a schema (as canonical JSON) is not a valid JSON Schema, or ""; cached, since checking costs ~1 ms."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
     try:
         Draft202012Validator.check_schema(json.loads(schema_json))
     except SchemaError as exc:
         return exc.message
     return ""
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call the model asked for. `arguments` is parsed; `raw_arguments` is the text the model wrote."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:16]}")
+    raw_arguments: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.raw_arguments is None:
+            self.raw_arguments = json.dumps(self.arguments, ensure_ascii=False)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The call in OpenAI chat format (an assistant message's `tool_calls` item)."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.raw_arguments}}
+
 
 
 class BaseTool:

@@ -24,11 +24,6 @@ class ChatPlugin(BasePlugin):
             handle.cancel()
         self._timers.clear()
 
-    @property
-    def _pipeline(self):
-        app = self.ctx.app
-        return app.pipeline if app is not None else None
-
     def wants(self, event: KiraMessageEvent) -> bool:
         """Whether the bot should answer this message at all."""
         if event.group is None:
@@ -43,8 +38,8 @@ class ChatPlugin(BasePlugin):
         """Buffer a message the bot should answer; flush when the buffer reaches `flush_messages`."""
         if not self.wants(event):
             return
-        pipeline = self._pipeline
-        buffered = pipeline.buffers.size(event.sid) if pipeline is not None else 0
+        app = self.ctx.app
+        buffered = app.buffers.size(event.sid) if app is not None else 0
         if buffered + 1 >= self.cfg["flush_messages"]:
             # The quiet timer stays: a later hook may still discard this message, and a timer that fires on an
             # empty buffer does nothing.
@@ -66,12 +61,12 @@ class ChatPlugin(BasePlugin):
 
     def _flush(self, sid: str) -> None:
         self._timers.pop(sid, None)
-        if self._pipeline is not None:
-            self._pipeline.flush(sid)
+        if self.ctx.app is not None:
+            self.ctx.app.flush(sid)
 
     async def _evict_idle_buffers(self) -> None:
         idle = float(self.cfg["idle_evict_seconds"])
         while True:
             await asyncio.sleep(idle / 2)
-            if self._pipeline is not None:
-                self._pipeline.buffers.evict_idle(idle)
+            if self.ctx.app is not None:
+                self.ctx.app.buffers.evict_idle(idle)

@@ -13,7 +13,7 @@ from typing import Any
 import blinker
 import pytest
 
-from core.plugin import HookEngine, PluginManager
+from core.plugin import HookEngine, PluginLoader
 
 
 @pytest.fixture
@@ -40,11 +40,11 @@ def plugins_root(tmp_path: Path) -> Path:
 async def make_manager(engine: HookEngine, plugins_root: Path, tmp_path: Path):
     """`make_manager(**options)`: a plugin manager on `engine` over `plugins_root`, without entry points unless
     `options` say otherwise; every plugin it loaded is stopped after the test."""
-    managers: list[PluginManager] = []
+    managers: list[PluginLoader] = []
 
-    def make(**options: Any) -> PluginManager:
+    def make(**options: Any) -> PluginLoader:
         options = {"plugin_dirs": [plugins_root], "data_dir": tmp_path / "data", "entry_points": False, **options}
-        managers.append(PluginManager(engine, **options))
+        managers.append(PluginLoader(engine, **options))
         return managers[-1]
 
     yield make
@@ -53,7 +53,7 @@ async def make_manager(engine: HookEngine, plugins_root: Path, tmp_path: Path):
 
 
 @pytest.fixture
-def manager(make_manager: Callable[..., PluginManager]) -> PluginManager:
+def manager(make_manager: Callable[..., PluginLoader]) -> PluginLoader:
     """A plugin manager over `plugins_root`, without entry points."""
     return make_manager()
 

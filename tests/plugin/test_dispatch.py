@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.chat import KiraEvent, KiraIMMessage, KiraMessageEvent, MessageChain, Session, User
-from core.plugin import BasePlugin, EventType, HookEngine, HookRegistrationError, PluginManager, Priority, on
+from core.plugin import BasePlugin, EventType, HookEngine, HookRegistrationError, PluginLoader, Priority, on
 from core.provider import LLMRequest, LLMResponse
 from core.tag import TagSet
 
@@ -54,7 +54,7 @@ async def test_custom_event_hooks_listen_to_one_event_name(engine: HookEngine) -
 
 
 async def test_hooks_run_by_descending_priority_then_plugin_id_then_source_order(
-    engine: HookEngine, manager: PluginManager
+    engine: HookEngine, manager: PluginLoader
 ) -> None:
     calls: list[str] = []
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import core
-from core.plugin import PluginManager
-from core.plugin._manager import KIRA_API_VERSION
+from core.plugin import PluginLoader
+from core.plugin import KIRA_API_VERSION
 
 pytestmark = pytest.mark.anyio
 
@@ -104,7 +104,7 @@ def write_kira_plugin(write_plugin, folder: str = "reminder_like", **manifest: A
     write_plugin(folder, KIRA_PLUGIN, manifest={**KIRA_MANIFEST, "plugin_id": folder, **manifest}, schema=KIRA_SCHEMA)
 
 
-async def test_a_kiraai_plugin_loads_and_gets_the_defaults_as_kiraai_builds_them(manager: PluginManager,
+async def test_a_kiraai_plugin_loads_and_gets_the_defaults_as_kiraai_builds_them(manager: PluginLoader,
                                                                               write_plugin) -> None:
     write_kira_plugin(write_plugin)
 
@@ -133,7 +133,7 @@ async def test_the_operators_values_overlay_the_defaults_inside_a_section_field_
     assert plugin.mode == "observe"
 
 
-async def test_defaults_follow_kiraais_rules_for_missing_and_unfitting_defaults(manager: PluginManager,
+async def test_defaults_follow_kiraais_rules_for_missing_and_unfitting_defaults(manager: PluginLoader,
                                                                              write_plugin) -> None:
     write_plugin("rules", KIRA_PLUGIN, schema={
         "quiet": {"type": "switch"},                                  # no default: False
@@ -205,7 +205,7 @@ async def test_a_field_of_an_unknown_type_loads_with_a_warning_naming_the_plugin
 
 
 async def test_a_default_that_does_not_fit_its_type_is_a_warning_not_an_error(
-    manager: PluginManager, write_plugin, caplog: pytest.LogCaptureFixture
+    manager: PluginLoader, write_plugin, caplog: pytest.LogCaptureFixture
 ) -> None:
     write_plugin("sloppy", KIRA_PLUGIN, schema={"retries": {"type": "integer", "default": "3"}})
 
@@ -222,7 +222,7 @@ async def test_a_default_that_does_not_fit_its_type_is_a_warning_not_an_error(
     ids=["KiraAI's numbering", "hookchat's numbering"],
 )
 async def test_core_version_is_satisfied_by_hookchat_or_by_the_kiraai_api_it_implements_and_the_status_says_which(
-    manager: PluginManager, write_plugin, core_version: str, satisfied_by: str
+    manager: PluginLoader, write_plugin, core_version: str, satisfied_by: str
 ) -> None:
     write_kira_plugin(write_plugin, core_version=core_version)
 
@@ -235,7 +235,7 @@ async def test_core_version_is_satisfied_by_hookchat_or_by_the_kiraai_api_it_imp
 
 @pytest.mark.parametrize("core_version", [">=99", ">=2.34.6"], ids=["neither", "a newer KiraAI"])
 async def test_a_core_version_neither_satisfies_is_refused_with_its_reason(
-    manager: PluginManager, write_plugin, core_version: str
+    manager: PluginLoader, write_plugin, core_version: str
 ) -> None:
     write_kira_plugin(write_plugin, core_version=core_version)
 
@@ -247,7 +247,7 @@ async def test_a_core_version_neither_satisfies_is_refused_with_its_reason(
     assert core.__version__ in status.reason and KIRA_API_VERSION in status.reason
 
 
-async def test_the_loader_conventions_of_kiraai_plugins(manager: PluginManager, plugins_root, caplog) -> None:
+async def test_the_loader_conventions_of_kiraai_plugins(manager: PluginLoader, plugins_root, caplog) -> None:
     """No `plugin_id` (the folder names it), a numeric version, the plugin class in a helper module, the config
     read as `plugin_cfg`, a coloured `get_logger` and `ctx.get_plugin_data_dir()`: all as KiraAI plugins use them."""
     import json

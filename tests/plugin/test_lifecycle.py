@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from core.chat.message_utils import KiraCustomEvent, KiraLifecycleEvent
-from core.plugin import BasePlugin, PluginContext, PluginManager, Priority, on, signals
+from core.plugin import BasePlugin, PluginContext, PluginLoader, Priority, on, signals
 
 pytestmark = pytest.mark.anyio
 
@@ -46,17 +46,17 @@ SEARCHER = '''
 '''
 
 
-async def ping(manager: PluginManager) -> list[str]:
+async def ping(manager: PluginLoader) -> list[str]:
     event = await PluginContext("tests", manager=manager).dispatch_custom("ping", [])
     return event.data
 
 
-def hook_owners(manager: PluginManager) -> dict[str, list[str]]:
+def hook_owners(manager: PluginLoader) -> dict[str, list[str]]:
     return {event: [e["plugin_id"] for e in chain] for event, chain in manager.hook_chains().items()}
 
 
 async def test_reload_runs_the_code_as_it_is_now_on_disk(
-    manager: PluginManager, write_plugin, record_signal, monkeypatch: pytest.MonkeyPatch
+    manager: PluginLoader, write_plugin, record_signal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as on a user's machine: bytecode caches are written
     main = write_plugin("versioned", VERSIONED.format(version="v1")) / "main.py"
@@ -77,7 +77,7 @@ async def test_reload_runs_the_code_as_it_is_now_on_disk(
 
 
 async def test_unloading_a_plugin_removes_everything_it_registered_and_nothing_else(
-    manager: PluginManager, write_plugin, record_signal
+    manager: PluginLoader, write_plugin, record_signal
 ) -> None:
     write_plugin("searcher_a", SEARCHER.format(label="a"))
     write_plugin("searcher_b", SEARCHER.format(label="b"))
@@ -107,7 +107,7 @@ async def test_unloading_a_plugin_removes_everything_it_registered_and_nothing_e
 
 
 async def test_unloading_the_active_owner_of_a_name_brings_back_the_other_plugins_entry(
-    manager: PluginManager, write_plugin
+    manager: PluginLoader, write_plugin
 ) -> None:
     write_plugin("searcher_a", SEARCHER.format(label="a"))
     write_plugin("searcher_b", SEARCHER.format(label="b"))
@@ -120,7 +120,7 @@ async def test_unloading_the_active_owner_of_a_name_brings_back_the_other_plugin
 
 
 async def test_disable_stops_a_plugin_and_enable_brings_it_back(
-    manager: PluginManager, write_plugin, record_signal
+    manager: PluginLoader, write_plugin, record_signal
 ) -> None:
     write_plugin("searcher_a", SEARCHER.format(label="a"))
     await manager.load_all()
@@ -159,7 +159,7 @@ async def test_plugins_the_operator_disabled_are_known_but_not_loaded(make_manag
     assert await ping(manager) == ["v1"]
 
 
-async def test_plugins_talk_through_custom_events(manager: PluginManager) -> None:
+async def test_plugins_talk_through_custom_events(manager: PluginLoader) -> None:
     class Scorer(BasePlugin):
         @on.custom_event(event_name="score", priority=Priority.HIGH)
         async def double(self, event: KiraCustomEvent):
@@ -181,7 +181,7 @@ async def test_plugins_talk_through_custom_events(manager: PluginManager) -> Non
     assert await manager.get_plugin("game").award(10) == 21
 
 
-async def test_loaded_hooks_hear_when_plugins_are_ready(manager: PluginManager) -> None:
+async def test_loaded_hooks_hear_when_plugins_are_ready(manager: PluginLoader) -> None:
     heard: list[str | None] = []
 
     class Watcher(BasePlugin):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import core
-from core.plugin import PluginContext, PluginManager, signals
+from core.plugin import PluginContext, PluginLoader, signals
 
 pytestmark = pytest.mark.anyio
 
@@ -26,13 +26,13 @@ def answering(name: str, answer: str = "", *, extra: str = "") -> str:
     '''
 
 
-async def ping(manager: PluginManager) -> list[Any]:
+async def ping(manager: PluginLoader) -> list[Any]:
     """What the loaded plugins answer to the custom event "ping", in hook order."""
     event = await PluginContext("tests", manager=manager).dispatch_custom("ping", [])
     return event.data
 
 
-async def test_plugins_load_from_folders_with_a_manifest(manager: PluginManager, write_plugin) -> None:
+async def test_plugins_load_from_folders_with_a_manifest(manager: PluginLoader, write_plugin) -> None:
     write_plugin("echo", answering("echo"), manifest={"display_name": "Echo", "version": "2.1.0", "author": "ann"})
     write_plugin("greeter", answering("greeter"))
 
@@ -49,7 +49,7 @@ async def test_plugins_load_from_folders_with_a_manifest(manager: PluginManager,
     assert echo.ctx.plugin_dir.name == "echo"
 
 
-async def test_equal_priorities_follow_the_plugin_id_not_the_folder_name(manager: PluginManager, write_plugin) -> None:
+async def test_equal_priorities_follow_the_plugin_id_not_the_folder_name(manager: PluginLoader, write_plugin) -> None:
     write_plugin("a_folder", answering("zeta"), manifest={"plugin_id": "zeta"})
     write_plugin("b_folder", answering("alpha"), manifest={"plugin_id": "alpha"})
 
@@ -61,7 +61,7 @@ async def test_equal_priorities_follow_the_plugin_id_not_the_folder_name(manager
 
 @pytest.mark.parametrize("entry", ["main.py", "plugin.py", "__init__.py"])
 async def test_the_entry_module_is_main_py_else_plugin_py_else_init_py(
-    manager: PluginManager, write_plugin, entry: str
+    manager: PluginLoader, write_plugin, entry: str
 ) -> None:
     write_plugin("echo", answering("echo", repr(entry)), entry=entry)
 
@@ -70,7 +70,7 @@ async def test_the_entry_module_is_main_py_else_plugin_py_else_init_py(
     assert await ping(manager) == [entry]
 
 
-async def test_main_py_wins_over_plugin_py(manager: PluginManager, write_plugin) -> None:
+async def test_main_py_wins_over_plugin_py(manager: PluginLoader, write_plugin) -> None:
     write_plugin("echo", answering("echo", "'main'"), files={"plugin.py": "raise RuntimeError('not imported')"})
 
     await manager.load_all()
@@ -78,7 +78,7 @@ async def test_main_py_wins_over_plugin_py(manager: PluginManager, write_plugin)
     assert await ping(manager) == ["main"]
 
 
-async def test_relative_imports_inside_the_plugin_folder_work(manager: PluginManager, write_plugin) -> None:
+async def test_relative_imports_inside_the_plugin_folder_work(manager: PluginLoader, write_plugin) -> None:
     write_plugin(
         "echo",
         answering("echo", "shout('hello')", extra="from .helpers import shout"),
@@ -129,7 +129,7 @@ async def test_a_bad_config_value_is_an_error_naming_the_plugin_and_the_field(
 
 
 async def test_broken_plugins_are_skipped_with_their_reason_and_the_others_load(
-    manager: PluginManager, write_plugin, record_signal
+    manager: PluginLoader, write_plugin, record_signal
 ) -> None:
     failed = record_signal(signals.plugin_failed)
     loaded = record_signal(signals.plugin_loaded)
@@ -164,7 +164,7 @@ async def test_broken_plugins_are_skipped_with_their_reason_and_the_others_load(
     assert {e["plugin_id"] for chain in manager.hook_chains().values() for e in chain} == {"echo"}
 
 
-async def test_a_broken_plugin_fixed_on_disk_loads_on_reload(manager: PluginManager, write_plugin) -> None:
+async def test_a_broken_plugin_fixed_on_disk_loads_on_reload(manager: PluginLoader, write_plugin) -> None:
     write_plugin("echo", answering("echo", extra="raise ImportError('half-written')"))
     await manager.load_all()
     assert manager.status("echo").state == "error"

@@ -81,8 +81,7 @@ async def test_no_target_or_no_adapter_or_no_running_app_is_transport_unavailabl
         notifier = bot.plugin("notifier")
         assert notifier.notify() == unavailable, "no session yet and none named"
         assert notifier.notify(session="nowhere:dm:1") == unavailable, "no adapter serves it"
-        push = bot.app.push
-        del bot.app.push
+        push, bot.app.push = bot.app.push, None
         assert notifier.notify(session="test:dm:1") == unavailable, "the app has no push service"
         bot.app.push = push
     assert notifier.notify(session="test:dm:1") == unavailable, "the app stopped"

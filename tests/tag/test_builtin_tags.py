@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from core.chat.message_elements import At, Emoji, File, Image, Poke, Record, Reply, Text
-from core.plugin import PluginManager
+from core.plugin import PluginLoader
 from core.provider import LLMRequest, ToolResult
 from core.tag import BaseTag, TagSet, parse_output
 
@@ -42,7 +42,7 @@ def media(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def manager(tmp_path: Path, media: Path):
-    manager = PluginManager(data_dir=tmp_path / "data", media_roots=[media], entry_points=False)
+    manager = PluginLoader(data_dir=tmp_path / "data", media_roots=[media], entry_points=False)
     manager.add_folder(PLUGIN_DIR)
     status = await manager.load("builtin_tags")
     assert status.state == "loaded", status
@@ -51,7 +51,7 @@ async def manager(tmp_path: Path, media: Path):
 
 
 @pytest.fixture
-def tags(manager: PluginManager) -> TagSet:
+def tags(manager: PluginLoader) -> TagSet:
     """The request's tag set, as the agent loop builds it from the global registry."""
     return TagSet(manager.tags.active())
 
@@ -138,7 +138,7 @@ async def test_http_urls_pass_only_for_img(tags: TagSet) -> None:
 
 
 @pytest.mark.anyio
-async def test_only_supported_tags_are_offered(manager: PluginManager, tags: TagSet) -> None:
+async def test_only_supported_tags_are_offered(manager: PluginLoader, tags: TagSet) -> None:
     class OtherPoke(BaseTag):
         name = "poke"
 

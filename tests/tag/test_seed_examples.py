@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.chat.message_elements import Image, Text
-from core.plugin import BasePlugin, PluginContext, PluginManager
+from core.plugin import BasePlugin, PluginContext, PluginLoader
 from core.provider import LLMRequest
 from core.tag import FunctionTag, TagSet, parse_output
 
@@ -73,7 +73,7 @@ async def test_register_tag_method() -> None:
 @pytest.mark.anyio
 async def test_register_tag_method_through_the_plugin_manager(tmp_path) -> None:
     MyPlugin = run_example(METHOD_1)["MyPlugin"]
-    manager = PluginManager(data_dir=tmp_path, entry_points=False)
+    manager = PluginLoader(data_dir=tmp_path, entry_points=False)
     manager.add_class(MyPlugin, "my_plugin")
     try:
         assert (await manager.load("my_plugin")).state == "loaded"

@@ -20,9 +20,8 @@ from core.services import (
     get_plugin_logger,
     services_for,
 )
-from core.services._entries import Entry
 from core.utils.tasks import call_handler
-from core.services._markers import LIFECYCLE_ATTR, LifecycleMeta, declared
+from core.services import LIFECYCLE_ATTR, Entry, LifecycleMeta, declared
 from plugin.sdk.plugin.host import SdkBus, SystemInfo
 
 __all__ = ["NekoPluginBase", "PluginMeta"]

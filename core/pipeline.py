@@ -9,110 +9,26 @@ message into one batch. `event.stop()` drops the message and nothing later runs 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from core.chat.message_utils import (
+from core.chat import (
     KiraIMMessage,
-    KiraIMSentResult,
     KiraMessageBatchEvent,
     KiraMessageEvent,
     MessageStrategy,
+    Received,
+    Session,
+    SessionBuffers,
+    TurnResult,
 )
-from core.chat.session import Session
-from core.plugin._engine import HookEngine
-from core.plugin._log import logger
+from core.plugin import HookEngine
+from core.utils.log import logger
 
-__all__ = ["SessionBuffers", "TurnScheduler", "MessagePipeline", "TurnResult", "Received"]
+__all__ = ["TurnScheduler", "MessagePipeline"]
 
 _IM_MESSAGE = "im_message"
 _MESSAGE_BUFFERED = "message_buffered"
-
-
-@dataclass
-class TurnResult:
-    """What one turn did: the messages it sent, whether a hook stopped it, and the error shown, if any."""
-
-    batch: KiraMessageBatchEvent
-    sent: list[KiraIMSentResult] = field(default_factory=list)
-    stopped: bool = False
-    error: str | None = None
-
-    @property
-    def chains(self) -> list[Any]:
-        """The message chains the turn sent, in order."""
-        return [r.chain for r in self.sent]
-
-
-@dataclass
-class Received:
-    """What happened to one incoming message: its event, the strategy applied, and the turn it caused (if any)."""
-
-    event: KiraMessageEvent
-    strategy: MessageStrategy | None  # None when a hook stopped the message
-    turn: asyncio.Future[TurnResult] | None = None
-
-
-class SessionBuffers:
-    """Per-session lists of buffered message events. An empty buffer holds no memory; idle ones can be evicted,
-    and at most `max_sessions` sessions hold a buffer (a new one evicts the least recently touched)."""
-
-    def __init__(self, max_sessions: int | None = None) -> None:
-        self.max_sessions = max_sessions
-        self._buffers: dict[str, list[KiraMessageEvent]] = {}
-        self._touched: dict[str, float] = {}  # in order of last touch, oldest first
-
-    def append(self, event: KiraMessageEvent) -> int:
-        """Add `event` to its session's buffer; returns the buffer's new size."""
-        sid = event.sid
-        buffer = self._buffers.get(sid)
-        if buffer is None:
-            if self.max_sessions is not None and len(self._buffers) >= self.max_sessions:
-                oldest = next(iter(self._touched))
-                logger.warning("too many buffered sessions (%d): dropped the buffer of %s (%d messages)",
-                               self.max_sessions, oldest, len(self.drain(oldest)))
-            buffer = self._buffers[sid] = []
-        buffer.append(event)
-        self._touched.pop(sid, None)
-        self._touched[sid] = time.monotonic()
-        return len(buffer)
-
-    def remove(self, event: KiraMessageEvent) -> None:
-        """Take one event back out of its session's buffer."""
-        buffer = self._buffers.get(event.sid)
-        if buffer is not None and event in buffer:
-            buffer.remove(event)
-            if not buffer:
-                self.drain(event.sid)
-
-    def drain(self, sid: str) -> list[KiraMessageEvent]:
-        """Remove and return everything buffered for `sid`."""
-        self._touched.pop(sid, None)
-        return self._buffers.pop(sid, [])
-
-    def size(self, sid: str) -> int:
-        """How many messages `sid` has buffered."""
-        buffer = self._buffers.get(sid)
-        return len(buffer) if buffer else 0
-
-    def sessions(self) -> list[str]:
-        """Session ids with buffered messages."""
-        return list(self._buffers)
-
-    def evict_idle(self, max_idle: float) -> list[str]:
-        """Drop buffers untouched for `max_idle` seconds (their messages are discarded, with a log line)."""
-        now = time.monotonic()
-        stale = [sid for sid, at in self._touched.items() if now - at >= max_idle]
-        for sid in stale:
-            dropped = self.drain(sid)
-            logger.info("evicted idle buffer of %s (%d messages dropped)", sid, len(dropped))
-        return stale
-
-    def __len__(self) -> int:
-        return len(self._buffers)
 
 
 class TurnScheduler:
@@ -196,7 +112,7 @@ class MessagePipeline:
         self,
         engine: HookEngine,
         scheduler: TurnScheduler,
-        capabilities: Callable[[Session], Any],
+        capabilities: Callable[[Session], frozenset[str]],
         *,
         max_buffered_sessions: int | None = None,
     ) -> None:
@@ -237,7 +153,11 @@ class MessagePipeline:
             return None
         return self._submit(messages, messages[-1].session)
 
-    def _submit(self, messages: list[KiraMessageEvent], session: Session) -> asyncio.Future[TurnResult]:
-        batch = KiraMessageBatchEvent(messages, session)
-        batch.capabilities = self._capabilities(session)
+    def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
+        """Queue `batch` as a turn of its session (the batch learns what its adapter can send)."""
+        if batch.capabilities is None:
+            batch.capabilities = self._capabilities(batch.session)
         return self.scheduler.submit(batch)
+
+    def _submit(self, messages: list[KiraMessageEvent], session: Session) -> asyncio.Future[TurnResult]:
+        return self.submit(KiraMessageBatchEvent(messages, session))

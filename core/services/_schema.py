@@ -12,7 +12,18 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-__all__ = ["ConfigField", "ConfigSchema", "ConfigValueError", "parse_schema", "build_config", "to_json_schema"]
+from core.utils.log import logger
+
+__all__ = [
+    "ConfigField",
+    "ConfigSchema",
+    "ConfigValueError",
+    "PluginConfigError",
+    "parse_schema",
+    "build_config",
+    "to_json_schema",
+    "validate_config",
+]
 
 # What a value of each field type must be, as JSON Schema. hookchat's JSON types, then KiraAI's field types
 # (KiraAI core/config/config_field.py, ConfigType and create_field_from_schema, and its plugin docs), aliases
@@ -264,3 +275,24 @@ def _first_error(validator: Draft202012Validator, value: Any) -> str | None:
         return None
     inner = "".join(f"[{part!r}]" for part in error.absolute_path)  # where inside a list or JSON value
     return f"{error.message} (at {inner})" if inner else error.message
+
+
+class PluginConfigError(ValueError):
+    """A plugin's configuration does not match its `schema.json`; the message names the plugin and the field."""
+
+
+def validate_config(plugin_id: str, schema: dict[str, Any] | None, values: dict[str, Any]) -> dict[str, Any]:
+    """The plugin's `cfg`: the defaults of `schema` (hookchat's JSON-typed fields or KiraAI's field types, sections
+    nested as KiraAI nests them) overlaid with the operator's `values`, which are checked. A bad value raises
+    `PluginConfigError` naming the plugin and the field; what is wrong with the schema itself (a field type
+    hookchat does not know, a default that does not fit its type) is logged as a warning and does not stop the
+    plugin. See docs/plugins.md, "Plugins written for KiraAI"."""
+    if not schema:
+        return dict(values)
+    parsed = parse_schema(schema)
+    for warning in parsed.warnings:
+        logger.warning("plugin %r: %s", plugin_id, warning)
+    try:
+        return build_config(parsed, values)
+    except ConfigValueError as exc:
+        raise PluginConfigError(f"plugin {plugin_id!r}: {exc}") from None

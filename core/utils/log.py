@@ -1,5 +1,7 @@
-"""The per-plugin logger of the services: a `logging.LoggerAdapter` over `hookchat.plugin.<plugin_id>` that accepts
-both `%s` and `{}` placeholders, so `logger.info("Processing request: {}", request_id)` works as the seed writes it.
+"""Logging, one convention for all of hookchat: the framework's modules log to `hookchat` or a child of it
+(`get_logger("provider")` is `hookchat.provider`); a plugin logs through its `PluginLogger`, over
+`hookchat.plugin.<plugin_id>`, which accepts both `%s` and `{}` placeholders, so
+`logger.info("Processing request: {}", request_id)` works as seed 002 writes it.
 """
 
 from __future__ import annotations
@@ -9,7 +11,18 @@ import re
 from collections.abc import MutableMapping
 from typing import Any
 
-__all__ = ["PluginLogger", "get_plugin_logger", "format_braces"]
+__all__ = ["logger", "get_logger", "PluginLogger", "get_plugin_logger", "format_braces"]
+
+#: The framework's logger; every other hookchat logger is its child, so one handler sees everything.
+logger = logging.getLogger("hookchat")
+
+
+def get_logger(name: str, color: str | None = None) -> logging.Logger:
+    """A logger for `name` under the framework's logger (`hookchat.<name>`).
+
+    `color` is accepted for plugins written for KiraAI, whose console colours a logger's name; it is ignored here.
+    """
+    return logger.getChild(name)
 
 # A %-style conversion: when one is present the message is left to logging's own %-formatting.
 _PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEfFgGcrsa]")
@@ -54,5 +67,5 @@ class PluginLogger(logging.LoggerAdapter):
 
 def get_plugin_logger(plugin_id: str, name: str | None = None) -> PluginLogger:
     """The logger of plugin `plugin_id` (`hookchat.plugin.<plugin_id>`, or a child `name` of it)."""
-    base = logging.getLogger(f"hookchat.plugin.{plugin_id}")
+    base = logger.getChild(f"plugin.{plugin_id}")
     return PluginLogger(base.getChild(name) if name else base, plugin_id)

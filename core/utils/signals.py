@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import blinker
 
+from core.utils.log import logger
+
 __all__ = ["plugin_loaded", "plugin_unloaded", "plugin_failed", "hook_failed", "loop_stalled", "message_sent", "send"]
 
 _ns = blinker.Namespace()
@@ -35,6 +37,4 @@ def send(signal: blinker.Signal, sender: object, **kwargs: object) -> None:
         try:
             receiver(sender, **kwargs)
         except Exception:
-            from core.plugin._log import logger
-
             logger.exception("signal receiver %r for %s failed", receiver, signal.name)

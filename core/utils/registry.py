@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from core.plugin._log import logger
+from core.utils.log import logger
 
 __all__ = ["OwnedRegistry"]
 

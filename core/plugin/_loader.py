@@ -24,22 +24,24 @@ from packaging.version import Version
 from pydantic import ValidationError
 
 import core
+from core.chat import KiraLifecycleEvent
 from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine
 from core.plugin._events import EventType
-from core.plugin._log import logger
 from core.plugin._markers import TAG_ATTR, TagMeta
-from core.plugin._schema import ConfigValueError, build_config, parse_schema, to_json_schema
+from core.services import PluginConfigError, PluginHost, bind_plugin, validate_config
+from core.tag import FunctionTag
 from core.utils.declarations import declared
-from core.plugin._registry import OwnedRegistry
-from core.plugin._signals import plugin_failed, plugin_loaded, plugin_unloaded, send
+from core.utils.log import logger
+from core.utils.registry import OwnedRegistry
+from core.utils.signals import plugin_failed, plugin_loaded, plugin_unloaded, send
+from core.utils.tool_utils import BaseTool
 
 __all__ = [
-    "PluginManager",
+    "PluginLoader",
     "PluginSource",
     "PluginStatus",
     "PluginLoadError",
-    "PluginConfigError",
     "ENTRY_POINT_GROUP",
     "ENTRY_MODULES",
     "KIRA_API_VERSION",
@@ -60,10 +62,6 @@ State = Literal["discovered", "loaded", "disabled", "error"]
 
 class PluginLoadError(Exception):
     """A plugin could not be loaded; the message is the reason shown in the plugin status."""
-
-
-class PluginConfigError(PluginLoadError):
-    """A plugin's configuration does not match its `schema.json`; the message names the plugin and the field."""
 
 
 @dataclass
@@ -113,7 +111,7 @@ class _Loaded:
     modules: list[str]
 
 
-class PluginManager:
+class PluginLoader:
     """Loads plugins into a `HookEngine` and keeps the registries of what they contributed.
 
     `plugin_dirs` are scanned for plugin folders (each with `manifest.json`); installed distributions are scanned
@@ -134,7 +132,7 @@ class PluginManager:
         media_roots: list[Path | str] = (),  # type: ignore[assignment]
         entry_points: bool = True,
         init_timeout: float = 30.0,
-        app: Any = None,
+        app: PluginHost | None = None,
     ) -> None:
         self.engine = engine or HookEngine()
         self.plugin_dirs = [Path(p) for p in plugin_dirs]
@@ -146,8 +144,6 @@ class PluginManager:
         self.use_entry_points = entry_points
         self.init_timeout = init_timeout
         self.app = app
-        from core.utils.tool_utils import BaseTool
-
         self.tools: OwnedRegistry[BaseTool] = OwnedRegistry("tool")
         self.tags: OwnedRegistry[Any] = OwnedRegistry("tag")
         self._sources: dict[str, PluginSource] = {}
@@ -255,7 +251,7 @@ class PluginManager:
             await self._discard(plugin_id, instance, ctx, modules, terminate=instance is not None)
             reason = _reason(exc)
             logger.error("plugin %r failed to load: %s", plugin_id, reason,
-                         exc_info=not isinstance(exc, PluginLoadError))
+                         exc_info=not isinstance(exc, PluginLoadError | PluginConfigError))
             return self._fail(plugin_id, reason, source.origin)
         self._loaded[plugin_id] = _Loaded(source, instance, ctx, modules)
         self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version,
@@ -354,13 +350,9 @@ class PluginManager:
         """Register a plugin instance's declarations, owned by its id: tools (`@register.tool`, `@llm_tool`),
         entries and timers through `core.services.bind_plugin` (the path `register_llm_tool` takes too), then
         its `@register.tag` tags."""
-        from core.services import bind_plugin
-
         bind_plugin(instance, ctx)
         declared_tags = declared(instance, TAG_ATTR)
         if declared_tags:
-            from core.tag import FunctionTag
-
             for name, fn in declared_tags:
                 tag_meta: TagMeta = getattr(fn, TAG_ATTR)
                 tag = FunctionTag(tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx)
@@ -402,8 +394,6 @@ class PluginManager:
 
     async def dispatch_loaded(self, plugin_id: str | None = None) -> None:
         """Fire the `loaded` event (after start-up with None, or for one plugin enabled at run time)."""
-        from core.chat.message_utils import KiraLifecycleEvent
-
         await self.engine.dispatch(EventType.LOADED.value, KiraLifecycleEvent(plugin_id))
 
 
@@ -415,7 +405,7 @@ def _snake(name: str) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, PluginLoadError):
+    if isinstance(exc, PluginLoadError | PluginConfigError):
         return str(exc)
     if isinstance(exc, TimeoutError):
         return "initialize() did not finish in time"
@@ -563,26 +553,3 @@ def _construct(plugin_class: type, ctx: PluginContext, cfg: dict[str, Any]) -> A
     if factory is not None:
         return factory(ctx, cfg)
     return plugin_class(ctx, cfg)
-
-
-def schema_to_jsonschema(plugin_id: str, schema: dict[str, Any]) -> dict[str, Any]:
-    """The settings `schema.json` declares as one JSON Schema object (sections as nested objects); fields of a type
-    hookchat does not know accept any value. `plugin_id` is kept for callers of the older signature."""
-    return to_json_schema(parse_schema(schema))
-
-
-def validate_config(plugin_id: str, schema: dict[str, Any] | None, values: dict[str, Any]) -> dict[str, Any]:
-    """The plugin's `cfg`: the defaults of `schema` (hookchat's JSON-typed fields or KiraAI's field types, sections
-    nested as KiraAI nests them) overlaid with the operator's `values`, which are checked. A bad value raises
-    `PluginConfigError` naming the plugin and the field; what is wrong with the schema itself (a field type
-    hookchat does not know, a default that does not fit its type) is logged as a warning and does not stop the
-    plugin. See docs/plugins.md, "Plugins written for KiraAI"."""
-    if not schema:
-        return dict(values)
-    parsed = parse_schema(schema)
-    for warning in parsed.warnings:
-        logger.warning("plugin %r: %s", plugin_id, warning)
-    try:
-        return build_config(parsed, values)
-    except ConfigValueError as exc:
-        raise PluginConfigError(f"plugin {plugin_id!r}: {exc}") from None

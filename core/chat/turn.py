@@ -1,0 +1,35 @@
+"""What became of messages: `Received` (one incoming message, its strategy and the turn it caused) and `TurnResult`
+(what one turn sent, whether a hook stopped it, the error shown)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from core.chat.message_utils import KiraIMSentResult, KiraMessageBatchEvent, KiraMessageEvent, MessageChain, MessageStrategy
+
+__all__ = ["TurnResult", "Received"]
+
+
+@dataclass
+class TurnResult:
+    """What one turn did: the messages it sent, whether a hook stopped it, and the error shown, if any."""
+
+    batch: KiraMessageBatchEvent
+    sent: list[KiraIMSentResult] = field(default_factory=list)
+    stopped: bool = False
+    error: str | None = None
+
+    @property
+    def chains(self) -> list[MessageChain]:
+        """The message chains the turn sent, in order."""
+        return [r.chain for r in self.sent]
+
+
+@dataclass
+class Received:
+    """What happened to one incoming message: its event, the strategy applied, and the turn it caused (if any)."""
+
+    event: KiraMessageEvent
+    strategy: MessageStrategy | None  # None when a hook stopped the message
+    turn: asyncio.Future[TurnResult] | None = None

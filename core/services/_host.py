@@ -1,0 +1,115 @@
+"""The seams of the services: what they may use of a plugin's context (`PluginHandle`), of the plugin loader
+(`PluginDirectory`) and of the running app (`PluginHost`). `core.plugin` and `core.app` implement them; the
+services never reach further into either."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from core.chat import (
+    KiraEvent,
+    KiraIMSentResult,
+    KiraMessageBatchEvent,
+    MessageChain,
+    Session,
+    SessionBuffers,
+    TurnResult,
+)
+from core.utils.registry import OwnedRegistry
+from core.utils.tool_utils import BaseTool
+
+if TYPE_CHECKING:  # annotations only: PluginServices is built on these protocols
+    from core.services._services import PluginServices
+
+__all__ = ["PluginHost", "PluginHandle", "PluginDirectory", "PluginStatusView"]
+
+
+class PluginHost(Protocol):
+    """What plugins and services may use of the running app: sending, the session buffers, turns and history."""
+
+    buffers: SessionBuffers
+
+    def serves(self, session: Session) -> bool:
+        """Whether an adapter of this app serves `session`."""
+
+    def capabilities(self, session: Session) -> frozenset[str]:
+        """The element types the session's adapter can send."""
+
+    async def send(self, session: Session, chain: MessageChain, event: KiraEvent | None = None) -> KiraIMSentResult:
+        """Send `chain` to `session` (the one send path: `message_sent` hooks and signal fire there)."""
+
+    def flush(self, session: Session | str) -> asyncio.Future[TurnResult] | None:
+        """Turn everything buffered for `session` into one batch now; None when nothing is buffered."""
+
+    def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
+        """Queue a batch as a turn of its session, like any batch the pipeline makes."""
+
+    @property
+    def has_history(self) -> bool:
+        """Whether the app keeps history (so a note can be remembered)."""
+
+    async def remember(self, session: Session, text: str, meta: dict[str, Any]) -> None:
+        """Append `text` to the session's history as a user message the model reads next turn."""
+
+    async def clear_remote_tools(self, source: str) -> bool:
+        """Remove the remote tools registered with `source` from the app's tool registry; False without one."""
+
+
+class PluginStatusView(Protocol):
+    """The part of a plugin's status the services read."""
+
+    plugin_id: str
+    state: str
+    version: str
+    reason: str | None
+
+
+class PluginDirectory(Protocol):
+    """What the services may use of the plugin loader: the loaded plugins and the tool registry."""
+
+    tools: OwnedRegistry[BaseTool]
+
+    def get_plugin(self, plugin_id: str) -> Any:
+        """The loaded plugin instance, or None (plugins are any class: their type is theirs)."""
+
+    def loaded_ids(self) -> list[str]:
+        """The ids of loaded plugins."""
+
+    def status(self, plugin_id: str) -> PluginStatusView | None:
+        """One plugin's status, or None when unknown."""
+
+    def statuses(self) -> list[Any]:
+        """Every known plugin's status."""
+
+
+class PluginHandle(Protocol):
+    """What the services may use of one plugin's context (`core.plugin.PluginContext` implements it)."""
+
+    plugin_id: str
+    closing: bool
+    data_dir: Path
+    plugin_dir: Path | None
+    config: dict[str, Any]
+    services: PluginServices | None
+    bound: bool
+
+    @property
+    def app(self) -> PluginHost | None:
+        """The running app, or None outside one."""
+
+    @property
+    def manager(self) -> PluginDirectory | None:
+        """The loader that loaded the plugin, or None for a bare context."""
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The plugin's manifest as a dict."""
+
+    def on_stop(self, cleanup: Callable[[], Awaitable[None] | None]) -> None:
+        """Call `cleanup` when the plugin stops."""
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
+        """Run `coro` as a task owned by the plugin."""

@@ -10,24 +10,22 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
+from core.adapter import AdapterError, build_adapters
+from core.adapter.console import ConsoleAdapter
+from core.app import HookChat
 from core.config import ConfigError, HookchatConfig, load_config
-from core.provider.local import ModelNotInstalledError
+from core.provider.local import LocalLlamaProvider, ModelNotInstalledError
+from core.scaffold import write_plugin_skeleton
 
 __all__ = ["main"]
 
 
-def _app(config: HookchatConfig, *, console: Any = None) -> Any:
-    from core.app import HookChat
-
+def _app(config: HookchatConfig, *, console: ConsoleAdapter | None = None) -> HookChat:
     return HookChat(config, adapters=[console] if console else [])
 
 
 async def _chat(config: HookchatConfig) -> int:
-    from core.adapter.console import ConsoleAdapter
-    from core.provider.local import LocalLlamaProvider
-
     console = ConsoleAdapter()
     app = _app(config, console=console)
     if isinstance(app.provider, LocalLlamaProvider):
@@ -44,16 +42,11 @@ async def _chat(config: HookchatConfig) -> int:
 
 
 async def _run(config: HookchatConfig) -> int:
-    from core.adapter import AdapterError, build_adapters
-    from core.adapter.console import ConsoleAdapter
-
     try:
         adapters = build_adapters(config)
     except AdapterError as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
-    from core.app import HookChat
-
     async with HookChat(config, adapters=adapters, serve_tools=True) as app:
         server = app.tool_server
         if server is not None:
@@ -108,8 +101,6 @@ def _new_plugin(name: str, root: Path) -> int:
     if folder.exists():
         print(f"hookchat: {folder} already exists", file=sys.stderr)
         return 2
-    from core.scaffold import write_plugin_skeleton
-
     write_plugin_skeleton(folder, plugin_id)
     print(f"created {folder}: run its test with  python -m pytest {folder / 'tests'}")
     return 0

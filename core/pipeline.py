@@ -24,6 +24,7 @@ from core.chat import (
 )
 from core.plugin import HookEngine
 from core.utils.log import logger
+from core.utils.tasks import TaskOwner
 
 __all__ = ["TurnScheduler", "MessagePipeline"]
 
@@ -42,14 +43,13 @@ class TurnScheduler:
         self._run_turn = run_turn
         self._limit = asyncio.Semaphore(max_concurrent) if max_concurrent else None
         self._queues: dict[str, deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]] = {}
-        self._workers: set[asyncio.Task[None]] = set()
-        self._closed = False
+        self._workers = TaskOwner("the turn scheduler")
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
         """Queue a batch for its session; the future resolves to the turn's result (cancelled once closed)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[TurnResult] = loop.create_future()
-        if self._closed:
+        if self._workers.closing:
             logger.warning("turn of %s refused: the bot is shutting down", batch.sid)
             future.cancel()
             return future
@@ -58,9 +58,7 @@ class TurnScheduler:
             queue.append((batch, future))
             return future
         self._queues[batch.sid] = deque([(batch, future)])
-        worker = loop.create_task(self._drain(batch.sid), name=f"turns:{batch.sid}")
-        self._workers.add(worker)
-        worker.add_done_callback(self._workers.discard)
+        self._workers.spawn(self._drain(batch.sid), name=f"turns:{batch.sid}")
         return future
 
     async def _drain(self, sid: str) -> None:
@@ -93,16 +91,11 @@ class TurnScheduler:
 
     async def join(self) -> None:
         """Wait until every queued turn has finished."""
-        while self._workers:
-            await asyncio.gather(*list(self._workers), return_exceptions=True)
+        await self._workers.join()
 
     async def aclose(self) -> None:
         """Cancel every running and queued turn, and refuse new ones."""
-        self._closed = True
-        workers = list(self._workers)
-        for worker in workers:
-            worker.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        await self._workers.aclose()
 
 
 class MessagePipeline:

@@ -19,7 +19,7 @@ from core.services import (
     PluginServicesMixin,
     get_plugin_logger,
 )
-from core.utils.tasks import cancel_and_wait
+from core.utils.tasks import TaskOwner
 
 if TYPE_CHECKING:  # the loader builds contexts, so it imports this module
     from core.plugin._loader import PluginLoader
@@ -62,11 +62,10 @@ class PluginContext(PluginContextServicesMixin):
         self.data_dir = data_dir or Path("data") / "plugin_data" / plugin_id
         self.config: dict[str, Any] = config if config is not None else {}
         self.manager = manager
-        self.closing = False  # set when the plugin starts stopping; its services then refuse new registrations
         self.logger: PluginLogger = get_plugin_logger(plugin_id)
         self.services: PluginServices | None = None  # made on first use by core.services
         self.bound = False  # set once the loader acted on the plugin's declarations
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskOwner(f"plugin {plugin_id!r}", logger=self.logger)
         self._cleanups: list[Callable[[], Awaitable[None] | None]] = []
 
     @property
@@ -101,36 +100,29 @@ class PluginContext(PluginContextServicesMixin):
 
         Refused (RuntimeError) once the plugin is stopping: such a task would outlive its owner.
         """
-        if self.closing:
-            coro.close()
-            raise RuntimeError(f"plugin {self.plugin_id!r} is stopping: it cannot start a background task")
-        task = asyncio.get_running_loop().create_task(coro, name=f"{self.plugin_id}:{name or 'task'}")
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
+        return self._tasks.spawn(coro, name=name)
 
     def on_stop(self, cleanup: Callable[[], Awaitable[None] | None]) -> None:
         """Call `cleanup` when the plugin stops (after `terminate()`), newest first."""
         self._cleanups.append(cleanup)
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self.logger.error("background task %s of plugin %r failed", task.get_name(), self.plugin_id,
-                              exc_info=task.exception())
+    @property
+    def closing(self) -> bool:
+        """True once the plugin started stopping: its services then refuse new registrations and tasks."""
+        return self._tasks.closing
+
+    @closing.setter
+    def closing(self, value: bool) -> None:
+        self._tasks.closing = value
 
     @property
     def tasks(self) -> frozenset[asyncio.Task[Any]]:
         """The plugin's background tasks still running."""
-        return frozenset(self._tasks)
+        return self._tasks.tasks
 
     async def close(self) -> None:
         """Cancel and await every owned task, then run the `on_stop` cleanups (each failure logged)."""
-        for task in list(self._tasks):
-            try:
-                await cancel_and_wait(task)
-            except Exception:  # noqa: BLE001 - already logged by _task_done
-                pass
+        await self._tasks.aclose()
         while self._cleanups:
             cleanup = self._cleanups.pop()
             try:

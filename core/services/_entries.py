@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from jsonschema import Draft202012Validator
 
 from core.services._markers import (
     ENTRY_HOOK_ATTR,
@@ -22,8 +23,8 @@ from core.services._markers import (
     declared_entries,
 )
 from core.services._result import Err, Ok, Result, SdkError
-from core.utils.tasks import call_handler
 from core.services._tools import refuse_if_stopping
+from core.utils.tasks import call_handler
 
 __all__ = ["Entry", "EntryRegistry", "TimerRunner", "call_handler", "DEFAULT_ENTRY_TIMEOUT"]
 
@@ -133,7 +134,6 @@ class EntryRegistry:
         if not callable(handler):
             raise SdkError(f"entry {entry_id!r}: handler {handler!r} is not callable", code="invalid_argument")
         if input_schema is not None:
-            from jsonschema import Draft202012Validator
 
             Draft202012Validator.check_schema(input_schema)
         known = self._entries.get(entry_id)
@@ -189,7 +189,6 @@ class EntryRegistry:
             return Err(SdkError(f"entry {target} is disabled", code="entry_disabled"))
         args = dict(args or {})
         if entry.input_schema is not None:
-            from jsonschema import Draft202012Validator
 
             problems = sorted(Draft202012Validator(entry.input_schema).iter_errors(args), key=str)
             if problems:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from jsonschema import Draft202012Validator
+
 from core.services._tools import check_role
 from core.utils.declarations import declared
 from core.utils.tool_utils import EMPTY_PARAMETERS, validate_tool_rules
@@ -160,7 +162,6 @@ def plugin_entry(
         _ensure_callable(fn, "@plugin_entry")
         entry_id = id or fn.__name__
         if input_schema is not None:
-            from jsonschema import Draft202012Validator
 
             Draft202012Validator.check_schema(input_schema)
         setattr(fn, ENTRY_ATTR, EntryMeta(entry_id, name, description, input_schema, kind, timeout,

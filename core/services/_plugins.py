@@ -74,7 +74,7 @@ class Plugins:
     async def call_entry(self, target: str, args: dict[str, Any] | None = None, *,
                          timeout: float | None = None) -> Result[Any, SdkError]:
         """Call entry `"<plugin_id>:<entry_id>"` with `args` (keyword arguments of its handler)."""
-        from core.services._services import services_for
+        from core.services._services import services_for  # a cycle: _services builds Plugins
 
         plugin_id, sep, entry_id = target.partition(":")
         if not sep or not plugin_id or not entry_id:

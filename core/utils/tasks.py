@@ -1,17 +1,21 @@
-"""Running code the framework does not own, and ending tasks it does: `call_handler` calls a sync or async handler
-without blocking the loop; `cancel_and_wait` ends a task without swallowing a cancellation of its caller.
+"""Running code the framework does not own, and owning the tasks it starts: `call_handler` calls a sync or async
+handler without blocking the loop; `cancel_and_wait` ends a task without swallowing a cancellation of its caller;
+`TaskOwner` is the one way an owner starts, keeps and stops its background tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
 
-__all__ = ["call_handler", "cancel_and_wait"]
+__all__ = ["call_handler", "cancel_and_wait", "TaskOwner"]
+
+_log = logging.getLogger("hookchat")
 
 
 async def call_handler(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -41,3 +45,61 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
+
+
+class TaskOwner:
+    """The background tasks of one owner (the app's scheduler, the engine, a server, a plugin): every task is
+    started through `spawn`, kept until it ends, its failure logged with the owner's name, and `aclose()` cancels
+    and awaits whatever still runs. Nothing is fire-and-forget.
+
+    Why not an anyio task group: owners start tasks from synchronous code that needs the handle back at once
+    (`ctx.spawn()` returns the task, as plugins expect) and start and stop in different tasks (`start()` and
+    `aclose()`), which a task group's scope cannot span. Work that starts and ends inside one call (the tools of
+    one agent step) uses a task group.
+    """
+
+    def __init__(self, name: str, *, logger: logging.Logger | logging.LoggerAdapter | None = None) -> None:
+        self.name = name
+        self.closing = False
+        self._logger = logger or _log
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
+        """Run `coro` as a task of this owner; refused (RuntimeError) once the owner is closing, since the task
+        would outlive it."""
+        if self.closing:
+            coro.close()
+            raise RuntimeError(f"{self.name} is stopping: it cannot start a background task")
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name or 'task'}")
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._logger.error("background task %s of %s failed", task.get_name(), self.name,
+                               exc_info=task.exception())
+
+    @property
+    def tasks(self) -> frozenset[asyncio.Task[Any]]:
+        """The tasks still running."""
+        return frozenset(self._tasks)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def join(self) -> None:
+        """Wait until every task (including ones started meanwhile) has ended."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
+    async def aclose(self) -> None:
+        """Refuse new tasks, then cancel and await every running one (their failures are already logged). A
+        cancellation of the caller propagates."""
+        self.closing = True
+        for task in list(self._tasks):
+            try:
+                await cancel_and_wait(task)
+            except Exception:  # noqa: BLE001 - logged by _done
+                pass

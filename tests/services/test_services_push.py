@@ -6,9 +6,10 @@ import pytest
 
 from core.chat.message_elements import Image
 from core.chat.message_utils import KiraIMSentResult, MessageChain
-from core.plugin import BasePlugin
+from core.plugin import BasePlugin, on
 from core.services import PushMessageError
 from core.testing import ChatHarness, RecordingAdapter, ScriptedProvider
+from core.utils.signals import message_sent
 
 pytestmark = pytest.mark.anyio
 
@@ -205,3 +206,33 @@ async def test_v1_content_is_still_translated_with_a_deprecation_warning():
             receipt = bot.plugin("notifier").push_message(source="old", content="legacy text", session="test:dm:v")
         await bot.app.push.join()
         assert receipt["submitted"] and bot.sent[-1].plain_text == "legacy text"
+
+
+class SentWatcher(BasePlugin):
+    """Records what every `message_sent` hook call saw."""
+
+    async def initialize(self):
+        self.seen = []
+
+    @on.message_sent()
+    async def saw(self, event, result, *args, **kwargs):
+        self.seen.append((result.chain.message_repr, result.ok, event.push is not None))
+
+
+async def test_a_pushed_message_goes_through_the_one_send_path_and_fires_message_sent_hooks():
+    signalled = []
+
+    def on_signal(_sender, chain=None, **_):
+        signalled.append(chain.message_repr)
+
+    message_sent.connect(on_signal, weak=False)
+    try:
+        async with ChatHarness(plugins=[Notifier, SentWatcher], provider=ScriptedProvider(["hello"])) as bot:
+            await bot.send("hi")
+            bot.plugin("notifier").notify(parts=[{"type": "text", "text": "pushed"}])
+            await bot.app.push.join()
+            seen = bot.plugin("sent_watcher").seen
+    finally:
+        message_sent.disconnect(on_signal)
+    assert seen == [("hello", True, False), ("pushed", True, True)], "the hook sees agent and pushed sends alike"
+    assert signalled == ["hello", "pushed"], "and so does the signal"

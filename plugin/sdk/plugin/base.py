@@ -22,6 +22,7 @@ from core.services import (
 )
 from core.utils.tasks import call_handler
 from core.services import LIFECYCLE_ATTR, Entry, LifecycleMeta, declared
+from plugin.sdk.plugin.extras import PluginI18n
 from plugin.sdk.plugin.host import SdkBus, SystemInfo
 
 __all__ = ["NekoPluginBase", "PluginMeta"]
@@ -151,8 +152,6 @@ class NekoPluginBase(BasePlugin):
     def i18n(self) -> Any:
         """Plugin-local translations from `<plugin_dir>/i18n/<locale>.json`."""
         if self._i18n is None:
-            from plugin.sdk.plugin.extras import PluginI18n
-
             settings = (self.ctx.manifest.model_extra or {}).get("i18n") or {}
             self._i18n = PluginI18n(self.plugin_dir, settings.get("default_locale", "en"),
                                     settings.get("fallback_locale", "en"))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from core.services import entry_hook, lifecycle, llm_tool, plugin_entry, timer_interval
+from plugin.sdk.plugin.base import NekoPluginBase, PluginMeta
 
 __all__ = [
     "EntryKind",
@@ -42,7 +43,6 @@ QUICK_ACTION_ATTR = "__hookchat_quick_action__"
 def neko_plugin(cls: C) -> C:
     """Mark a `NekoPluginBase` subclass as a plugin (the loader finds it by its base class; this records its
     `PluginMeta` and checks the base)."""
-    from plugin.sdk.plugin.base import NekoPluginBase, PluginMeta
 
     if not isinstance(cls, type) or not issubclass(cls, NekoPluginBase):
         raise TypeError(f"@neko_plugin decorates a NekoPluginBase subclass, not {cls!r}")

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import core
+from core.server import configured_token
 from core.services import Err, Ok, Result, SdkError
 
 __all__ = ["SystemInfo", "SdkBus", "BusList", "BusStore"]
@@ -39,8 +40,6 @@ class SystemInfo:
         config = getattr(app, "config", None)
         if config is None:
             return Err(SdkError("no running app", code="not_attached"))
-        from core.server import configured_token
-
         server = config.server
         running = getattr(getattr(app, "tool_server", None), "running", False)
         return Ok({"host": server.host, "port": server.port, "max_body_bytes": server.max_body_bytes,

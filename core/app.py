@@ -31,6 +31,7 @@ from core.provider.local import LocalLlamaProvider
 from core.provider.openai_provider import OpenAIProvider
 from core.server import ToolRegistryServer
 from core.services import PushService
+from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
 from core.utils.signals import message_sent, send
 
@@ -68,8 +69,12 @@ class HookChat:
         history: bool = True,
         entry_points: bool = True,
         serve_tools: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config or HookchatConfig()
+        #: The time the framework's timers follow (the chat plugin's debounce, idle sweeps); tests pass the
+        #: testing kit's `ManualClock`.
+        self.clock: Clock = clock or LoopClock()
         limits, deadlines = self.config.limits, self.config.deadlines
         self.data_dir = Path(self.config.data.dir)
         self.engine = HookEngine(default_deadline=deadlines.hook_default, stall_threshold=deadlines.stall_threshold)
@@ -107,7 +112,8 @@ class HookChat:
         )
         self.scheduler = TurnScheduler(self.agent.run_turn, limits.max_concurrent_turns)
         self.pipeline = MessagePipeline(
-            self.engine, self.scheduler, self.capabilities, max_buffered_sessions=limits.max_buffered_sessions
+            self.engine, self.scheduler, self.capabilities, max_buffered_sessions=limits.max_buffered_sessions,
+            clock=self.clock,
         )
         self.push: PushService | None = PushService(self)
         self.tool_server: ToolRegistryServer | None = None

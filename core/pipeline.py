@@ -23,6 +23,7 @@ from core.chat import (
     TurnResult,
 )
 from core.plugin import HookEngine
+from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
 from core.utils.tasks import TaskOwner
 
@@ -108,10 +109,11 @@ class MessagePipeline:
         capabilities: Callable[[Session], frozenset[str]],
         *,
         max_buffered_sessions: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.engine = engine
         self.scheduler = scheduler
-        self.buffers = SessionBuffers(max_buffered_sessions)
+        self.buffers = SessionBuffers(max_buffered_sessions, clock=(clock or LoopClock()).now)
         self._capabilities = capabilities
 
     async def receive(self, message: KiraIMMessage) -> Received:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from core.chat.message_utils import KiraMessageEvent
 from core.utils.log import logger
@@ -14,8 +15,9 @@ class SessionBuffers:
     """Per-session lists of buffered message events. An empty buffer holds no memory; idle ones can be evicted,
     and at most `max_sessions` sessions hold a buffer (a new one evicts the least recently touched)."""
 
-    def __init__(self, max_sessions: int | None = None) -> None:
+    def __init__(self, max_sessions: int | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_sessions = max_sessions
+        self._now = clock
         self._buffers: dict[str, list[KiraMessageEvent]] = {}
         self._touched: dict[str, float] = {}  # in order of last touch, oldest first
 
@@ -31,7 +33,7 @@ class SessionBuffers:
             buffer = self._buffers[sid] = []
         buffer.append(event)
         self._touched.pop(sid, None)
-        self._touched[sid] = time.monotonic()
+        self._touched[sid] = self._now()
         return len(buffer)
 
     def remove(self, event: KiraMessageEvent) -> None:
@@ -58,7 +60,7 @@ class SessionBuffers:
 
     def evict_idle(self, max_idle: float) -> list[str]:
         """Drop buffers untouched for `max_idle` seconds (their messages are discarded, with a log line)."""
-        now = time.monotonic()
+        now = self._now()
         stale = [sid for sid, at in self._touched.items() if now - at >= max_idle]
         for sid in stale:
             dropped = self.drain(sid)

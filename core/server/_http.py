@@ -10,7 +10,6 @@ import contextlib
 import hashlib
 import hmac
 import json
-import logging
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from core.utils.log import get_logger
 from core.utils.tasks import cancel_and_wait
 
 __all__ = [
@@ -32,7 +32,7 @@ __all__ = [
     "read_json_body",
 ]
 
-logger = logging.getLogger("hookchat.server")
+logger = get_logger("server")
 
 #: The header carrying `callback_signature(token, source)` on every call-back the registry makes.
 SIGNATURE_HEADER = "X-Hookchat-Signature"

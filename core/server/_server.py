@@ -5,7 +5,6 @@ directory, and the task that re-checks hidden remote tools. `HookChat` starts it
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,12 @@ from typing import Any
 from core.server._http import EmbeddedServer
 from core.server.registry import RemoteToolRegistry
 from core.server.routes import build_registry_app
+from core.utils.log import get_logger
 from core.utils.tasks import cancel_and_wait
 
 __all__ = ["ToolRegistryServer", "configured_token", "REGISTRY_DB_NAME"]
 
-logger = logging.getLogger("hookchat.server")
+logger = get_logger("server")
 
 REGISTRY_DB_NAME = "tool_registry.sqlite3"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,15 +20,22 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from core.server._http import EmbeddedServer, HTTPProblem, check_signature, problem_response, read_json_body
+from core.server._http import (
+    EmbeddedServer,
+    HTTPProblem,
+    check_signature,
+    problem_response,
+    read_json_body,
+)
 from core.server.registry import SOURCE_RE
-from core.utils.tasks import call_handler, cancel_and_wait
 from core.services import check_role
+from core.utils.log import get_logger
+from core.utils.tasks import call_handler, cancel_and_wait
 from core.utils.tool_utils import EMPTY_PARAMETERS, validate_tool_rules
 
 __all__ = ["ToolRegistryClient", "RemoteTool"]
 
-logger = logging.getLogger("hookchat.server.client")
+logger = get_logger("server.client")
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -18,6 +18,7 @@ from core.chat import (
     SessionBuffers,
     TurnResult,
 )
+from core.utils.clock import Clock
 from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool
 
@@ -31,6 +32,7 @@ class PluginHost(Protocol):
     """What plugins and services may use of the running app: sending, the session buffers, turns and history."""
 
     buffers: SessionBuffers
+    clock: Clock
 
     def serves(self, session: Session) -> bool:
         """Whether an adapter of this app serves `session`."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import io
-import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from PIL import Image as PILImage
 from PIL import ImageOps
 
 from core.chat.message_elements import Image, MediaError
+from core.utils.log import get_logger
 
 __all__ = [
     "apply_picture_budget",
@@ -28,7 +28,7 @@ __all__ = [
     "REENCODE_QUALITY",
 ]
 
-logger = logging.getLogger("hookchat.services.pictures")
+logger = get_logger("services.pictures")
 
 #: Delivery budget of one picture, in bytes of base64.
 PICTURE_BUDGET = 500 * 1024

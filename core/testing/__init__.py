@@ -5,15 +5,19 @@
         assert chains[0].plain_text == "Hello!"
 
 `ScriptedProvider` replies in order and records every request; `RecordingAdapter` records every message the bot
-sends; `ChatHarness` wires them to a real `HookChat` with a temporary data directory.
+sends; `ManualClock` is a clock that moves only when the test says so (debounces, idle sweeps); `ChatHarness`
+wires them to a real `HookChat` with a temporary data directory.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import heapq
+import itertools
 import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +28,10 @@ from core.chat.message_elements import BaseMessageElement, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
 from core.config import HookchatConfig
+from core.utils.clock import Clock
 from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, ToolCall
 
-__all__ = ["ScriptedProvider", "RecordingAdapter", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
+__all__ = ["ScriptedProvider", "RecordingAdapter", "ManualClock", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
 
 #: The framework's own plugins (chat debounce, built-in tags, examples).
 BUILTIN_PLUGINS_DIR = Path(core.__file__).resolve().parent.parent / "plugins"
@@ -101,11 +106,92 @@ class RecordingAdapter(Adapter):
         return result
 
 
+class _ManualTimer:
+    """A callback `ManualClock` runs when time reaches `when`."""
+
+    __slots__ = ("when", "callback", "args", "cancelled")
+
+    def __init__(self, when: float, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.when = when
+        self.callback = callback
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Do not run the callback."""
+        self.cancelled = True
+
+
+class ManualClock:
+    """A `core.utils.clock.Clock` for tests: time stands still until `await clock.advance(seconds)`, which runs the
+    callbacks and wakes the sleepers that fall due, in time order, letting the tasks they wake run before it
+    returns. A test of a debounce or a timeout then needs no real sleep and no timing margin:
+
+        clock = ManualClock()
+        async with ChatHarness(clock=clock) as bot:
+            await bot.app.receive(bot.message("a"))
+            await clock.advance(1.5)      # the chat plugin's quiet timer fires
+            await bot.app.scheduler.join()
+    """
+
+    #: How many times `advance` yields to the event loop after each due callback, so the tasks it woke can run
+    #: up to their next wait (a plain number of loop passes, not a time).
+    SETTLE_PASSES = 20
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+        self._timers: list[tuple[float, int, _ManualTimer]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        """The clock's time: `start` plus everything advanced so far."""
+        return self._now
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> _ManualTimer:
+        """Run `callback(*args)` once the clock has advanced `delay` seconds."""
+        timer = _ManualTimer(self._now + max(0.0, delay), callback, args)
+        heapq.heappush(self._timers, (timer.when, next(self._seq), timer))
+        return timer
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait until the clock has advanced `seconds`."""
+        woken = asyncio.get_running_loop().create_future()
+        timer = self.call_later(seconds, lambda: woken.done() or woken.set_result(None))
+        try:
+            await woken
+        finally:
+            timer.cancel()
+
+    @property
+    def pending(self) -> int:
+        """Callbacks and sleepers waiting for time to pass."""
+        return sum(1 for _, _, t in self._timers if not t.cancelled)
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward by `seconds`, running what falls due on the way, in order."""
+        target = self._now + seconds
+        await self._settle()
+        while self._timers and self._timers[0][0] <= target:
+            when, _, timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            self._now = max(self._now, when)
+            timer.callback(*timer.args)
+            await self._settle()
+        self._now = target
+        await self._settle()
+
+    async def _settle(self) -> None:
+        for _ in range(self.SETTLE_PASSES):
+            await asyncio.sleep(0)
+
+
 class ChatHarness:
     """Runs the real pipeline in-process: plugins (classes or folders), a provider, a `RecordingAdapter`.
 
     `config` may be a `HookchatConfig` or a dict of its sections; the data directory is a fresh temporary one
     unless the config sets it. The built-in chat and tag plugins load too (`builtins=()` to leave them out).
+    `clock` replaces the app's clock (pass a `ManualClock` to drive debounces and idle sweeps by hand).
     """
 
     def __init__(
@@ -117,12 +203,14 @@ class ChatHarness:
         builtins: Iterable[str] = DEFAULT_BUILTINS,
         history: bool = True,
         adapter: RecordingAdapter | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.provider = provider if provider is not None else ScriptedProvider()
         self.adapter = adapter or RecordingAdapter()
         self._plugins = [*(BUILTIN_PLUGINS_DIR / name for name in builtins), *plugins]
         self._config = config
         self._history = history
+        self.clock = clock
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.app: HookChat | None = None
 
@@ -147,6 +235,7 @@ class ChatHarness:
             plugins=self._plugins,
             history=self._history,
             entry_points=False,
+            clock=self.clock,
         )
         await self.app.start()
         return self

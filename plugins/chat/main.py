@@ -1,12 +1,12 @@
 """The built-in chat behaviour: buffer incoming messages per session and flush them to the model after
-`flush_messages` messages or `quiet_seconds` of quiet; in groups, only when mentioned or woken by a wake word."""
+`flush_messages` messages or `quiet_seconds` of quiet; in groups, only when mentioned or woken by a wake word.
+Its timers follow the app's clock (`app.clock`), so tests move time by hand with the testing kit's `ManualClock`."""
 
 from __future__ import annotations
 
-import asyncio
-
 from core.chat import KiraMessageEvent
 from core.plugin import BasePlugin, Priority, on
+from core.utils.clock import Clock, LoopClock, TimerHandle
 
 
 class ChatPlugin(BasePlugin):
@@ -14,7 +14,7 @@ class ChatPlugin(BasePlugin):
 
     async def initialize(self) -> None:
         """Start with no timers, and the task that evicts idle buffers."""
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[str, TimerHandle] = {}
         self._wake_words = [w.lower() for w in self.cfg["wake_words"] if w]
         self.ctx.spawn(self._evict_idle_buffers(), name="evict-idle-buffers")
 
@@ -23,6 +23,11 @@ class ChatPlugin(BasePlugin):
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+
+    @property
+    def _clock(self) -> Clock:
+        app = self.ctx.app
+        return app.clock if app is not None else LoopClock()
 
     def wants(self, event: KiraMessageEvent) -> bool:
         """Whether the bot should answer this message at all."""
@@ -51,8 +56,7 @@ class ChatPlugin(BasePlugin):
     async def restart_quiet_timer(self, event: KiraMessageEvent, *args, **kwargs):
         """Flush the session after `quiet_seconds` without a new message (sliding)."""
         self._cancel_timer(event.sid)
-        loop = asyncio.get_running_loop()
-        self._timers[event.sid] = loop.call_later(self.cfg["quiet_seconds"], self._flush, event.sid)
+        self._timers[event.sid] = self._clock.call_later(self.cfg["quiet_seconds"], self._flush, event.sid)
 
     def _cancel_timer(self, sid: str) -> None:
         handle = self._timers.pop(sid, None)
@@ -67,6 +71,6 @@ class ChatPlugin(BasePlugin):
     async def _evict_idle_buffers(self) -> None:
         idle = float(self.cfg["idle_evict_seconds"])
         while True:
-            await asyncio.sleep(idle / 2)
+            await self._clock.sleep(idle / 2)
             if self.ctx.app is not None:
                 self.ctx.app.buffers.evict_idle(idle)

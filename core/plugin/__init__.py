@@ -16,7 +16,7 @@ from core.plugin._loader import (
     PluginSource,
     PluginStatus,
 )
-from core.plugin._markers import on, register, register_tool
+from core.plugin._decorators import on, register, register_tool
 from core.services import PluginConfigError
 from core.utils import signals
 from core.utils.log import get_logger, logger

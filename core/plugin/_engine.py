@@ -27,7 +27,7 @@ import pluggy
 
 from core.chat import KiraExceptionEvent
 from core.plugin._events import EventType
-from core.plugin._markers import HOOK_ATTR, PROJECT, HookMeta
+from core.plugin._decorators import HOOK_ATTR, PROJECT, HookMeta
 from core.utils.declarations import declared
 from core.utils.log import logger
 from core.utils.signals import hook_failed, loop_stalled, send

@@ -28,7 +28,7 @@ from core.chat import KiraLifecycleEvent
 from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine
 from core.plugin._events import EventType
-from core.plugin._markers import TAG_ATTR, TagMeta
+from core.plugin._decorators import TAG_ATTR, TagMeta
 from core.services import PluginConfigError, PluginHost, bind_plugin, validate_config
 from core.tag import FunctionTag
 from core.utils.declarations import declared

@@ -9,7 +9,7 @@ from core.services._host import PluginDirectory, PluginHandle, PluginHost, Plugi
 from core.services._db import DbRows, DbSession, PluginDatabase
 from core.services._entries import Entry, EntryRegistry, TimerRunner
 from core.utils.log import PluginLogger, format_braces, get_plugin_logger
-from core.services._markers import (
+from core.services._declarations import (
     LIFECYCLE_ATTR,
     LLM_TOOL_ATTR,
     EntryHookMeta,

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import anyio
 from jsonschema import Draft202012Validator
 
-from core.services._markers import (
+from core.services._declarations import (
     ENTRY_HOOK_ATTR,
     TIMER_ATTR,
     EntryHookMeta,
@@ -37,40 +37,29 @@ def _as_result(value: Any) -> Result[Any, Any]:
 
 @dataclass
 class Entry:
-    """One entry point of a plugin: static (`@plugin_entry`) or dynamic (`register_dynamic_entry`)."""
+    """One entry point of a plugin: its declaration (`EntryMeta`, from `@plugin_entry` or `register_dynamic_entry`),
+    the handler, and whether it is enabled and dynamic."""
 
-    id: str
+    meta: EntryMeta
     handler: Callable[..., Any]
-    name: str = ""
-    description: str = ""
-    input_schema: dict[str, Any] | None = None
-    kind: str = "action"
-    timeout: float | None = None
-    llm_result_fields: list[str] | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
     enabled: bool = True
     dynamic: bool = False
+
+    @property
+    def id(self) -> str:
+        """The entry id (`<plugin_id>:<id>` is how other plugins call it)."""
+        return self.meta.id
 
     @classmethod
     def from_meta(cls, meta: EntryMeta, handler: Callable[..., Any], entry_id: str | None = None) -> Entry:
         """A static entry from its `@plugin_entry` declaration (`entry_id` overrides the declared id)."""
-        return cls(entry_id or meta.id, handler, meta.name or "", meta.description, meta.input_schema, meta.kind,
-                   meta.timeout, meta.llm_result_fields, dict(meta.metadata))
+        return cls(meta if entry_id is None else replace(meta, id=entry_id), handler)
 
     def describe(self) -> dict[str, Any]:
         """The entry as a JSON-ready dict (no handler)."""
-        return {
-            "id": self.id,
-            "name": self.name or self.id,
-            "description": self.description,
-            "kind": self.kind,
-            "enabled": self.enabled,
-            "dynamic": self.dynamic,
-            "input_schema": self.input_schema,
-            "timeout": self.timeout,
-            "llm_result_fields": self.llm_result_fields,
-            "metadata": dict(self.metadata),
-        }
+        described = asdict(self.meta)
+        described.update(name=self.meta.name or self.id, enabled=self.enabled, dynamic=self.dynamic)
+        return described
 
 
 @dataclass
@@ -113,36 +102,19 @@ class EntryRegistry:
         refuse_if_stopping(self.ctx, f"entry {entry.id!r}")
         self._entries[entry.id] = entry
 
-    def register_dynamic(
-        self,
-        entry_id: str,
-        handler: Callable[..., Any],
-        *,
-        name: str | None = None,
-        description: str = "",
-        input_schema: dict[str, Any] | None = None,
-        kind: str = "action",
-        timeout: float | None = None,
-        llm_result_fields: list[str] | None = None,
-        enabled: bool = True,
-        metadata: dict[str, Any] | None = None,
-    ) -> bool:
-        """Add (or replace) the dynamic entry `entry_id`; False when the id belongs to a static entry."""
+    def register_dynamic(self, meta: EntryMeta, handler: Callable[..., Any], *, enabled: bool = True) -> bool:
+        """Add (or replace) the dynamic entry `meta.id`; False when the id belongs to a static entry."""
+        entry_id = meta.id
         refuse_if_stopping(self.ctx, f"entry {entry_id!r}")
         if not isinstance(entry_id, str) or not entry_id:
             raise SdkError(f"entry ids are non-empty strings, not {entry_id!r}", code="invalid_argument")
         if not callable(handler):
             raise SdkError(f"entry {entry_id!r}: handler {handler!r} is not callable", code="invalid_argument")
-        if input_schema is not None:
-
-            Draft202012Validator.check_schema(input_schema)
         known = self._entries.get(entry_id)
         if known is not None and not known.dynamic:
             self.logger.warning("dynamic entry %r not registered: a static entry has that id", entry_id)
             return False
-        self._entries[entry_id] = Entry(entry_id, handler, name or "", description, input_schema, kind, timeout,
-                                        list(llm_result_fields) if llm_result_fields else None,
-                                        dict(metadata or {}), enabled, dynamic=True)
+        self._entries[entry_id] = Entry(meta, handler, enabled, dynamic=True)
         return True
 
     def unregister_dynamic(self, entry_id: str) -> bool:
@@ -188,14 +160,13 @@ class EntryRegistry:
         if not entry.enabled:
             return Err(SdkError(f"entry {target} is disabled", code="entry_disabled"))
         args = dict(args or {})
-        if entry.input_schema is not None:
-
-            problems = sorted(Draft202012Validator(entry.input_schema).iter_errors(args), key=str)
+        if entry.meta.input_schema is not None:
+            problems = sorted(Draft202012Validator(entry.meta.input_schema).iter_errors(args), key=str)
             if problems:
                 where = ".".join(map(str, problems[0].absolute_path)) or "arguments"
                 return Err(SdkError(f"invalid arguments for {target}: {where}: {problems[0].message}",
                                     code="invalid_argument"))
-        limit = timeout or entry.timeout or DEFAULT_ENTRY_TIMEOUT
+        limit = timeout or entry.meta.timeout or DEFAULT_ENTRY_TIMEOUT
         try:
             with anyio.fail_after(limit):
                 return await self._run(entry, args)

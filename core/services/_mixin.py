@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.services._declarations import EntryMeta
 from core.services._services import PluginServices, services_for
 from core.services._tools import add_function_tool, plugin_tools, remove_function_tool
 
@@ -100,10 +101,9 @@ class PluginServicesMixin:
         **_ignored: Any,
     ) -> bool:
         """Add an entry other plugins can call; False when a static entry already has this id."""
-        return _svc(self).entries.register_dynamic(
-            entry_id, handler, name=name, description=description, input_schema=input_schema, kind=kind,
-            timeout=timeout, llm_result_fields=llm_result_fields, enabled=enabled, metadata=metadata,
-        )
+        meta = EntryMeta.make(entry_id, name=name, description=description, input_schema=input_schema, kind=kind,
+                              timeout=timeout, llm_result_fields=llm_result_fields, metadata=metadata)
+        return _svc(self).entries.register_dynamic(meta, handler, enabled=enabled)
 
     def unregister_dynamic_entry(self, entry_id: str) -> bool:
         """Remove a dynamic entry; False when there is none."""

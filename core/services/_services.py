@@ -12,7 +12,7 @@ from core.services._config import PluginConfig
 from core.services._db import PluginDatabase
 from core.services._entries import EntryRegistry, TimerRunner
 from core.utils.log import PluginLogger, get_plugin_logger
-from core.services._markers import ENTRY_ATTR, ENTRY_HOOK_ATTR, LLM_TOOL_ATTR, TIMER_ATTR, LlmToolMeta, declared
+from core.services._declarations import ENTRY_ATTR, ENTRY_HOOK_ATTR, LLM_TOOL_ATTR, TIMER_ATTR, LlmToolMeta, declared
 from core.services._plugins import Plugins
 from core.services._host import PluginHandle
 from core.services._push import PushService

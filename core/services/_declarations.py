@@ -64,7 +64,8 @@ class LlmToolMeta:
 
 @dataclass(frozen=True, slots=True)
 class EntryMeta:
-    """What `@plugin_entry` recorded: an entry other plugins call with `plugins.call_entry("<plugin>:<id>")`."""
+    """The one declaration of an entry other plugins call with `plugins.call_entry("<plugin>:<id>")`, made by
+    `@plugin_entry` or `register_dynamic_entry`. `make` builds it from either's keywords, checking the schema."""
 
     id: str
     name: str | None = None
@@ -74,6 +75,15 @@ class EntryMeta:
     timeout: float | None = None
     llm_result_fields: list[str] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, entry_id: str, *, llm_result_fields: list[str] | None = None,
+             metadata: dict[str, Any] | None = None, **fields: Any) -> EntryMeta:
+        """A declaration with copies of the mutable keywords; an invalid `input_schema` raises `SchemaError`."""
+        if fields.get("input_schema") is not None:
+            Draft202012Validator.check_schema(fields["input_schema"])
+        return cls(entry_id, llm_result_fields=list(llm_result_fields) if llm_result_fields else None,
+                   metadata=dict(metadata or {}), **fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +170,9 @@ def plugin_entry(
 
     def decorate(fn: F) -> F:
         _ensure_callable(fn, "@plugin_entry")
-        entry_id = id or fn.__name__
-        if input_schema is not None:
-
-            Draft202012Validator.check_schema(input_schema)
-        setattr(fn, ENTRY_ATTR, EntryMeta(entry_id, name, description, input_schema, kind, timeout,
-                                          list(llm_result_fields) if llm_result_fields else None,
-                                          dict(metadata or {})))
+        setattr(fn, ENTRY_ATTR, EntryMeta.make(id or fn.__name__, name=name, description=description,
+                                               input_schema=input_schema, kind=kind, timeout=timeout,
+                                               llm_result_fields=llm_result_fields, metadata=metadata))
         return fn
 
     return decorate

@@ -118,7 +118,7 @@ class HookChat:
         self.push: PushService | None = PushService(self)
         self.tool_server: ToolRegistryServer | None = None
         if serve_tools:  # `hookchat run`: the HTTP tool registry on [server] host:port
-            self.tool_server = ToolRegistryServer(self)
+            self.tool_server = ToolRegistryServer(self.config.server, self.plugins.tools, self.data_dir)
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
@@ -234,6 +234,11 @@ class HookChat:
         """Append `text` to the session's history as a user message the model reads next turn."""
         if self.history is not None:
             await self.history.append_turn(session.sid, [ChatMessage("user", text)], meta=dict(meta))
+
+    @property
+    def tool_server_running(self) -> bool:
+        """Whether this app serves the HTTP tool registry right now."""
+        return self.tool_server is not None and self.tool_server.running
 
     async def clear_remote_tools(self, source: str) -> bool:
         """Remove the remote tools of `source` from the running tool registry (memory and its database); False

@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
 
+from core.config import ServerConfig
 from core.server._http import EmbeddedServer
 from core.server.registry import RemoteToolRegistry
 from core.server.routes import build_registry_app
 from core.utils.log import get_logger
+from core.utils.registry import OwnedRegistry
 from core.utils.tasks import cancel_and_wait
+from core.utils.tool_utils import BaseTool
 
 __all__ = ["ToolRegistryServer", "configured_token", "REGISTRY_DB_NAME"]
 
@@ -22,20 +24,17 @@ logger = get_logger("server")
 REGISTRY_DB_NAME = "tool_registry.sqlite3"
 
 
-def configured_token(server_config: Any) -> str | None:
+def configured_token(server_config: ServerConfig) -> str | None:
     """The registry's bearer token: `[server] token`, else the environment variable named by `token_env`;
     None (registration refused) when neither is set or it is empty."""
-    token = getattr(server_config, "token", None)
-    if token is not None:
-        value = token.get_secret_value() if hasattr(token, "get_secret_value") else str(token)
-        if value:
-            return value
-    env_name = getattr(server_config, "token_env", None)
-    return os.environ.get(env_name) or None if env_name else None
+    if server_config.token is not None and server_config.token.get_secret_value():
+        return server_config.token.get_secret_value()
+    return os.environ.get(server_config.token_env) or None
 
 
 class ToolRegistryServer:
-    """Serves the tool registry of `app` (a `HookChat`): `await start()` binds `[server] host:port` (port 0: a free
+    """Serves the tool registry over `tools` (the app's registry) with the `[server]` settings `config`, storing
+    registrations in `data_dir`: `await start()` binds `[server] host:port` (port 0: a free
     one, see `.port`), loads and probes stored remote tools; `await stop()` withdraws them and closes.
 
     `host`, `port`, `token` and `db_path` override the config (tests); `recheck_interval` is how often hidden
@@ -44,7 +43,9 @@ class ToolRegistryServer:
 
     def __init__(
         self,
-        app: Any,
+        config: ServerConfig,
+        tools: OwnedRegistry[BaseTool],
+        data_dir: Path,
         *,
         host: str | None = None,
         port: int | None = None,
@@ -53,15 +54,14 @@ class ToolRegistryServer:
         recheck_interval: float = 5.0,
         probe_timeout: float = 2.0,
     ) -> None:
-        cfg = app.config.server
-        self.app = app
+        cfg = self.config = config
         self.host = host if host is not None else cfg.host
         self.max_body_bytes = cfg.max_body_bytes
         self._token = token if token is not None else configured_token(cfg)
         self.recheck_interval = recheck_interval
         self.registry = RemoteToolRegistry(
-            app.plugins.tools,
-            db_path if db_path is not None else Path(app.data_dir) / REGISTRY_DB_NAME,
+            tools,
+            db_path if db_path is not None else Path(data_dir) / REGISTRY_DB_NAME,
             token=lambda: self._token,
             probe_timeout=probe_timeout,
         )
@@ -91,7 +91,7 @@ class ToolRegistryServer:
             return
         if self._token is None:
             logger.warning("tool registry: no token configured, so every registration will be refused (set %s)",
-                           getattr(self.app.config.server, "token_env", "HOOKCHAT_SERVER_TOKEN"))
+                           self.config.token_env)
         await self.registry.open()
         try:
             await self.http.start()

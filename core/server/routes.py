@@ -76,7 +76,7 @@ def build_registry_app(registry: RemoteToolRegistry, *, token: Callable[[], str 
                 for name in sorted({t.name for t in registry.tools.active()}):
                     tool = registry.tools.get(name)
                     owner = registry.tools.owner_of(name) or ""
-                    if tool is None or getattr(tool, "remote", False):
+                    if tool is None or tool.remote:
                         continue
                     if source is not None and source != f"plugin:{owner}":
                         continue

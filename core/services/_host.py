@@ -18,6 +18,7 @@ from core.chat import (
     SessionBuffers,
     TurnResult,
 )
+from core.config import HookchatConfig
 from core.utils.clock import Clock
 from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool
@@ -31,6 +32,7 @@ __all__ = ["PluginHost", "PluginHandle", "PluginDirectory", "PluginStatusView"]
 class PluginHost(Protocol):
     """What plugins and services may use of the running app: sending, the session buffers, turns and history."""
 
+    config: HookchatConfig
     buffers: SessionBuffers
     clock: Clock
 
@@ -55,6 +57,10 @@ class PluginHost(Protocol):
 
     async def remember(self, session: Session, text: str, meta: dict[str, Any]) -> None:
         """Append `text` to the session's history as a user message the model reads next turn."""
+
+    @property
+    def tool_server_running(self) -> bool:
+        """Whether the app serves the HTTP tool registry right now."""
 
     async def clear_remote_tools(self, source: str) -> bool:
         """Remove the remote tools registered with `source` from the app's tool registry; False without one."""

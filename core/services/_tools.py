@@ -115,7 +115,7 @@ def describe_tool(tool: BaseTool, *, owner: str | None = None, active: bool = Tr
         "timeout": tool.timeout,
         "role": tool.role,
         "owner": owner if owner is not None else tool.owner,
-        "remote": bool(getattr(tool, "remote", False)),
+        "remote": tool.remote,
         "active": active,
     }
 

@@ -96,6 +96,8 @@ class BaseTool:
     parameters: dict[str, Any] = EMPTY_PARAMETERS
     timeout: float = DEFAULT_TOOL_TIMEOUT
     role: str | None = None
+    #: True for a tool another process serves through the HTTP tool registry (seed 000).
+    remote: bool = False
 
     def __init__(self, ctx: Any = None, **kwargs: Any) -> None:
         self.ctx = ctx

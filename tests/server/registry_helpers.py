@@ -39,7 +39,7 @@ async def registry_bot(provider: Any, data_dir: Path, *, port: int = 0, token: s
         server_cfg["max_body_bytes"] = max_body_bytes
     config = {"data": {"dir": str(data_dir)}, "server": server_cfg}
     async with ChatHarness(plugins=plugins, provider=provider, config=config) as bot:
-        server = ToolRegistryServer(bot.app, recheck_interval=0.2, probe_timeout=1.0)
+        server = ToolRegistryServer(bot.app.config.server, bot.app.plugins.tools, bot.app.data_dir, recheck_interval=0.2, probe_timeout=1.0)
         bot.app.tool_server = server
         await server.start()
         yield bot, server

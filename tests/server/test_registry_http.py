@@ -248,7 +248,7 @@ async def test_the_registry_serves_on_the_configured_port_and_refuses_a_taken_on
         assert server.url == f"http://127.0.0.1:{port}"
         from core.server import ToolRegistryServer
 
-        second = ToolRegistryServer(bot.app, port=port, db_path=tmp_path / "other.sqlite3")
+        second = ToolRegistryServer(bot.app.config.server, bot.app.plugins.tools, bot.app.data_dir, port=port, db_path=tmp_path / "other.sqlite3")
         with pytest.raises(OSError):
             await second.start()
         assert server.running

@@ -36,14 +36,13 @@ class SystemInfo:
     async def get_server_settings(self) -> Result[dict[str, Any], SdkError]:
         """`Ok` of the tool registry's host, port and body limit, and whether a token is configured (never the
         token itself)."""
-        app = getattr(self.ctx, "app", None)
-        config = getattr(app, "config", None)
-        if config is None:
+        app = self.ctx.app
+        if app is None:
             return Err(SdkError("no running app", code="not_attached"))
-        server = config.server
-        running = getattr(getattr(app, "tool_server", None), "running", False)
+        server = app.config.server
         return Ok({"host": server.host, "port": server.port, "max_body_bytes": server.max_body_bytes,
-                   "token_configured": configured_token(server) is not None, "tool_registry_running": running})
+                   "token_configured": configured_token(server) is not None,
+                   "tool_registry_running": app.tool_server_running})
 
     async def get_python_env(self) -> Result[dict[str, Any], SdkError]:
         """`Ok` of the Python version, implementation, executable and platform."""

@@ -5,6 +5,7 @@ It is the `PluginHost` plugins and services see: the one send path, the session 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
 
 from core.adapter import ALL_ELEMENTS, Adapter
@@ -21,6 +22,7 @@ from core.chat import (
     SessionBuffers,
     TurnResult,
 )
+from core.builtins import BUILTIN_PLUGINS
 from core.config import HookchatConfig
 from core.history import HistoryStore
 from core.pipeline import MessagePipeline, TurnScheduler
@@ -57,7 +59,8 @@ def build_provider(config: HookchatConfig) -> LLMProvider:
 
 
 class HookChat:
-    """The running bot. `plugins` adds plugin classes or folders to those found in the configured directories."""
+    """The running bot. `plugins` adds plugin classes or folders to those found in the configured directories;
+    `builtins` names the framework's own plugins to load (by default the chat debounce and the built-in tags)."""
 
     def __init__(
         self,
@@ -68,6 +71,7 @@ class HookChat:
         plugins: list[type | str | Path] = (),  # type: ignore[assignment]
         history: bool = True,
         entry_points: bool = True,
+        builtins: Iterable[str] = BUILTIN_PLUGINS,
         serve_tools: bool = False,
         clock: Clock | None = None,
     ) -> None:
@@ -86,6 +90,7 @@ class HookChat:
             is_enabled=self.config.plugins.is_enabled,
             media_roots=[self.data_dir, *self.config.media.allowed_dirs],
             entry_points=entry_points,
+            builtins=builtins,
             app=self,
         )
         self._extra_plugins = list(plugins)

@@ -13,7 +13,7 @@ import json
 import re
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +24,7 @@ from packaging.version import Version
 from pydantic import ValidationError
 
 import core
+from core.builtins import builtin_plugins_dir
 from core.chat import KiraLifecycleEvent
 from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine
@@ -74,6 +75,7 @@ class PluginSource:
     entry_point: importlib.metadata.EntryPoint | None = None
     plugin_class: type | None = None
     schema: dict[str, Any] | None = None
+    builtin: bool = False  # one of the framework's own plugins (core/builtins), which a plugin of its id replaces
 
     @property
     def origin(self) -> str:
@@ -101,6 +103,8 @@ class PluginStatus:
     #: For a loaded plugin whose manifest has a `core_version`: which version satisfied it (hookchat's own, or the
     #: KiraAI plugin API hookchat implements).
     compat: str | None = None
+    #: Problems that did not stop the plugin: a second plugin refused for the same id, unknown manifest keys.
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -115,7 +119,8 @@ class PluginLoader:
     """Loads plugins into a `HookEngine` and keeps the registries of what they contributed.
 
     `plugin_dirs` are scanned for plugin folders (each with `manifest.json`); installed distributions are scanned
-    for the `hookchat.plugins` entry point group. Plugins load sorted by plugin id, which is also the tie-break
+    for the `hookchat.plugins` entry point group; then the `builtins` (ids of the framework's own plugins in
+    `core/builtins`), each unless a plugin of its id was found already, which replaces it. Plugins load sorted by plugin id, which is also the tie-break
     order of equal-priority hooks. `plugin_config` maps plugin id to the operator's settings for it; `disabled`
     and `is_enabled` (the operator's enabled/disabled lists) decide which plugins `load_all` skips.
     """
@@ -131,6 +136,7 @@ class PluginLoader:
         is_enabled: Callable[[str], bool] | None = None,
         media_roots: list[Path | str] = (),  # type: ignore[assignment]
         entry_points: bool = True,
+        builtins: Iterable[str] = (),
         init_timeout: float = 30.0,
         app: PluginHost | None = None,
     ) -> None:
@@ -142,6 +148,7 @@ class PluginLoader:
         self._is_enabled = is_enabled
         self.media_roots = [Path(p) for p in media_roots] or [self.data_dir]
         self.use_entry_points = entry_points
+        self.builtins = tuple(builtins)
         self.init_timeout = init_timeout
         self.app = app
         self.tools: OwnedRegistry[BaseTool] = OwnedRegistry("tool")
@@ -170,14 +177,21 @@ class PluginLoader:
         return source
 
     def _add_source(self, source: PluginSource) -> None:
-        known = self._sources.get(source.plugin_id)
+        pid = source.plugin_id
+        known = self._sources.get(pid)
         if known is not None and known.origin != source.origin:
-            reason = f"duplicate plugin id {source.plugin_id!r}: already provided by {known.origin}"
-            self._fail(source.plugin_id, reason, source.origin)
-            return
-        self._sources[source.plugin_id] = source
-        self._status.setdefault(source.plugin_id, PluginStatus(source.plugin_id, "discovered", source.origin,
-                                                                source.manifest.version))
+            if source.builtin:
+                return  # the operator's plugin of this id replaces the built-in one
+            if not known.builtin:
+                problem = (f"duplicate plugin id {pid!r}: {source.origin} was refused, because {known.origin} "
+                           "has the same id; rename one of them (manifest.json \"plugin_id\")")
+                logger.warning("%s", problem)
+                self._status[pid].warnings.append(problem)
+                return
+            logger.info("plugin %r from %s replaces the built-in one", pid, source.origin)
+            self._status.pop(pid, None)
+        self._sources[pid] = source
+        self._status.setdefault(pid, PluginStatus(pid, "discovered", source.origin, source.manifest.version))
         self.engine.set_load_order(sorted(self._sources))
 
     def discover(self) -> list[PluginSource]:
@@ -197,6 +211,17 @@ class PluginLoader:
         if self.use_entry_points:
             for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
                 source = PluginSource(ep.name, Manifest(plugin_id=ep.name), entry_point=ep)
+                self._add_source(source)
+                found.append(source)
+        if self.builtins:
+            root = builtin_plugins_dir()
+            for plugin_id in self.builtins:
+                try:
+                    source = _read_folder(root / plugin_id)
+                except PluginLoadError as exc:  # a broken installation: say so, load the rest
+                    self._fail(plugin_id, str(exc), str(root / plugin_id))
+                    continue
+                source.builtin = True
                 self._add_source(source)
                 found.append(source)
         return found

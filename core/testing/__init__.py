@@ -21,12 +21,12 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import core
 from core.app import HookChat
 from core.adapter import ALL_ELEMENTS, Adapter
 from core.chat.message_elements import BaseMessageElement, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
+from core.builtins import BUILTIN_PLUGINS, builtin_plugins_dir
 from core.config import HookchatConfig
 from core.utils.clock import Clock
 from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, ToolCall
@@ -34,9 +34,10 @@ from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderErro
 __all__ = ["ScriptedProvider", "RecordingAdapter", "ManualClock", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
 
 #: The framework's own plugins (chat debounce, built-in tags, examples).
-BUILTIN_PLUGINS_DIR = Path(core.__file__).resolve().parent.parent / "plugins"
+#: The folder of the framework's own plugins (inside the installed package).
+BUILTIN_PLUGINS_DIR = builtin_plugins_dir()
 #: The built-in plugins a harness loads unless told otherwise: without the chat plugin no message reaches the model.
-DEFAULT_BUILTINS = ("chat", "builtin_tags")
+DEFAULT_BUILTINS = BUILTIN_PLUGINS
 
 
 class ScriptedProvider(LLMProvider):
@@ -207,7 +208,8 @@ class ChatHarness:
     ) -> None:
         self.provider = provider if provider is not None else ScriptedProvider()
         self.adapter = adapter or RecordingAdapter()
-        self._plugins = [*(BUILTIN_PLUGINS_DIR / name for name in builtins), *plugins]
+        self._plugins = list(plugins)
+        self._builtins = tuple(builtins)
         self._config = config
         self._history = history
         self.clock = clock
@@ -235,6 +237,7 @@ class ChatHarness:
             plugins=self._plugins,
             history=self._history,
             entry_points=False,
+            builtins=self._builtins,
             clock=self.clock,
         )
         await self.app.start()

@@ -1,19 +1,18 @@
 """Seed 000: the `@llm_tool` example runs unmodified as a plugin folder, the model calls it, and the imperative API
 and the tool rules behave as the seed says."""
 
-from pathlib import Path
 
 import pytest
 
 from core.provider import ToolCall
-from core.testing import ChatHarness, ScriptedProvider
+from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, ScriptedProvider
 from core.utils.tool_utils import ToolDefinitionError
 from plugin.sdk.plugin import NekoPluginBase, llm_tool, neko_plugin
 from tests.sdk.seed_snippets import SEED_000, block, method, snippet, write_plugin
 
 pytestmark = pytest.mark.anyio
 
-WEATHER = Path(__file__).resolve().parents[2] / "plugins" / "examples" / "weather"
+WEATHER = BUILTIN_PLUGINS_DIR / "examples" / "weather"
 
 
 def test_the_example_plugin_folder_holds_the_seed_example_verbatim():

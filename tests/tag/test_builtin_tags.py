@@ -1,4 +1,4 @@
-"""The built-in tags plugin (plugins/builtin_tags), loaded by the plugin manager as any plugin: what each tag
+"""The built-in tags plugin (core/builtins/builtin_tags), loaded by the plugin manager as any plugin: what each tag
 sends, which tags a platform is offered, and that media tags never send a file outside the allowed directories."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from core.chat.message_elements import At, Emoji, File, Image, Poke, Record, Rep
 from core.plugin import PluginLoader
 from core.provider import LLMRequest, ToolResult
 from core.tag import BaseTag, TagSet, parse_output
+from core.testing import BUILTIN_PLUGINS_DIR
 
-PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugins" / "builtin_tags"
+PLUGIN_DIR = BUILTIN_PLUGINS_DIR / "builtin_tags"
 ALL_TAGS = ["text", "at", "reply", "img", "record", "emoji", "poke", "file"]
 
 

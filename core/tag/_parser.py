@@ -10,8 +10,8 @@ import re
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from core.chat.message_elements import BaseMessageElement, Text
-from core.chat.message_utils import MessageChain
+from core.chat import BaseMessageElement, MessageChain
+from core.chat.message_elements import Text
 from core.tag._tags import BaseTag, TagSet, _current_event
 
 __all__ = ["StreamParser", "parse_output", "parse_stream", "decode_references", "OnTagError"]

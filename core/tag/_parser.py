@@ -1,6 +1,6 @@
 """The parser of the model's output: `<msg>` blocks of text and tags in, one `MessageChain` per outgoing message out.
 It is tolerant (it never raises and keeps every character the user should see), linear in time, and streaming:
-any chunking of the output gives the same messages as parsing it whole."""
+any chunking of the output gives the same messages as parsing it whole. Its text is always valid Unicode."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ _STRUCTURAL = ("msg", *_HIDDEN)
 _REF = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|amp|lt|gt|quot|apos);")
 _REF_MAX = 10
 _NAMED = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
+
+# A surrogate code point: half of a character split across chunks (joined again), or alone (replaced by U+FFFD).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _SLICE = 1 << 16  # parse_output feeds long outputs in slices of this many characters
 
@@ -93,6 +96,14 @@ def _ref(m: re.Match[str]) -> str:
     if code == 0 or 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
         return ref
     return chr(code)
+
+
+def _whole_characters(text: str) -> str:
+    """`text` with each surrogate pair joined into its character and each lone surrogate replaced by U+FFFD, so it
+    can be encoded (stored, sent) without `UnicodeEncodeError`."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def decode_references(text: str) -> str:
@@ -212,6 +223,7 @@ class StreamParser:
         self._hidden: str | None = None  # inside <think> / <reasoning>
         self._closed = False
         self._failed = False
+        self._high_surrogate = ""  # the last chunk ended in the first half of a surrogate pair: held back
         # message state
         self._in_msg = False
         self._ops: list[_Op] = []
@@ -232,6 +244,8 @@ class StreamParser:
         """Add the next chunk of output; returns the messages completed by it (often none)."""
         if self._closed:
             raise RuntimeError("StreamParser.feed() called after close()")
+        if chunk and (self._high_surrogate or not chunk.isascii()):  # `isascii()` costs nothing on ASCII text
+            chunk = self._whole_chunk(chunk)
         if chunk and self._receive(chunk) and not self._failed:
             self._safely(self._scan, False)
         return await self._build() if self._done else []
@@ -241,7 +255,7 @@ class StreamParser:
         if self._closed:
             return []
         self._closed = True
-        self._join("")
+        self._join("\ufffd" if self._high_surrogate else "")  # the pair's second half never came
         if self._failed:
             rest = self._buf[self._pos :]
             if rest.strip():
@@ -252,6 +266,14 @@ class StreamParser:
         return await self._build()
 
     # -- scanning --------------------------------------------------------------------------------------------------
+
+    def _whole_chunk(self, chunk: str) -> str:
+        """`chunk` as whole characters: a surrogate pair split across chunks is joined, a lone one replaced."""
+        chunk = self._high_surrogate + chunk
+        self._high_surrogate = ""
+        if chunk and "\ud800" <= chunk[-1] <= "\udbff":  # a pair's first half: its second may come next
+            chunk, self._high_surrogate = chunk[:-1], chunk[-1]
+        return _whole_characters(chunk)
 
     def _receive(self, chunk: str) -> bool:
         """Take a chunk in; False while it cannot finish the construct being waited for."""

@@ -1,6 +1,6 @@
 """The parser of the model's output: `<msg>` blocks of text and tags in, one `MessageChain` per outgoing message out.
 It is tolerant (it never raises and keeps every character the user should see), linear in time, and streaming:
-any chunking of the output gives the same messages as parsing it whole."""
+any chunking of the output gives the same messages as parsing it whole. Its text is always valid Unicode."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import re
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from core.chat.message_elements import BaseMessageElement, Text
-from core.chat.message_utils import MessageChain
+from core.chat import BaseMessageElement, MessageChain
+from core.chat.message_elements import Text
 from core.tag._tags import BaseTag, TagSet, _current_event
 
 __all__ = ["StreamParser", "parse_output", "parse_stream", "decode_references", "OnTagError"]
@@ -26,12 +26,16 @@ _STRUCTURAL = ("msg", *_HIDDEN)
 
 # Character references: the five XML names and numeric ones. Anything else (a bare `&`, `&foo;`, a DTD's entity)
 # is text, never expanded. Digit counts are bounded so a reference is at most 10 characters long.
-_REF = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|(amp|lt|gt|quot|apos));")
+_REF = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|amp|lt|gt|quot|apos);")
 _REF_MAX = 10
-_NAMED = {"amp": "&", "lt": "<", "gt": ">", "quot": '"', "apos": "'"}
+_NAMED = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
+
+# A surrogate code point: half of a character split across chunks (joined again), or alone (replaced by U+FFFD).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _SLICE = 1 << 16  # parse_output feeds long outputs in slices of this many characters
 
+_OTHER_CASE: Any = object()  # a tag name not written in lower case: looked up again, lowered
 _NO_ATTRIBUTES: dict[str, str] = {}  # shared, never mutated: handlers receive a copy through **attrs
 _ATTR = re.compile(r"""([^\s=/"']+)(?:\s*=\s*(?:"([^"]*)"?|'([^']*)'?|([^\s"']+)))?""")
 
@@ -83,12 +87,23 @@ def _hidden_end_re(name: str, in_msg: bool) -> re.Pattern[str]:
 
 
 def _ref(m: re.Match[str]) -> str:
-    if m.group(3):
-        return _NAMED[m.group(3)]
-    code = int(m.group(1)) if m.group(1) else int(m.group(2), 16)
+    """The character a reference stands for; a reference to no character (NUL, a surrogate) stays as written."""
+    ref = m[0]
+    named = _NAMED.get(ref)
+    if named is not None:
+        return named
+    code = int(m[1]) if m.lastindex == 1 else int(m[2], 16)
     if code == 0 or 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
-        return m.group(0)
+        return ref
     return chr(code)
+
+
+def _whole_characters(text: str) -> str:
+    """`text` with each surrogate pair joined into its character and each lone surrogate replaced by U+FFFD, so it
+    can be encoded (stored, sent) without `UnicodeEncodeError`."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def decode_references(text: str) -> str:
@@ -148,35 +163,37 @@ def _start_tag_rest(rest: str) -> tuple[dict[str, str], str, bool]:
     return attrs, default, alone
 
 
-def _elements(result: Any, tag: BaseTag) -> list[BaseMessageElement]:
-    """A handler's return value as a list of elements: None, one element, a str or an iterable of them."""
-    if result.__class__ is list:
-        for element in result:  # the usual case: a list of elements, none of them an empty Text
-            if element.__class__ is Text:
-                if not element.text:
-                    break
-            elif not isinstance(element, BaseMessageElement):
-                break
-        else:
-            return result
-    elif result is None:
-        return []
-    elif isinstance(result, (BaseMessageElement, str)):
+def _add_elements(chain: MessageChain, result: Any, tag: BaseTag) -> None:
+    """Append a handler's return value to `chain`: None, one element, a str or an iterable of them. Empty Texts are
+    dropped; anything else raises TypeError, and then nothing is appended."""
+    if result.__class__ is list and len(result) == 1:  # the usual result, on the hot path
+        element = result[0]
+        if element.__class__ is Text:
+            if element.text:
+                chain.append(element)
+            return
+        if isinstance(element, BaseMessageElement) and not isinstance(element, Text):  # a Text subclass: below
+            chain.append(element)
+            return
+    if result is None:
+        return
+    if isinstance(result, (BaseMessageElement, str)):
         result = [result]
-    out: list[BaseMessageElement] = []
+    elements: list[BaseMessageElement] = []
     for element in result:
         if isinstance(element, str):
             element = Text(element)
         elif not isinstance(element, BaseMessageElement):
             raise TypeError(f"tag <{tag.name}> returned {element!r}; a handler returns message elements")
         if not (isinstance(element, Text) and not element.text):
-            out.append(element)
-    return out
+            elements.append(element)
+    chain.extend(elements)
 
 
 # An operation of a message being assembled: bare text, or a tag occurrence (tag, value, attributes) whose
 # handler runs once the message is complete.
-_Op = str | tuple[BaseTag, str, dict[str, str]]
+_TagOp = tuple[BaseTag, str, dict[str, str]]
+_Op = str | _TagOp
 
 
 class StreamParser:
@@ -191,6 +208,8 @@ class StreamParser:
     def __init__(self, tag_set: TagSet | None, event: Any = None, on_error: OnTagError | None = None) -> None:
         self._tags: dict[str, BaseTag] = {t.name.lower(): t for t in (tag_set or ())}
         self._names = tuple(sorted({*self._tags, *_STRUCTURAL}))
+        # every name the regex knows (lower-cased) to its tag, None for msg, think and reasoning
+        self._kinds: dict[str, BaseTag | None] = {name: self._tags.get(name) for name in self._names}
         self._search = _token_re(self._names).search
         self._event = event
         self._on_error = on_error
@@ -204,14 +223,15 @@ class StreamParser:
         self._hidden: str | None = None  # inside <think> / <reasoning>
         self._closed = False
         self._failed = False
+        self._high_surrogate = ""  # the last chunk ended in the first half of a surrogate pair: held back
         # message state
         self._in_msg = False
         self._ops: list[_Op] = []
         self._bare: list[str] = []
-        self._open: BaseTag | None = None
-        self._open_attrs: dict[str, str] = {}
-        self._open_default = ""  # the value given as an attribute (`<at value="1"/>`)
-        self._open_value: list[str] = []
+        # the open tag's op as it stands while it holds no text: its value is the one given as an attribute
+        # (`<at value="1"/>`), or ""
+        self._open: _TagOp | None = None
+        self._open_value: list[str] = []  # the text collected since it opened
         self._open_alone = False  # a root tag standing outside <msg>: its elements are a message of their own
         self._done: list[list[_Op]] = []
         # what follows a start tag's name, parsed: models repeat the same attributes (ids) a lot
@@ -224,6 +244,8 @@ class StreamParser:
         """Add the next chunk of output; returns the messages completed by it (often none)."""
         if self._closed:
             raise RuntimeError("StreamParser.feed() called after close()")
+        if chunk and (self._high_surrogate or not chunk.isascii()):  # `isascii()` costs nothing on ASCII text
+            chunk = self._whole_chunk(chunk)
         if chunk and self._receive(chunk) and not self._failed:
             self._safely(self._scan, False)
         return await self._build() if self._done else []
@@ -233,7 +255,7 @@ class StreamParser:
         if self._closed:
             return []
         self._closed = True
-        self._join("")
+        self._join("\ufffd" if self._high_surrogate else "")  # the pair's second half never came
         if self._failed:
             rest = self._buf[self._pos :]
             if rest.strip():
@@ -244,6 +266,14 @@ class StreamParser:
         return await self._build()
 
     # -- scanning --------------------------------------------------------------------------------------------------
+
+    def _whole_chunk(self, chunk: str) -> str:
+        """`chunk` as whole characters: a surrogate pair split across chunks is joined, a lone one replaced."""
+        chunk = self._high_surrogate + chunk
+        self._high_surrogate = ""
+        if chunk and "\ud800" <= chunk[-1] <= "\udbff":  # a pair's first half: its second may come next
+            chunk, self._high_surrogate = chunk[:-1], chunk[-1]
+        return _whole_characters(chunk)
 
     def _receive(self, chunk: str) -> bool:
         """Take a chunk in; False while it cannot finish the construct being waited for."""
@@ -276,7 +306,7 @@ class StreamParser:
         n = len(buf)
         pos = at = self._pos  # `pos`: start of the text not taken yet; `at`: where to look for markup
         search = self._search
-        tags = self._tags
+        kinds = self._kinds
         while True:
             if self._hidden is not None:  # everything up to </think> is dropped
                 m = _hidden_end_re(self._hidden, self._in_msg).search(buf, pos)
@@ -307,12 +337,8 @@ class StreamParser:
                     self._text(decode_references(buf[pos:end]))
                 return self._stop(end, wait)
             start, stop = m.span()
-            if start > pos:  # the text before the markup (a `<` that starts no markup is text); `_text`, inlined
-                text = buf[pos:start]
-                if self._open is not None:
-                    self._open_value.append(_REF.sub(_ref, text) if "&" in text else text)
-                elif self._bare or self._ops or not text.isspace():  # else: layout at a message's start
-                    self._bare.append(_REF.sub(_ref, text) if "&" in text else text)
+            if start > pos:  # the text before the markup (a `<` that starts no markup is text)
+                self._text(decode_references(buf[pos:start]))
             slash, name, quoted_rest, rest, content = m.groups()
             if name is not None:
                 if quoted_rest is not None:
@@ -322,8 +348,10 @@ class StreamParser:
                     # the tag ends later), so wait, exactly as for an unfinished tag. The text before it is taken.
                     return self._stop(start, _WAIT_TAG)
                 pos = at = stop
-                name = name.lower()
-                tag = tags.get(name)
+                tag = kinds.get(name, _OTHER_CASE)
+                if tag is _OTHER_CASE:  # the regex matched the name in another letter case
+                    name = name.lower()
+                    tag = kinds[name]
                 if tag is None:  # msg, think, reasoning
                     self._structural(slash, name, rest)
                 elif slash:
@@ -338,8 +366,8 @@ class StreamParser:
                         if content:
                             self._text(decode_references(content))
                         self._structural("/", name, "")
-                    elif self._open is tag:  # <text>hi</text>: the usual case
-                        self._close_tag(_REF.sub(_ref, content) if "&" in content else content)
+                    elif self._open is not None:  # <text>hi</text>, the usual case: the tag is still open
+                        self._close_tag(decode_references(content))
                     else:  # <at/>hi</at>: the text is outside the (self-closed) tag
                         if content:
                             self._text(decode_references(content))
@@ -390,39 +418,30 @@ class StreamParser:
             self._open_alone = True
         else:
             # A tag opened inside another ends it: <text>a<at id=1/>b</text> is text, at, text.
-            open_tag = self._open
-            if open_tag is not None:
-                if self._open_value or self._open_alone:
-                    self._close_tag()
-                # Else nothing was collected since it opened (`<text><text>...` repeats this): `_close_tag()`,
-                # inlined; without attributes its op is the tag's shared one, so no new object for the GC to track.
-                elif self._open_attrs is _NO_ATTRIBUTES:
-                    self._ops.append(self._empty_ops[id(open_tag)])
-                else:
-                    self._ops.append((open_tag, self._open_default, self._open_attrs))
+            if self._open is not None:
+                self._close_tag()
             if self._bare:
                 self._flush_bare()
-        self._open = tag
         if rest:
             cached = self._attr_cache.get(rest)
             if cached is None:
                 cached = self._attr_cache[rest] = _start_tag_rest(rest)
-            self._open_attrs, self._open_default, alone = cached
+            attrs, default, alone = cached
+            self._open = (tag, default, attrs)
             if alone:
                 self._close_tag()
         else:
-            self._open_attrs = _NO_ATTRIBUTES
-            self._open_default = ""
+            self._open = self._empty_ops[id(tag)]
 
     def _close_tag(self, content: str = "") -> None:
         """Close the open tag (callers check there is one); its value is the text collected since it opened,
         followed by `content`."""
+        op = self._open
         if self._open_value:
-            value = "".join(self._open_value) + content
+            content = "".join(self._open_value) + content
             self._open_value.clear()
-        else:
-            value = content
-        op = (self._open, value or self._open_default, self._open_attrs)
+        if content:
+            op = (op[0], content, op[2])
         self._open = None
         if self._open_alone:
             self._open_alone = False
@@ -474,29 +493,18 @@ class StreamParser:
         try:
             for ops in done:
                 chain = MessageChain()
-                append, extend = chain.append, chain.extend
                 for op in ops:
                     if op.__class__ is str:
-                        append(Text(op))
+                        chain.append(Text(op))
                         continue
                     tag, value, attrs = op
                     try:
                         # `**attrs` of an empty dict passes nothing, but costs a slower call on the hot path
-                        result = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
-                        if result.__class__ is list and len(result) == 1:  # the usual result: `_elements`, inlined
-                            element = result[0]
-                            if element.__class__ is Text:
-                                if element.text:  # an empty Text is dropped
-                                    append(element)
-                                continue
-                            if isinstance(element, BaseMessageElement):
-                                append(element)
-                                continue
-                        extend(_elements(result, tag))
+                        _add_elements(chain, await (tag.handle(value, **attrs) if attrs else tag.handle(value)), tag)
                     except Exception as exc:
                         await self._report(tag, exc)
                         if value and not value.isspace():
-                            append(Text(value))
+                            chain.append(Text(value))
                 if chain:
                     chains.append(chain)
         finally:

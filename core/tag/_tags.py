@@ -7,10 +7,11 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from core.chat.message_elements import BaseMessageElement
+import anyio
+
+from core.chat import BaseMessageElement
 
 __all__ = [
     "BaseTag",
@@ -119,8 +120,6 @@ class FunctionTag(BaseTag):
 
     async def handle(self, value: str, **kwargs: Any) -> list[BaseMessageElement]:
         """Run a sync handler in a worker thread (an async handler replaces this method on the instance)."""
-        import anyio
-
         result = await anyio.to_thread.run_sync(lambda: self.handler(value, **kwargs))
         if inspect.isawaitable(result):
             result = await result

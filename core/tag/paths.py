@@ -8,10 +8,11 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import anyio
+
+from core.chat import BaseMessageElement
 
 __all__ = ["MediaPathError", "check_media_path", "resolve_media_path", "find_attachment"]
 
@@ -72,7 +73,7 @@ async def resolve_media_path(value: str, roots: Iterable[str | os.PathLike[str]]
     return await anyio.to_thread.run_sync(check_media_path, value, list(roots))
 
 
-def find_attachment(value: str, attachments: Sequence[Any]) -> Any | None:
+def find_attachment(value: str, attachments: Sequence[BaseMessageElement]) -> BaseMessageElement | None:
     """The attachment (an `Image`, `Record` or `File` a tool returned) that `value` names, or None.
 
     It matches the attachment's path (also after normalisation), its file name, its `name` or its URL. No I/O.

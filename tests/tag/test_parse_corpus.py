@@ -9,7 +9,7 @@ import pytest
 
 from core.chat.message_elements import At, Json, Notice, Text
 from core.chat.message_utils import MessageChain
-from core.tag import parse_output
+from core.tag import BaseTag, current_event, parse_output
 
 T = Text
 
@@ -138,8 +138,6 @@ async def test_failing_on_error_callback_is_swallowed(tag_set, caplog) -> None:
 
 @pytest.mark.anyio
 async def test_handler_returning_junk_degrades_to_text(tag_set) -> None:
-    from core.tag import BaseTag
-
     class Junk(BaseTag):
         name = "junk"
 
@@ -159,8 +157,6 @@ async def test_handler_returning_junk_degrades_to_text(tag_set) -> None:
 
 @pytest.mark.anyio
 async def test_handlers_see_the_event(tag_set) -> None:
-    from core.tag import BaseTag, current_event
-
     class WhoAsked(BaseTag):
         name = "who"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.chat.message_elements import At, Text
-from core.tag import StreamParser, parse_stream
+from core.tag import StreamParser, parse_output, parse_stream
 
 
 @pytest.mark.anyio
@@ -73,8 +73,6 @@ async def test_parse_stream_yields_each_message(tag_set) -> None:
     "<msg>Wrap it in a <think> tag.</msg><msg>Second</msg>",
 ])
 async def test_a_quote_or_a_think_left_open_gives_the_same_messages_for_every_cut(tag_set, output: str) -> None:
-    from core.tag import parse_output
-
     whole = await parse_output(output, tag_set)
     for cut in range(1, len(output)):
         parser = StreamParser(tag_set)

@@ -91,6 +91,7 @@ class HookChat:
             media_roots=[self.data_dir, *self.config.media.allowed_dirs],
             entry_points=entry_points,
             builtins=builtins,
+            config_source=self.config.source,
             app=self,
         )
         self._extra_plugins = list(plugins)
@@ -148,9 +149,6 @@ class HookChat:
             else:
                 self.plugins.add_folder(item)
         await self.plugins.load_all()
-        for status in self.plugins.statuses():
-            if status.state == "error":
-                logger.warning("plugin %r skipped: %s", status.plugin_id, status.reason)
         for adapter in self.adapters.values():
             await adapter.start(self)
         if self.push is not None:

@@ -31,10 +31,7 @@ async def _chat(config: HookchatConfig) -> int:
     if isinstance(app.provider, LocalLlamaProvider):
         app.provider.on_progress = lambda text: print(f"[hookchat] {text}", file=sys.stderr, flush=True)
         await app.provider.load()
-    async with app:
-        failed = [s for s in app.plugins.statuses() if s.state == "error"]
-        for status in failed:
-            print(f"[hookchat] plugin {status.plugin_id} skipped: {status.reason}", file=sys.stderr)
+    async with app:  # a plugin that failed to load is logged (stderr) with its reason
         print(f"[hookchat] chatting with {getattr(app.provider, 'model_name', app.provider.name)}; "
               "/quit to leave", file=sys.stderr, flush=True)
         await console.repl()
@@ -70,6 +67,8 @@ async def _plugins(config: HookchatConfig, as_json: bool) -> int:
         print(line)
         if s.reason:
             print(f"{'':<24} reason: {s.reason}")
+        for warning in s.warnings:
+            print(f"{'':<24} warning: {warning}")
         for kind in ("hooks", "tools", "tags"):
             items = getattr(s, kind)
             if items:

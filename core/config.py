@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     ValidationInfo,
@@ -258,6 +259,13 @@ class HookchatConfig(_Section):
     adapters: AdaptersConfig = Field(default_factory=dict)
     server: ServerConfig = Field(default_factory=dict)
     media: MediaConfig = Field(default_factory=dict)
+    #: The file this config was read from (None: the defaults, or built in code); messages about it name it.
+    _source: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> str:
+        """Where this config came from, for messages: the file, or "the default configuration"."""
+        return str(self._source) if self._source is not None else "the default configuration"
 
     @field_validator("providers")
     @classmethod
@@ -307,6 +315,7 @@ def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = 
     except ValidationError as exc:
         raise _validation_error(file if found else None, exc) from None
     _apply_env_secrets(config, env)
+    config._source = file if found else None
     return config
 
 

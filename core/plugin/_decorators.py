@@ -6,6 +6,7 @@ on the function; tools and tags carry their declaration, which the plugin manage
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,6 +127,15 @@ class _On:
     def exception(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
         """A hook, tag handler or pipeline stage failed: `(event: KiraExceptionEvent)`."""
         return _hook(EventType.EXCEPTION.value, priority, deadline)
+
+    def __getattr__(self, name: str) -> Any:
+        """A misspelt event (`@on.im_mesage()`) fails at import with the events there are and the nearest one."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        events = [e.value for e in EventType]
+        near = difflib.get_close_matches(name, events, n=1)
+        hint = f"did you mean on.{near[0]}? " if near else ""
+        raise AttributeError(f"there is no hook event on.{name}: {hint}(events: {', '.join(events)})")
 
     def custom_event(self, event_name: str, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
         """A custom event dispatched with `ctx.dispatch_custom(event_name, data)`: `(event: KiraCustomEvent)`."""

@@ -26,7 +26,7 @@ from typing import Any
 import pluggy
 
 from core.chat import KiraExceptionEvent
-from core.plugin._events import EventType
+from core.plugin._events import EventType, event_arguments
 from core.plugin._decorators import HOOK_ATTR, PROJECT, HookMeta
 from core.utils.declarations import declared
 from core.utils.log import logger
@@ -46,6 +46,26 @@ def _marked_names(cls: type) -> frozenset[str]:
     if names is None:
         names = _marked[cls] = frozenset(name for name, _ in declared(cls, _IMPL_ATTR))
     return names
+
+
+def _source_of(fn: Callable[..., Any]) -> str:
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
+
+
+def _check_signature(where: str, method: Callable[..., Any], event: str) -> None:
+    """Refuse a hook that cannot be called with its event's positional arguments, naming the signature it needs."""
+    arguments = event_arguments(event)
+    try:
+        inspect.signature(method).bind(*arguments)
+    except TypeError:
+        needed = ", ".join(("self", *arguments, "*args", "**kwargs"))
+        raise HookRegistrationError(
+            f"{where} cannot take the arguments of {event}: it is called as {event}({', '.join(arguments)}); "
+            f"write it as 'async def {getattr(method, '__name__', 'hook')}({needed})'"
+        ) from None
+    except ValueError:  # no signature to read (a C callable): it will show at the first call
+        return
 
 
 class HookRegistrationError(TypeError):
@@ -122,11 +142,14 @@ class HookEngine(pluggy.PluginManager):
         """Register `plugin` under `name` (its plugin id); every `@on` hook on it must be `async def`."""
         label = name or self.get_canonical_name(plugin)
         for attr, fn in declared(plugin, _IMPL_ATTR):
+            where = f"hook {type(plugin).__name__}.{attr} of plugin {label!r} ({_source_of(fn)})"
             if not inspect.iscoroutinefunction(fn):
                 raise HookRegistrationError(
-                    f"hook {type(plugin).__name__}.{attr} of plugin {label!r} is not async: "
-                    "declare it with 'async def' (hooks run on the event loop)"
+                    f"{where} is not async: declare it with 'async def' (hooks run on the event loop)"
                 )
+            meta: HookMeta | None = getattr(fn, HOOK_ATTR, None)
+            if meta is not None:
+                _check_signature(where, getattr(plugin, attr), meta.event)
         registered = super().register(plugin, name)
         if registered is not None and registered not in self._load_order:
             self._load_order[registered] = self._next_order

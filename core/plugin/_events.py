@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Priority", "EventType", "CUSTOM_PREFIX", "custom_event_name"]
+__all__ = ["Priority", "EventType", "EVENT_ARGUMENTS", "CUSTOM_PREFIX", "custom_event_name", "event_arguments"]
 
 
 class Priority(enum.IntEnum):
@@ -36,9 +36,31 @@ class EventType(str, enum.Enum):
     CUSTOM_EVENT = "custom_event"
 
 
+#: The positional arguments each event passes its hooks (after `self`); a hook must accept them.
+EVENT_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    EventType.IM_MESSAGE.value: ("event",),
+    EventType.MESSAGE_BUFFERED.value: ("event",),
+    EventType.IM_BATCH_MESSAGE.value: ("event",),
+    EventType.LLM_REQUEST.value: ("event", "req", "tag_set"),
+    EventType.LLM_RESPONSE.value: ("event", "resp"),
+    EventType.AFTER_XML_PARSE.value: ("event", "chain"),
+    EventType.TOOL_RESULT.value: ("event", "result"),
+    EventType.STEP_RESULT.value: ("event", "resp"),
+    EventType.FINAL_RESULT.value: ("event", "chain"),
+    EventType.MESSAGE_SENT.value: ("event", "result"),
+    EventType.LOADED.value: ("event",),
+    EventType.SHUTDOWN.value: ("event",),
+    EventType.EXCEPTION.value: ("event",),
+}
+
 CUSTOM_PREFIX = "custom_event:"
 
 
 def custom_event_name(event_name: str) -> str:
     """The dispatch name of the custom event `event_name`."""
     return CUSTOM_PREFIX + event_name
+
+
+def event_arguments(event: str) -> tuple[str, ...]:
+    """The positional arguments the hooks of `event` receive (a custom event passes its event only)."""
+    return EVENT_ARGUMENTS.get(event, ("event",))

@@ -4,6 +4,7 @@ plugin removes everything it registered (hooks, tools, tags, tasks), by owner, n
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.machinery
 import importlib.metadata
@@ -12,6 +13,7 @@ import inspect
 import json
 import re
 import sys
+import traceback
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -49,6 +51,12 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "hookchat.plugins"
+#: The manifest keys hookchat reads, and those KiraAI's manifests carry (kept, shown by the web console); any
+#: other key is reported, with the nearest of these: a misspelt `core_version` would switch the version check off.
+MANIFEST_KEYS = (
+    "plugin_id", "display_name", "version", "author", "description", "core_version", "entry_class",
+    "name", "desc", "repo", "icon", "tags", "locales", "uninstallable", "hide", "homepage", "license",
+)
 ENTRY_MODULES = ("main.py", "plugin.py", "__init__.py")
 
 #: The KiraAI version whose plugin API hookchat implements (the one seed 003 documents), for manifests written for
@@ -76,6 +84,8 @@ class PluginSource:
     plugin_class: type | None = None
     schema: dict[str, Any] | None = None
     builtin: bool = False  # one of the framework's own plugins (core/builtins), which a plugin of its id replaces
+    #: Problems that do not stop the plugin (unknown manifest keys, a second plugin of this id refused).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def origin(self) -> str:
@@ -137,6 +147,7 @@ class PluginLoader:
         media_roots: list[Path | str] = (),  # type: ignore[assignment]
         entry_points: bool = True,
         builtins: Iterable[str] = (),
+        config_source: str = "the configuration",
         init_timeout: float = 30.0,
         app: PluginHost | None = None,
     ) -> None:
@@ -149,6 +160,7 @@ class PluginLoader:
         self.media_roots = [Path(p) for p in media_roots] or [self.data_dir]
         self.use_entry_points = entry_points
         self.builtins = tuple(builtins)
+        self.config_source = config_source
         self.init_timeout = init_timeout
         self.app = app
         self.tools: OwnedRegistry[BaseTool] = OwnedRegistry("tool")
@@ -186,7 +198,7 @@ class PluginLoader:
                 problem = (f"duplicate plugin id {pid!r}: {source.origin} was refused, because {known.origin} "
                            "has the same id; rename one of them (manifest.json \"plugin_id\")")
                 logger.warning("%s", problem)
-                self._status[pid].warnings.append(problem)
+                known.warnings.append(problem)
                 return
             logger.info("plugin %r from %s replaces the built-in one", pid, source.origin)
             self._status.pop(pid, None)
@@ -231,6 +243,11 @@ class PluginLoader:
     async def load_all(self) -> list[PluginStatus]:
         """Discover, then load every plugin not disabled by the operator, in plugin id order."""
         await anyio.to_thread.run_sync(self.discover)
+        for pid in sorted(set(self.plugin_config) - set(self._sources)):
+            near = difflib.get_close_matches(pid, list(self._sources), n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"plugins found: {', '.join(sorted(self._sources))}"
+            logger.warning("%s: [plugins.config.%s] configures no plugin that was found: %s", self.config_source,
+                           pid, hint)
         for pid in sorted(self._sources):
             if pid in self.disabled_ids or (self._is_enabled is not None and not self._is_enabled(pid)):
                 self._status[pid].state = "disabled"
@@ -274,10 +291,8 @@ class PluginLoader:
             if not isinstance(exc, Exception):
                 raise
             await self._discard(plugin_id, instance, ctx, modules, terminate=instance is not None)
-            reason = _reason(exc)
-            logger.error("plugin %r failed to load: %s", plugin_id, reason,
-                         exc_info=not isinstance(exc, PluginLoadError | PluginConfigError))
-            return self._fail(plugin_id, reason, source.origin)
+            unexpected = not isinstance(exc, PluginLoadError | PluginConfigError)
+            return self._fail(plugin_id, _reason(exc), source.origin, exc if unexpected else None)
         self._loaded[plugin_id] = _Loaded(source, instance, ctx, modules)
         self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version,
                                                compat=compat)
@@ -353,7 +368,9 @@ class PluginLoader:
         if modules:
             await anyio.to_thread.run_sync(_forget_modules, modules)
 
-    def _fail(self, plugin_id: str, reason: str, origin: str = "") -> PluginStatus:
+    def _fail(self, plugin_id: str, reason: str, origin: str = "", exc: BaseException | None = None) -> PluginStatus:
+        """Record that `plugin_id` is not loaded and why (one log line; the traceback of an unexpected error)."""
+        logger.error("plugin %r not loaded: %s", plugin_id, reason, exc_info=exc)
         status = self._status[plugin_id] = PluginStatus(plugin_id, "error", origin, reason=reason)
         send(plugin_failed, self, plugin_id=plugin_id, reason=reason)
         return status
@@ -407,6 +424,8 @@ class PluginLoader:
         status.tools = sorted(self.tools.by_owner(plugin_id))
         status.tags = sorted(self.tags.by_owner(plugin_id))
         status.tasks = len(loaded.ctx.tasks) if loaded else 0
+        source = self._sources.get(plugin_id)
+        status.warnings = list(source.warnings) if source is not None else []
         return status
 
     def statuses(self) -> list[PluginStatus]:
@@ -461,7 +480,16 @@ def _read_folder(folder: Path) -> PluginSource:
     schema = _read_json(schema_file, "schema") if schema_file.is_file() else None
     if schema is not None and not isinstance(schema, dict):
         raise PluginLoadError(f"{schema_file} must be a JSON object of config fields")
-    return PluginSource(manifest.plugin_id, manifest, path=folder.resolve(), schema=schema)
+    warnings = [_unknown_key(folder / "manifest.json", key) for key in sorted(raw) if key not in MANIFEST_KEYS]
+    for warning in warnings:
+        logger.warning("%s", warning)
+    return PluginSource(manifest.plugin_id, manifest, path=folder.resolve(), schema=schema, warnings=warnings)
+
+
+def _unknown_key(file: Path, key: str) -> str:
+    near = difflib.get_close_matches(key, MANIFEST_KEYS, n=1)
+    hint = f": did you mean {near[0]!r}?" if near else f" (known keys: {', '.join(sorted(MANIFEST_KEYS))})"
+    return f"{file}: unknown manifest key {key!r}{hint}"
 
 
 def _check_core_version(manifest: Manifest) -> str | None:
@@ -518,8 +546,22 @@ def _import_folder(source: PluginSource) -> tuple[type, list[str]]:
     except Exception as exc:
         for name in _package_modules(package):
             sys.modules.pop(name, None)
-        raise PluginLoadError(f"import of {folder / entry} failed: {type(exc).__name__}: {exc}") from exc
+        raise PluginLoadError(f"import of {folder / entry} failed: {_where_it_failed(exc, folder)}"
+                              f"{type(exc).__name__}: {exc}") from exc
     return _find_plugin_class(module, source.plugin_id, source.manifest), _package_modules(package)
+
+
+def _where_it_failed(exc: BaseException, folder: Path) -> str:
+    """`file:line: source line` of the plugin's own code where `exc` arose (its innermost frame in `folder`, or
+    the place a `SyntaxError` points at), followed by a space; "" when no frame of the plugin is involved."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        file, line, text = exc.filename, exc.lineno or 0, (exc.text or "").strip()
+    else:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).is_relative_to(folder)]
+        if not frames:
+            return ""
+        file, line, text = frames[-1].filename, frames[-1].lineno or 0, (frames[-1].line or "").strip()
+    return f"{file}:{line}: {text!r}: " if text else f"{file}:{line}: "
 
 
 def _package_modules(package: str) -> list[str]:

@@ -15,6 +15,7 @@ from core.adapter import AdapterError, build_adapters
 from core.adapter.console import ConsoleAdapter
 from core.app import HookChat
 from core.config import ConfigError, HookchatConfig, load_config
+from core.plugin import priority_name
 from core.provider.local import LocalLlamaProvider, ModelNotInstalledError
 from core.scaffold import write_plugin_skeleton
 
@@ -79,14 +80,22 @@ async def _plugins(config: HookchatConfig, as_json: bool) -> int:
 async def _hooks(config: HookchatConfig, as_json: bool) -> int:
     async with _app(config) as app:
         chains = app.plugins.hook_chains()
-    if as_json:
+        offers = {s.plugin_id: (s.tools, s.tags) for s in app.plugins.statuses() if s.tools or s.tags}
+    if as_json:  # the tools and tags are in `hookchat plugins --json`
         print(json.dumps(chains, indent=2))
         return 0
+    print("Hooks, in the order a message meets them (higher priority first):")
     for event, chain in chains.items():
-        print(event)
+        print(f"\n{event}")
         for i, entry in enumerate(chain, 1):
-            print(f"  {i:>2}. {entry['priority']:>5}  {entry['plugin_id']}.{entry['function']}"
+            print(f"  {i:>2}. {priority_name(entry['priority']):<16} {entry['plugin_id']}.{entry['function']}"
                   f"  (deadline {entry['deadline']:g} s)")
+    if offers:
+        print("\nWhat each plugin offers the model:")
+        for pid, (tools, tags) in offers.items():
+            parts = [f"tools: {', '.join(tools)}"] if tools else []
+            parts += [f"tags: {', '.join('<' + t + '>' for t in tags)}"] if tags else []
+            print(f"  {pid}: {'; '.join(parts)}")
     return 0
 
 
@@ -105,18 +114,27 @@ def _new_plugin(name: str, root: Path) -> int:
     return 0
 
 
+def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """`-c` and `-v`, accepted before the subcommand and after it (`hookchat hooks -c bot.toml`)."""
+    default = {} if defaults else {"default": argparse.SUPPRESS}
+    parser.add_argument("-c", "--config", help="config file (default: $HOOKCHAT_CONFIG or ./hookchat.toml)",
+                        **({"default": None} if defaults else default))
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level", **default)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hookchat", description=__doc__)
-    parser.add_argument("-c", "--config", help="config file (default: $HOOKCHAT_CONFIG or ./hookchat.toml)")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    _global_options(parser, defaults=True)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("chat", help="chat with the bot in this terminal")
-    sub.add_parser("run", help="start the configured adapters and the tool registry")
+    sub.add_parser("chat", help="chat with the bot in this terminal", parents=[common])
+    sub.add_parser("run", help="start the configured adapters and the tool registry", parents=[common])
     for name, text in (("plugins", "list plugins, their status and what they registered"),
-                       ("hooks", "show the resolved hook order per event")):
-        cmd = sub.add_parser(name, help=text)
+                       ("hooks", "show the resolved hook order per event, and the tools and tags offered")):
+        cmd = sub.add_parser(name, help=text, parents=[common])
         cmd.add_argument("--json", action="store_true", help="print JSON")
-    new = sub.add_parser("new-plugin", help="create a working plugin skeleton")
+    new = sub.add_parser("new-plugin", help="create a working plugin skeleton", parents=[common])
     new.add_argument("name")
     new.add_argument("--dir", default="data/plugins", help="where to create it (default: data/plugins)")
     return parser

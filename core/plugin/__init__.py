@@ -7,7 +7,7 @@ Everything a plugin author imports lives here; the modules starting with `_` are
 
 from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
-from core.plugin._events import EventType, Priority
+from core.plugin._events import EventType, Priority, priority_name
 from core.plugin._loader import (
     ENTRY_POINT_GROUP,
     KIRA_API_VERSION,
@@ -43,6 +43,7 @@ __all__ = [
     "get_logger",
     "logger",
     "on",
+    "priority_name",
     "register",
     "register_tool",
     "signals",

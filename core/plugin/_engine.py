@@ -26,7 +26,7 @@ from typing import Any
 import pluggy
 
 from core.chat import KiraExceptionEvent
-from core.plugin._events import EventType, event_arguments
+from core.plugin._events import EventType, event_arguments, pipeline_order
 from core.plugin._decorators import HOOK_ATTR, PROJECT, HookMeta
 from core.utils.declarations import declared
 from core.utils.log import logger
@@ -185,8 +185,8 @@ class HookEngine(pluggy.PluginManager):
         return chain
 
     def events(self) -> list[str]:
-        """Every event that has at least one hook."""
-        return sorted(name for name, caller in vars(self.hook).items() if caller.get_hookimpls())
+        """Every event that has at least one hook, in pipeline order (custom events last)."""
+        return sorted((name for name, caller in vars(self.hook).items() if caller.get_hookimpls()), key=pipeline_order)
 
     def _build_chain(self, event: str) -> tuple[HookEntry, ...]:
         caller = getattr(self.hook, event, None)

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Priority", "EventType", "EVENT_ARGUMENTS", "CUSTOM_PREFIX", "custom_event_name", "event_arguments"]
+__all__ = [
+    "Priority",
+    "EventType",
+    "EVENT_ARGUMENTS",
+    "CUSTOM_PREFIX",
+    "custom_event_name",
+    "event_arguments",
+    "pipeline_order",
+    "priority_name",
+]
 
 
 class Priority(enum.IntEnum):
@@ -59,6 +68,22 @@ CUSTOM_PREFIX = "custom_event:"
 def custom_event_name(event_name: str) -> str:
     """The dispatch name of the custom event `event_name`."""
     return CUSTOM_PREFIX + event_name
+
+
+_PIPELINE_ORDER = {e.value: i for i, e in enumerate(EventType)}
+
+
+def pipeline_order(event: str) -> tuple[int, str]:
+    """A sort key putting events in the order a message meets them (`EventType` order), custom events last."""
+    return _PIPELINE_ORDER.get(event, len(_PIPELINE_ORDER)), event
+
+
+def priority_name(priority: int) -> str:
+    """`HIGH (50)` for a named priority, `7` for any other int."""
+    try:
+        return f"{Priority(priority).name} ({priority})"
+    except ValueError:
+        return str(priority)
 
 
 def event_arguments(event: str) -> tuple[str, ...]:

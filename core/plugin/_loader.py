@@ -433,7 +433,7 @@ class PluginLoader:
         return [s for pid in sorted(self._status) if (s := self.status(pid)) is not None]
 
     def hook_chains(self) -> dict[str, list[dict[str, Any]]]:
-        """Per event, the resolved hook order: plugin id, function, priority and deadline."""
+        """Per event, in pipeline order, the resolved hook order: plugin id, function, priority and deadline."""
         return {event: [e.describe() for e in self.engine.chain(event)] for event in self.engine.events()}
 
     async def dispatch_loaded(self, plugin_id: str | None = None) -> None:

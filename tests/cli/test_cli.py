@@ -24,10 +24,8 @@ def hookchat(*args: str, cwd: Path, stdin: str = "", timeout: float = 120) -> su
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """A bot folder whose config points at the framework's own plugins plus one of the user's."""
-    (tmp_path / "hookchat.toml").write_text(
-        f'[plugins]\ndirs = ["{ROOT / "plugins"}", "data/plugins"]\n'
-        '[plugins.config.chat]\nquiet_seconds = 0.5\n', encoding="utf-8")
+    """A bot folder with a config of its own; the framework's plugins come with the package."""
+    (tmp_path / "hookchat.toml").write_text('[plugins.config.chat]\nquiet_seconds = 0.5\n', encoding="utf-8")
     return tmp_path
 
 
@@ -38,7 +36,20 @@ def test_hooks_prints_the_resolved_order_per_event(project):
     assert chains["im_message"][0] == {"plugin_id": "chat", "function": "choose_strategy", "priority": 100,
                                        "deadline": 10.0}
     text = hookchat("hooks", cwd=project).stdout
-    assert "im_message\n   1.   100  chat.choose_strategy  (deadline 10 s)" in text
+    assert "im_message\n   1. SYS_HIGH (100)   chat.choose_strategy  (deadline 10 s)" in text
+    events = [line for line in text.splitlines() if line and not line.startswith(" ") and not line.endswith(":")]
+    assert events == ["im_message", "message_buffered", "llm_request"], "pipeline order, not alphabetical"
+    assert "builtin_tags: tags: <at>, <emoji>, <file>, <img>" in text
+
+
+def test_global_options_work_before_and_after_the_subcommand(project):
+    (project / "other.toml").write_text("[plugins]\ndisabled = [\"chat\"]\n", encoding="utf-8")
+    before = hookchat("-c", "other.toml", "hooks", "--json", cwd=project)
+    after = hookchat("hooks", "--json", "-c", "other.toml", "-v", cwd=project)
+    assert before.returncode == after.returncode == 0, before.stderr + after.stderr
+    assert json.loads(before.stdout) == json.loads(after.stdout)
+    assert "im_message" not in json.loads(after.stdout), "the chat plugin is disabled by other.toml"
+    assert "INFO hookchat" in after.stderr, "-v after the subcommand counts too"
 
 
 def test_plugins_lists_status_and_the_reason_of_a_failure(project):

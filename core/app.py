@@ -5,7 +5,7 @@ It is the `PluginHost` plugins and services see: the one send path, the session 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from core.adapter import ALL_ELEMENTS, Adapter
@@ -112,6 +112,7 @@ class HookChat:
             tools=self.plugins.tools,
             tags=self.plugins.tags,
             history=self.history,
+            drafts=self.drafts_for,
             settings=AgentSettings(
                 max_steps=limits.max_steps, tool_timeout=limits.tool_timeout, max_tool_timeout=limits.max_tool_timeout
             ),
@@ -215,6 +216,13 @@ class HookChat:
         """Whether one of this app's adapters serves `session`."""
         return session.adapter_name in self.adapters
 
+    def drafts_for(self, session: Session) -> Callable[[str], Awaitable[None]] | None:
+        """Where to show the message being written for `session`: its adapter's `draft`, when it shows drafts."""
+        adapter = self.adapters.get(session.adapter_name)
+        if adapter is None or not adapter.drafts:
+            return None
+        return lambda text: adapter.draft(session, text)
+
     def capabilities(self, session: Session) -> frozenset[str]:
         """The element types the session's adapter can send."""
         adapter = self.adapters.get(session.adapter_name)
@@ -227,6 +235,17 @@ class HookChat:
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
         """Queue `batch` as a turn of its session, like any batch the pipeline makes."""
         return self.pipeline.submit(batch)
+
+    def cancel_turn(self, session: Session | str) -> bool:
+        """Cancel the turn running for `session` (its later turns still run); False when none is running."""
+        return self.scheduler.cancel(session if isinstance(session, str) else session.sid)
+
+    async def reset(self, session: Session | str) -> int:
+        """Forget a conversation: delete the session's history and drop its buffered messages. Returns how many
+        stored turns were deleted. The turn running now (if any) still finishes and is stored."""
+        sid = session if isinstance(session, str) else session.sid
+        self.pipeline.buffers.drain(sid)
+        return await self.history.clear(sid) if self.history is not None else 0
 
     @property
     def has_history(self) -> bool:

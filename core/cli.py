@@ -34,7 +34,7 @@ async def _chat(config: HookchatConfig) -> int:
         await app.provider.load()
     async with app:  # a plugin that failed to load is logged (stderr) with its reason
         print(f"[hookchat] chatting with {getattr(app.provider, 'model_name', app.provider.name)}; "
-              "/quit to leave", file=sys.stderr, flush=True)
+              "/help for commands, /quit or Ctrl-D to leave", file=sys.stderr, flush=True)
         await console.repl()
     return 0
 

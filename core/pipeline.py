@@ -45,6 +45,8 @@ class TurnScheduler:
         self._limit = asyncio.Semaphore(max_concurrent) if max_concurrent else None
         self._queues: dict[str, deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]] = {}
         self._workers = TaskOwner("the turn scheduler")
+        self._running: dict[str, asyncio.Task[None]] = {}  # session -> its worker, while a turn runs
+        self._cancelling: set[str] = set()  # sessions whose running turn `cancel()` asked to end
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
         """Queue a batch for its session; the future resolves to the turn's result (cancelled once closed)."""
@@ -64,15 +66,28 @@ class TurnScheduler:
 
     async def _drain(self, sid: str) -> None:
         queue = self._queues[sid]
+        worker = asyncio.current_task()
+        assert worker is not None
         try:
             while queue:
                 batch, future = queue[0]
+                self._running[sid] = worker
                 try:
                     if self._limit is None:
                         result = await self._run_turn(batch)
                     else:
                         async with self._limit:
                             result = await self._run_turn(batch)
+                except asyncio.CancelledError:
+                    # `cancel(sid)` ends this turn only: the session's later turns still run. Any other
+                    # cancellation (the scheduler closing, or one from outside alongside) ends the worker.
+                    if sid not in self._cancelling:
+                        raise
+                    self._cancelling.discard(sid)
+                    if worker.uncancel() != 0:
+                        raise
+                    logger.info("turn of %s cancelled", sid)
+                    future.cancel()
                 except Exception as exc:  # the agent loop reports its own failures; this is a last resort
                     logger.exception("turn of %s failed", sid)
                     if not future.done():
@@ -80,11 +95,30 @@ class TurnScheduler:
                 else:
                     if not future.done():
                         future.set_result(result)
+                finally:
+                    self._running.pop(sid, None)
+                    if sid in self._cancelling:  # the turn swallowed its cancellation: undo the request
+                        self._cancelling.discard(sid)
+                        worker.uncancel()
                 queue.popleft()
         finally:
+            self._cancelling.discard(sid)
             for _, future in queue:
                 future.cancel()
             del self._queues[sid]
+
+    def cancel(self, sid: str) -> bool:
+        """Cancel the turn running for session `sid` (a stop button, Ctrl-C): its future is cancelled, and the
+        session's queued turns still run. False when no turn of `sid` is running.
+
+        Safe because the loop is single-threaded: while `sid` has a running turn, its worker is suspended at an
+        await inside that turn, which is where the cancellation lands."""
+        worker = self._running.get(sid)
+        if worker is None or sid in self._cancelling:
+            return False
+        self._cancelling.add(sid)
+        worker.cancel()
+        return True
 
     def busy_sessions(self) -> int:
         """Sessions with a turn running or queued."""

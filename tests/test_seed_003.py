@@ -40,7 +40,9 @@ async def test_listening_to_messages():
     plugin = run(LISTEN)["MyPlugin"]
     async with ChatHarness(plugins=[plugin], provider=ScriptedProvider(["heard"])) as bot:
         assert [c.plain_text for c in await bot.send("a keyword here")] == ["heard"]
-        assert bot.app.plugins.hook_chains()["im_message"][1] == {
+        chain = bot.app.plugins.hook_chains()["im_message"]
+        assert [e["plugin_id"] for e in chain] == ["commands", "chat", "my_plugin"]
+        assert chain[2] == {
             "plugin_id": "my_plugin", "function": "on_message", "priority": 50, "deadline": 10.0}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 import importlib
 import importlib.metadata
 from typing import Any, Protocol
@@ -33,6 +34,12 @@ class AdapterHost(Protocol):
     async def respond(self, message: KiraIMMessage) -> TurnResult | None:
         """Deliver a message, flush its session at once, and wait for the turn; None when no turn follows."""
 
+    def flush(self, session: Session | str) -> asyncio.Future[TurnResult] | None:
+        """Turn the session's buffered messages into a batch now (Enter in a terminal); None when none are."""
+
+    def cancel_turn(self, session: Session | str) -> bool:
+        """Stop the turn running for `session` (a stop button, Ctrl-C); False when none is running."""
+
 
 class Adapter(abc.ABC):
     """A chat platform connection. Incoming messages go to `self.app.receive(KiraIMMessage(...))`; outgoing ones
@@ -40,6 +47,8 @@ class Adapter(abc.ABC):
 
     name: str = "adapter"
     capabilities: frozenset[str] = ALL_ELEMENTS
+    #: True when the platform can show a message while the model writes it: `draft()` is then called as it grows.
+    drafts: bool = False
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         if name:
@@ -53,6 +62,10 @@ class Adapter(abc.ABC):
 
     async def stop(self) -> None:
         """Disconnect."""
+
+    async def draft(self, session: Session, text: str) -> None:
+        """The visible text of the message the model is writing, so far (only when `drafts` is True); the
+        finished message still comes through `send`."""
 
     @abc.abstractmethod
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:

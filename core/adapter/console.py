@@ -1,68 +1,176 @@
-"""The console adapter: a terminal chat with the bot through the whole pipeline (`hookchat chat`)."""
+"""The console adapter: a terminal chat with the bot through the whole pipeline (`hookchat chat`).
+
+Enter ends a message and flushes the session's buffer at once (nobody wants to wait for a debounce in a terminal).
+In a terminal the answer streams as the model writes it, after a typing indicator; Ctrl-C during an answer stops
+that answer only, Ctrl-C at the prompt, Ctrl-D, `/quit` and `/exit` leave. When nothing is sent, the console says
+why: which plugin stopped the message, or that no plugin chose to answer it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 import sys
 from typing import TextIO
 
 import anyio
 
 from core.adapter import Adapter
+from core.chat import KiraIMMessage, KiraIMSentResult, MessageChain, MessageStrategy, Session, TurnResult, User
 from core.chat.message_elements import Text
-from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
-from core.chat.session import Session, User
 
-__all__ = ["ConsoleAdapter"]
+__all__ = ["ConsoleAdapter", "CONSOLE_HELP"]
+
+#: What the console itself understands; `/help` shows it above the commands plugins answer.
+CONSOLE_HELP = "Console: Enter sends; Ctrl-C stops an answer; Ctrl-C at the prompt, Ctrl-D or /quit leaves."
+_QUIT = ("/quit", "/exit")
+_TYPING = "bot is typing..."
 
 
 class ConsoleAdapter(Adapter):
-    """Reads lines from stdin as messages of one direct chat (`console:dm:<user>`) and prints the bot's messages.
-
-    Pressing Enter ends a message and, like the harness, flushes the session's buffer at once: in a terminal,
-    nobody wants to wait for a debounce.
-    """
+    """Reads lines from `stdin` as messages of one direct chat (`console:dm:<user>`) and prints the bot's messages
+    to `out`. `interactive` (default: whether `out` is a terminal) turns on streaming and the typing indicator."""
 
     name = "console"
     capabilities = frozenset({"text", "image", "file", "record", "emoji", "at", "reply"})
 
     def __init__(self, name: str | None = None, *, user_id: str = "you", out: TextIO | None = None,
-                 prompt: str = "you> ") -> None:
+                 prompt: str = "you> ", interactive: bool | None = None) -> None:
         super().__init__(name)
         self.session = Session(self.name, "dm", user_id)
         self.user = User(user_id, user_id)
         self.out = out or sys.stdout
         self.prompt = prompt
+        self.interactive = self.out.isatty() if interactive is None else interactive
+        self.drafts = self.interactive
         self._count = 0
+        self._line = ""  # what the current draft line shows after "bot> " (interactive only)
+        self._typing = False
+        self._turn: asyncio.Future[TurnResult] | None = None
+        self._leaving = False
+
+    # -- output ----------------------------------------------------------------------------------------------------
+
+    def _write(self, text: str) -> None:
+        """Write to the terminal; a character its encoding cannot show becomes `?` instead of ending the chat."""
+        encoding = getattr(self.out, "encoding", None) or "utf-8"
+        self.out.write(text.encode(encoding, "replace").decode(encoding, "replace"))
+        self.out.flush()
+
+    def _clear_status(self) -> None:
+        if self._typing:
+            self._write("\r\033[K")
+            self._typing = False
+
+    async def draft(self, session: Session, text: str) -> None:
+        """Show the message the model is writing, as it grows (only the new characters are written)."""
+        self._clear_status()
+        if not text.startswith(self._line):
+            self._write("\n")
+            self._line = ""
+        if not self._line:
+            self._write("bot> ")
+        self._write(text[len(self._line):])
+        self._line = text
 
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
+        """Print one message; a message already shown as it streamed only ends its line."""
         self._count += 1
-        self.out.write(f"bot> {chain.message_repr}\n")
-        self.out.flush()
+        self._clear_status()
+        text = chain.message_repr
+        if self._line and text == self._line:
+            self._write("\n")
+        else:
+            if self._line:
+                self._write("\n")
+            self._write(f"bot> {text}\n")
+        self._line = ""
         return KiraIMSentResult(chain, session, ok=True, message_id=f"console-{self._count}")
 
+    # -- input -----------------------------------------------------------------------------------------------------
+
     async def say(self, text: str) -> None:
-        """Deliver one line as the user's message and wait for the turn it causes."""
+        """Deliver one line as the user's message and wait for the turn it causes, saying why when nothing came."""
         assert self.app is not None, "the adapter is not started"
+        sent_before = self._count
         message = KiraIMMessage(MessageChain([Text(text)]), self.user, self.session, is_mentioned=True)
-        result = await self.app.respond(message)
-        if result is None:
-            self.out.write("(no reply: a plugin discarded the message)\n")
+        received = await self.app.receive(message)
+        turn = received.turn
+        if turn is None and received.strategy is MessageStrategy.BUFFER:
+            turn = self.app.flush(self.session)
+        if turn is not None:
+            if self.interactive:
+                self._write(_TYPING)
+                self._typing = True
+            self._turn = turn
+            try:
+                await asyncio.wait([turn])
+            finally:
+                self._turn = None
+                self._clear_status()
+            if turn.cancelled():
+                self._write(("\n" if self._line else "") + "(answer stopped)\n")
+                self._line = ""
+                return
+        if self._count > sent_before:
             return
-        if not result.sent and not result.stopped:
-            self.out.write("(the model returned nothing to send)\n")
+        self._write(f"({self._why_nothing(received.event.stopped_by, received.strategy, turn)})\n")
+
+    @staticmethod
+    def _why_nothing(stopped_by: str | None, strategy: MessageStrategy | None, turn: asyncio.Future | None) -> str:
+        if strategy is None:
+            return f"no reply: plugin hook {stopped_by or '?'} stopped the message"
+        if strategy is MessageStrategy.DISCARD:
+            return "no reply: no plugin chose to answer the message (it was discarded)"
+        result = turn.result() if turn is not None and not turn.cancelled() and turn.exception() is None else None
+        if result is not None and result.stopped:
+            return f"no reply: plugin hook {result.batch.stopped_by or '?'} stopped the turn"
+        return "no reply: the model returned nothing to send"
+
+    def _interrupt(self) -> None:
+        """Ctrl-C: stop the answer being written, or leave when at the prompt."""
+        if self._turn is not None and not self._turn.done():
+            if self.app is None or not self.app.cancel_turn(self.session):
+                self._turn.cancel()  # queued, not started: take it back
+            return
+        self._leaving = True
+        self._reader_task.cancel()
 
     async def repl(self, stdin: TextIO | None = None) -> None:
-        """Read lines until EOF, `/quit` or `/exit`."""
+        """Read lines until end of input, `/quit`, `/exit` or Ctrl-C at the prompt."""
         stdin = stdin or sys.stdin
-        while True:
-            self.out.write(self.prompt)
-            self.out.flush()
-            line = await anyio.to_thread.run_sync(stdin.readline)
-            if not line:
-                self.out.write("\n")
-                return
-            text = line.strip()
-            if text in ("/quit", "/exit"):
-                return
-            if text:
-                await self.say(text)
+        loop = asyncio.get_running_loop()
+        handled = False
+        try:
+            loop.add_signal_handler(signal.SIGINT, self._interrupt)
+            handled = True
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+            pass
+        try:
+            while not self._leaving:
+                self._write(self.prompt)
+                line = await self._read(stdin)
+                if line is None or not line:
+                    self._write("\n")
+                    return
+                text = line.strip()
+                if text in _QUIT:
+                    return
+                if text == "/help":
+                    self._write(CONSOLE_HELP + "\n")
+                if text:
+                    await self.say(text)
+        finally:
+            if handled:
+                loop.remove_signal_handler(signal.SIGINT)
+
+    async def _read(self, stdin: TextIO) -> str | None:
+        """One line; None when Ctrl-C at the prompt asked to leave (the blocked read is abandoned)."""
+        self._reader_task = asyncio.current_task()
+        try:
+            return await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._leaving and task is not None and task.uncancel() == 0:
+                return None
+            raise

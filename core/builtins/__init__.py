@@ -12,7 +12,7 @@ from pathlib import Path
 __all__ = ["BUILTIN_PLUGINS", "builtin_plugins_dir"]
 
 #: The built-in plugins every app loads unless the operator disables them (`[plugins] disabled`).
-BUILTIN_PLUGINS = ("builtin_tags", "chat")
+BUILTIN_PLUGINS = ("builtin_tags", "chat", "commands")
 
 
 def builtin_plugins_dir() -> Path:

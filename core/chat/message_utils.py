@@ -117,10 +117,12 @@ class MessageStrategy(str, enum.Enum):
 class KiraEvent:
     """Base of every event a hook receives. `stop()` ends the remaining hooks and the event's further processing."""
 
-    __slots__ = ("is_stopped",)
+    __slots__ = ("is_stopped", "stopped_by")
 
     def __init__(self) -> None:
         self.is_stopped = False
+        #: `plugin_id.hook` of the hook that stopped the event (set by the hook engine), or None.
+        self.stopped_by: str | None = None
 
     def stop(self) -> None:
         """Stop: no later hook runs for this event, and nothing later in the pipeline happens for it."""
@@ -157,6 +159,7 @@ class KiraMessageEvent(KiraEvent):
 
     def __init__(self, message: KiraIMMessage) -> None:
         self.is_stopped = False
+        self.stopped_by = None
         self.message = message
         self.message_repr = message.chain.message_repr
         self.strategy = MessageStrategy.DISCARD
@@ -228,6 +231,7 @@ class KiraMessageBatchEvent(KiraEvent):
         role: str | None = None,
     ) -> None:
         self.is_stopped = False
+        self.stopped_by = None
         self.messages = messages
         self.session = session
         #: The element types the session's adapter can send (None: all); the built-in tags offered follow it.
@@ -299,6 +303,7 @@ class KiraExceptionEvent(KiraEvent):
         timed_out: bool = False,
     ) -> None:
         self.is_stopped = False
+        self.stopped_by = None
         self.error = error
         self.plugin_id = plugin_id
         self.hook_name = hook_name
@@ -318,6 +323,7 @@ class KiraCustomEvent(KiraEvent):
 
     def __init__(self, name: str, data: Any = None) -> None:
         self.is_stopped = False
+        self.stopped_by = None
         self.name = name
         self.data = data
 
@@ -332,4 +338,5 @@ class KiraLifecycleEvent(KiraEvent):
 
     def __init__(self, plugin_id: str | None = None) -> None:
         self.is_stopped = False
+        self.stopped_by = None
         self.plugin_id = plugin_id

@@ -247,6 +247,9 @@ class HookEngine(pluggy.PluginManager):
                     await self._report(expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"), event)
                 except Exception as exc:  # noqa: BLE001 - isolation is the point
                     await self._report(entry, exc, event)
+            if event.is_stopped and event.stopped_by is None and record.entry is not outer:
+                # The hook that ran last stopped it (a stopped event ends the chain right after its hook).
+                event.stopped_by = f"{record.entry.plugin_id}.{record.entry.hook_name}"
         finally:
             record.entry = outer
             record.seq += 1

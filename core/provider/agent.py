@@ -12,7 +12,9 @@ the turn: nothing later runs, nothing more is sent, and history records only wha
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -99,6 +101,7 @@ class AgentLoop:
         tools: OwnedRegistry[BaseTool] | None = None,
         tags: OwnedRegistry[BaseTag] | None = None,
         history: TurnHistory | None = None,
+        drafts: Callable[[Session], Callable[[str], Awaitable[None]] | None] | None = None,
         settings: AgentSettings | None = None,
     ) -> None:
         self.engine = engine
@@ -107,6 +110,7 @@ class AgentLoop:
         self.tools = tools if tools is not None else OwnedRegistry("tool")
         self.tags = tags if tags is not None else OwnedRegistry("tag")
         self.history = history
+        self.drafts = drafts
         self.settings = settings or AgentSettings()
 
     # -- the turn -------------------------------------------------------------------------------------------------
@@ -259,9 +263,11 @@ class AgentLoop:
     ) -> LLMResponse:
         """Stream the answer, emitting each message as soon as its `</msg>` arrives (before `llm_response`)."""
         parser = StreamParser(tag_set, batch, on_error=self._tag_failed(batch))
+        draft = self.drafts(batch.session) if self.drafts is not None else None
         started = time.perf_counter()
         resp: LLMResponse | None = None
         text: list[str] = []
+        unsent = ""  # raw output since the last finished message, for drafts
         stream = self.provider.stream(req)
         try:
             async for item in stream:
@@ -271,6 +277,10 @@ class AgentLoop:
                 for chain in await parser.feed(item.text) if item.text else ():
                     if not await self._emit(batch, chain, result, step_sent):
                         return resp or LLMResponse(text_response="".join(text))
+                if draft is not None and item.text:
+                    unsent = _after_last_message(unsent + item.text)
+                    if shown := visible_draft(unsent):
+                        await draft(shown)
         except ProviderError:
             raise
         except Exception as exc:  # a provider bug must not crash the turn
@@ -402,3 +412,20 @@ def _json(value: Any) -> str:
 
 def _sent_text(sent: list[KiraIMSentResult]) -> str:
     return "\n".join(r.chain.message_repr for r in sent)
+
+
+_MSG_END = re.compile(r"</\s*msg\s*>", re.IGNORECASE)
+_THINK = re.compile(r"<\s*think\b.*?(?:<\s*/\s*think\s*>|$)", re.IGNORECASE | re.DOTALL)
+_MARKUP = re.compile(r"<[^<>]*>|<[^<>]*$")
+
+
+def _after_last_message(raw: str) -> str:
+    """The output after the last `</msg>`: the message still being written."""
+    ends = list(_MSG_END.finditer(raw))
+    return raw[ends[-1].end():] if ends else raw
+
+
+def visible_draft(raw: str) -> str:
+    """What a person would see of a message still being written: markup and `<think>` removed, entities
+    decoded. A preview only: the finished message is parsed properly and sent whole."""
+    return html.unescape(_MARKUP.sub("", _THINK.sub("", raw))).strip()

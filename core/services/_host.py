@@ -51,6 +51,12 @@ class PluginHost(Protocol):
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
         """Queue a batch as a turn of its session, like any batch the pipeline makes."""
 
+    def cancel_turn(self, session: Session | str) -> bool:
+        """Cancel the turn running for `session`; False when none is running."""
+
+    async def reset(self, session: Session | str) -> int:
+        """Forget the session's history and buffered messages; returns the number of stored turns deleted."""
+
     @property
     def has_history(self) -> bool:
         """Whether the app keeps history (so a note can be remembered)."""

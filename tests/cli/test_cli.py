@@ -33,22 +33,23 @@ def test_hooks_prints_the_resolved_order_per_event(project):
     out = hookchat("hooks", "--json", cwd=project)
     assert out.returncode == 0, out.stderr
     chains = json.loads(out.stdout)
-    assert chains["im_message"][0] == {"plugin_id": "chat", "function": "choose_strategy", "priority": 100,
+    assert chains["im_message"][1] == {"plugin_id": "chat", "function": "choose_strategy", "priority": 100,
                                        "deadline": 10.0}
     text = hookchat("hooks", cwd=project).stdout
-    assert "im_message\n   1. SYS_HIGH (100)   chat.choose_strategy  (deadline 10 s)" in text
+    assert "im_message\n   1. 110              commands.command  (deadline 10 s)\n" \
+           "   2. SYS_HIGH (100)   chat.choose_strategy  (deadline 10 s)" in text
     events = [line for line in text.splitlines() if line and not line.startswith(" ") and not line.endswith(":")]
     assert events == ["im_message", "message_buffered", "llm_request"], "pipeline order, not alphabetical"
     assert "builtin_tags: tags: <at>, <emoji>, <file>, <img>" in text
 
 
 def test_global_options_work_before_and_after_the_subcommand(project):
-    (project / "other.toml").write_text("[plugins]\ndisabled = [\"chat\"]\n", encoding="utf-8")
+    (project / "other.toml").write_text("[plugins]\ndisabled = [\"chat\", \"commands\"]\n", encoding="utf-8")
     before = hookchat("-c", "other.toml", "hooks", "--json", cwd=project)
     after = hookchat("hooks", "--json", "-c", "other.toml", "-v", cwd=project)
     assert before.returncode == after.returncode == 0, before.stderr + after.stderr
     assert json.loads(before.stdout) == json.loads(after.stdout)
-    assert "im_message" not in json.loads(after.stdout), "the chat plugin is disabled by other.toml"
+    assert "im_message" not in json.loads(after.stdout), "the chat and commands plugins are disabled by other.toml"
     assert "INFO hookchat" in after.stderr, "-v after the subcommand counts too"
 
 

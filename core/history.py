@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from core.provider.llm import ChatMessage
+from core.utils.sqlite import SqliteOpenError, SqliteWorker, SqliteWorkerError
 
 __all__ = ["HistoryStore", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
 
@@ -32,7 +31,8 @@ CREATE INDEX IF NOT EXISTS turns_sid_id ON turns (sid, id);
 """
 # AUTOINCREMENT: a turn id is never reused after a delete, so a plugin holding an old id cannot edit a newer turn.
 
-_MAX_BATCH = 512  # jobs committed in one transaction at most
+T = TypeVar("T")
+
 _TRIM_EVERY = 64  # with retain_turns, a session is trimmed on its first append and then on every 64th
 
 
@@ -90,26 +90,12 @@ def _check_limit(name: str, value: int | None) -> None:
         raise ValueError(f"{name} must be >= 0 or None, not {value}")
 
 
-_Job = tuple[Callable[[sqlite3.Connection], Any] | None, "asyncio.Future[Any]"]
-_Outcome = tuple["asyncio.Future[Any]", bool, Any]
-
-
-def _settle(outcomes: list[_Outcome]) -> None:
-    for fut, ok, value in outcomes:
-        if fut.done():  # the caller was cancelled; its job ran anyway
-            continue
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
-
-
 class HistoryStore:
     """Completed turns of every session in one SQLite file, with an async API for the pipeline and plugins.
 
-    One worker thread owns the only connection and runs every query, taken from a FIFO queue; jobs queued while a
-    transaction runs are committed together in the next one (group commit), and each caller's await returns after
-    the commit that contains its job. So operations take effect in the order they were called, a read sees every
+    One worker thread (a `SqliteWorker`) owns the only connection and runs every query, taken from a FIFO queue;
+    jobs queued while a transaction runs are committed together in the next one (group commit), and each caller's
+    await returns after the commit that contains its job. So operations take effect in the order they were called, a read sees every
     write called before it, and a turn whose `append_turn` returned survives a crash of the process (WAL with
     `synchronous=NORMAL`; pass `synchronous="FULL"` to also survive power loss, at an fsync per commit).
 
@@ -139,42 +125,41 @@ class HistoryStore:
         self.max_tokens = max_tokens
         self.retain_turns = retain_turns
         self.synchronous = synchronous
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[_Job] | None = None
-        self._thread: threading.Thread | None = None
+        self._worker: SqliteWorker | None = None
         self._appends_since_trim: dict[str, int] = {}  # per session; only the worker thread touches it
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Start the worker thread, open (or create) the database and its schema. Raises `HistoryError`."""
-        if self._queue is not None:
+        if self._worker is not None:
             raise HistoryError("history store is already open")
         try:
-            self._loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:
             raise HistoryError("HistoryStore needs a running asyncio event loop (anyio's asyncio backend)") from None
-        self._queue = queue.SimpleQueue()
         self._appends_since_trim = {}
-        ready: asyncio.Future[None] = self._loop.create_future()
-        self._thread = threading.Thread(target=self._work, args=(ready,), name="hookchat-history", daemon=True)
-        self._thread.start()
+        worker = self._worker = SqliteWorker(
+            self.path,
+            name="history database",
+            setup=lambda conn: conn.executescript(_SCHEMA),
+            group_commit=True,  # each caller's await returns after the commit that holds its job: durable
+            synchronous=self.synchronous,
+        )
         try:
-            await ready
-        except BaseException:  # failed or cancelled: stop the worker if it got as far as its loop
-            self._queue.put((None, self._loop.create_future()))
-            self._queue = None
+            await worker.open()
+        except BaseException as exc:  # failed or cancelled: stop the worker
+            self._worker = None
+            await worker.close()
+            if isinstance(exc, SqliteOpenError):
+                raise HistoryError(f"cannot open history database {self.path}: {exc.__cause__}") from exc.__cause__
             raise
 
     async def close(self) -> None:
         """Finish every queued job, then close the database. Safe to call twice."""
-        q, self._queue = self._queue, None
-        if q is None:
-            return
-        assert self._loop is not None
-        done: asyncio.Future[None] = self._loop.create_future()
-        q.put((None, done))
-        await asyncio.shield(done)
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            await worker.close()
 
     async def __aenter__(self) -> HistoryStore:
         await self.open()
@@ -213,7 +198,7 @@ class HistoryStore:
                 since_trim[sid] = count + 1
             return turn_id
 
-        return await self._submit(job)
+        return await self._run(job)
 
     async def get_history(
         self, sid: str, *, max_turns: int | None = None, max_tokens: int | None = None
@@ -246,7 +231,7 @@ class HistoryStore:
                 out.extend(_decode(text))
             return out
 
-        return await self._submit(job)
+        return await self._run(job)
 
     # -- the plugins' editing API ----------------------------------------------------------------------------------
 
@@ -261,7 +246,7 @@ class HistoryStore:
             ).fetchall()
             return [_row_to_turn(r) for r in reversed(rows)]
 
-        return await self._submit(job)
+        return await self._run(job)
 
     async def get_turn(self, turn_id: int) -> Turn | None:
         """The turn with this id, or None."""
@@ -272,7 +257,7 @@ class HistoryStore:
             ).fetchone()
             return None if row is None else _row_to_turn(row)
 
-        return await self._submit(job)
+        return await self._run(job)
 
     async def replace_turn(
         self, turn_id: int, messages: list[ChatMessage], meta: dict[str, Any] | None = None
@@ -292,125 +277,30 @@ class HistoryStore:
             if cur.rowcount == 0:
                 raise TurnNotFoundError(f"no history turn has id {turn_id}")
 
-        await self._submit(job)
+        await self._run(job)
 
     async def delete_turn(self, turn_id: int) -> bool:
         """Delete a turn; True if it existed."""
-        return await self._submit(lambda conn: conn.execute("DELETE FROM turns WHERE id = ?", (turn_id,)).rowcount > 0)
+        return await self._run(lambda conn: conn.execute("DELETE FROM turns WHERE id = ?", (turn_id,)).rowcount > 0)
 
     async def clear(self, sid: str) -> int:
         """Delete every turn of a session; returns how many there were."""
-        return await self._submit(lambda conn: conn.execute("DELETE FROM turns WHERE sid = ?", (sid,)).rowcount)
+        return await self._run(lambda conn: conn.execute("DELETE FROM turns WHERE sid = ?", (sid,)).rowcount)
 
     async def sessions(self) -> list[str]:
         """The ids of every session that has at least one turn, sorted."""
-        return await self._submit(
+        return await self._run(
             lambda conn: [r[0] for r in conn.execute("SELECT DISTINCT sid FROM turns ORDER BY sid")]
         )
 
     # -- the worker ------------------------------------------------------------------------------------------------
 
-    def _submit(self, fn: Callable[[sqlite3.Connection], Any]) -> asyncio.Future[Any]:
-        if self._queue is None:
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._worker is None:
             raise HistoryError("history store is not open (call `await store.open()` or use `async with`)")
-        assert self._loop is not None
-        fut = self._loop.create_future()
-        self._queue.put((fn, fut))
-        return fut
-
-    def _post(self, outcomes: list[_Outcome]) -> None:
-        assert self._loop is not None
         try:
-            self._loop.call_soon_threadsafe(_settle, outcomes)
-        except RuntimeError:  # the loop is closed; nobody is waiting any more
-            pass
-
-    def _connect(self) -> sqlite3.Connection:
-        if isinstance(self.path, Path):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=5.0)
-        try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode: a commit is written to the WAL (the OS holds it) before it returns, so a killed
-            # process loses nothing; only a power loss can drop the last commits. FULL fsyncs every commit.
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            conn.executescript(_SCHEMA)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _work(self, ready: asyncio.Future[None]) -> None:
-        q = self._queue
-        assert q is not None
-        try:
-            conn = self._connect()
-        except Exception as exc:
-            err = HistoryError(f"cannot open history database {self.path}: {exc}")
-            err.__cause__ = exc
-            self._post([(ready, False, err)])
-            return
-        self._post([(ready, True, None)])
-        while True:
-            batch = [q.get()]
-            while len(batch) < _MAX_BATCH:
-                try:
-                    batch.append(q.get_nowait())
-                except queue.Empty:
-                    break
-            stop = next((i for i, (fn, _) in enumerate(batch) if fn is None), None)
-            outcomes = self._run_batch(conn, batch[:stop]) if stop != 0 else []
-            if stop is not None:  # close() queues nothing after its own job, so nothing follows it
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-                outcomes.append((batch[stop][1], True, None))
-            self._post(outcomes)
-            if stop is not None:
-                return
-
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[_Outcome]:
-        """Run the jobs in one transaction; if the database fails, run each alone so only its own caller sees it.
-
-        Jobs do their writes last, so a job that raises a non-database error (a missing turn) has written nothing
-        and the batch can go on.
-        """
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            outcomes = [_run_job(conn, fn, fut) for fn, fut in batch]
-            conn.execute("COMMIT")
-            return outcomes
-        except sqlite3.Error:
-            _rollback(conn)
-        outcomes = []
-        for fn, fut in batch:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                outcome = _run_job(conn, fn, fut)
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(conn)
-                err = HistoryError(f"history database {self.path} failed: {exc}")
-                err.__cause__ = exc
-                outcome = (fut, False, err)
-            outcomes.append(outcome)
-        return outcomes
-
-
-def _run_job(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any] | None, fut: Any) -> _Outcome:
-    assert fn is not None
-    try:
-        return (fut, True, fn(conn))
-    except sqlite3.Error:
-        raise
-    except Exception as exc:
-        return (fut, False, exc)
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
+            return await self._worker.run(fn)
+        except sqlite3.Error as exc:
+            raise HistoryError(f"history database {self.path} failed: {exc}") from exc
+        except SqliteWorkerError as exc:  # a call made while open() was failing
+            raise HistoryError(str(exc)) from exc

@@ -21,7 +21,8 @@ import httpx
 
 from core.server._http import SIGNATURE_HEADER, callback_signature
 from core.server._urls import LoopbackURLError, check_loopback_url, dispatch_url
-from core.services import SqliteWorker, check_role, current_tool_call, remote_owner
+from core.services import check_role, current_tool_call, remote_owner
+from core.utils.sqlite import SqliteWorker
 from core.utils.tool_utils import EMPTY_PARAMETERS, FunctionTool, ToolDefinitionError, validate_tool_rules
 
 __all__ = [

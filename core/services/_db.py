@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from core.services._result import Err, Ok, Result, SdkError
-from core.services._sqlite import SqliteWorker
+from core.services._sqlite import storage_error
+from core.utils.sqlite import SqliteWorker, SqliteWorkerError
 
 __all__ = ["PluginDatabase", "DbSession", "DbRows"]
 
@@ -76,7 +77,7 @@ class DbSession:
     async def __aexit__(self, *exc_info: object) -> None:
         try:
             await self._db._worker.run(lambda conn: conn.rollback() if conn.in_transaction else None)
-        except SdkError:  # the plugin stopped under the session: nothing left to roll back
+        except SqliteWorkerError:  # the plugin stopped under the session: nothing left to roll back
             pass
         finally:
             self._entered = False
@@ -88,6 +89,8 @@ class DbSession:
                            code="session_not_open")
         try:
             return await self._db._worker.run(job)
+        except SqliteWorkerError as exc:
+            raise storage_error(exc) from exc
         except sqlite3.Error as exc:
             raise SdkError(f"database of plugin {self._db.plugin_id!r}: {exc}", code="database_error") from exc
 

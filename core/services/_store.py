@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from core.services._result import Err, Ok, Result, SdkError
-from core.services._sqlite import SqliteWorker
+from core.services._sqlite import storage_error
+from core.utils.sqlite import SqliteWorker, SqliteWorkerError
 
 __all__ = ["PluginStore"]
 
@@ -42,8 +43,8 @@ class PluginStore:
     async def _run(self, fn: Any) -> Result[Any, SdkError]:
         try:
             return Ok(await self._worker.run(fn))
-        except SdkError as exc:
-            return Err(exc)
+        except SqliteWorkerError as exc:
+            return Err(storage_error(exc))
         except sqlite3.Error as exc:
             return Err(SdkError(f"store of plugin {self.plugin_id!r} failed: {exc}", code="storage_error"))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from core.provider.llm import ChatMessage
-from core.utils.sqlite import SqliteOpenError, SqliteWorker, SqliteWorkerError
+from core.utils.sqlite import SqliteOpenError, SqliteWorker
 
 __all__ = ["HistoryStore", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
 
@@ -145,6 +145,7 @@ class HistoryStore:
             setup=lambda conn: conn.executescript(_SCHEMA),
             group_commit=True,  # each caller's await returns after the commit that holds its job: durable
             synchronous=self.synchronous,
+            database_error=lambda exc: HistoryError(f"history database {self.path} failed: {exc}"),
         )
         try:
             await worker.open()
@@ -186,7 +187,8 @@ class HistoryStore:
             ).lastrowid
             if retain is not None:
                 # Trimming costs a walk over `retain` index entries, so do it once per _TRIM_EVERY appends of the
-                # session, and on its first append since open (a restart must not postpone it for ever).
+                # session, and on its first append since open (a restart must not postpone it for ever). A job the
+                # worker runs again after a rollback counts twice: the trim only comes a little early.
                 count = since_trim.get(sid, _TRIM_EVERY)
                 if count >= _TRIM_EVERY:
                     conn.execute(
@@ -198,7 +200,7 @@ class HistoryStore:
                 since_trim[sid] = count + 1
             return turn_id
 
-        return await self._run(job)
+        return await self._submit(job)
 
     async def get_history(
         self, sid: str, *, max_turns: int | None = None, max_tokens: int | None = None
@@ -231,7 +233,7 @@ class HistoryStore:
                 out.extend(_decode(text))
             return out
 
-        return await self._run(job)
+        return await self._submit(job)
 
     # -- the plugins' editing API ----------------------------------------------------------------------------------
 
@@ -246,7 +248,7 @@ class HistoryStore:
             ).fetchall()
             return [_row_to_turn(r) for r in reversed(rows)]
 
-        return await self._run(job)
+        return await self._submit(job)
 
     async def get_turn(self, turn_id: int) -> Turn | None:
         """The turn with this id, or None."""
@@ -257,7 +259,7 @@ class HistoryStore:
             ).fetchone()
             return None if row is None else _row_to_turn(row)
 
-        return await self._run(job)
+        return await self._submit(job)
 
     async def replace_turn(
         self, turn_id: int, messages: list[ChatMessage], meta: dict[str, Any] | None = None
@@ -277,30 +279,25 @@ class HistoryStore:
             if cur.rowcount == 0:
                 raise TurnNotFoundError(f"no history turn has id {turn_id}")
 
-        await self._run(job)
+        await self._submit(job)
 
     async def delete_turn(self, turn_id: int) -> bool:
         """Delete a turn; True if it existed."""
-        return await self._run(lambda conn: conn.execute("DELETE FROM turns WHERE id = ?", (turn_id,)).rowcount > 0)
+        return await self._submit(lambda conn: conn.execute("DELETE FROM turns WHERE id = ?", (turn_id,)).rowcount > 0)
 
     async def clear(self, sid: str) -> int:
         """Delete every turn of a session; returns how many there were."""
-        return await self._run(lambda conn: conn.execute("DELETE FROM turns WHERE sid = ?", (sid,)).rowcount)
+        return await self._submit(lambda conn: conn.execute("DELETE FROM turns WHERE sid = ?", (sid,)).rowcount)
 
     async def sessions(self) -> list[str]:
         """The ids of every session that has at least one turn, sorted."""
-        return await self._run(
+        return await self._submit(
             lambda conn: [r[0] for r in conn.execute("SELECT DISTINCT sid FROM turns ORDER BY sid")]
         )
 
     # -- the worker ------------------------------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._worker is None:
             raise HistoryError("history store is not open (call `await store.open()` or use `async with`)")
-        try:
-            return await self._worker.run(fn)
-        except sqlite3.Error as exc:
-            raise HistoryError(f"history database {self.path} failed: {exc}") from exc
-        except SqliteWorkerError as exc:  # a call made while open() was failing
-            raise HistoryError(str(exc)) from exc
+        return self._worker.submit(fn)

@@ -191,7 +191,7 @@ class RemoteToolRegistry:
         if self.db_path is not None:
             self._store = SqliteWorker(self.db_path, name="tool registry",
                                        setup=lambda conn: conn.execute(_SCHEMA))
-            rows = await self._store.run(lambda conn: conn.execute(
+            rows = await self._store.submit(lambda conn: conn.execute(
                 "SELECT source, name, role, description, parameters, callback_url, timeout_seconds, registered_at "
                 "FROM remote_tools ORDER BY registered_at").fetchall())
             for source, name, role, description, parameters, url, timeout, at in rows:
@@ -239,7 +239,7 @@ class RemoteToolRegistry:
                 with conn:
                     conn.execute("INSERT OR REPLACE INTO remote_tools VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row)
 
-            await self._store.run(save)
+            await self._store.submit(save)
         old = self._specs.get(key)
         if old is not None:
             self._withdraw(old)
@@ -271,7 +271,7 @@ class RemoteToolRegistry:
                 with conn:
                     conn.executemany("DELETE FROM remote_tools WHERE source = ? AND name = ?", keys)
 
-            await self._store.run(delete)
+            await self._store.submit(delete)
         for spec in specs:
             self._withdraw(spec)
             self._specs.pop((spec.source, spec.name), None)

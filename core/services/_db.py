@@ -76,7 +76,7 @@ class DbSession:
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:
-            await self._db._worker.run(lambda conn: conn.rollback() if conn.in_transaction else None)
+            await self._db._worker.submit(lambda conn: conn.rollback() if conn.in_transaction else None)
         except SqliteWorkerError:  # the plugin stopped under the session: nothing left to roll back
             pass
         finally:
@@ -88,7 +88,7 @@ class DbSession:
             raise SdkError("use the session as 'async with unwrap(await self.db.session()) as session:'",
                            code="session_not_open")
         try:
-            return await self._db._worker.run(job)
+            return await self._db._worker.submit(job)
         except SqliteWorkerError as exc:
             raise storage_error(exc) from exc
         except sqlite3.Error as exc:

@@ -42,7 +42,7 @@ class PluginStore:
 
     async def _run(self, fn: Any) -> Result[Any, SdkError]:
         try:
-            return Ok(await self._worker.run(fn))
+            return Ok(await self._worker.submit(fn))
         except SqliteWorkerError as exc:
             return Err(storage_error(exc))
         except sqlite3.Error as exc:

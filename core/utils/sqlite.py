@@ -78,19 +78,20 @@ class SqliteWorker:
 
     The database is opened in WAL mode with `synchronous` (NORMAL: a committed transaction survives a killed
     process; FULL: also a power loss, at an fsync per commit), then `setup(connection)` runs once (create tables)
-    and is committed. The thread starts on `open()` or on the first `run()`, whichever comes first; a failure to
+    and is committed. The thread starts on `open()` or on the first `submit()`, whichever comes first; a failure to
     open is raised by `open()` and by every job as `SqliteOpenError`.
 
     Without `group_commit` each job owns its transactions (the `sqlite3` module's default mode: a write opens a
-    transaction, `conn.commit()` or `with conn:` ends it). With `group_commit` the worker owns them: the jobs queued
-    while a transaction runs are run together in the next one (up to 512), each inside a savepoint, and committed
-    at once. A job that raises has its own writes rolled back to its savepoint and its caller gets the exception,
-    while the others still commit; if the database fails the whole transaction, each job is run again alone so
-    only the callers whose job fails see an error (so a group-commit job must be safe to run twice after a
-    rollback). Either way a caller's `run()` returns after the commit that holds its job.
+    transaction, `conn.commit()` or `with conn:` ends it). With `group_commit` the worker owns them (a job must not
+    commit or roll back): the jobs queued while a transaction runs are run together in the next one (up to 512)
+    and committed at once. A job that raises has its own writes rolled back to a savepoint and its caller gets the
+    exception, while the others still commit; if the database fails the whole transaction, each job is run again
+    alone, so only the callers whose job fails see an error. A group-commit job may therefore run twice (after a
+    rollback) and must be safe to. Either way a caller's future resolves after the commit that holds its job.
+    `database_error(exc)`, when given, is what a caller gets instead of a `sqlite3.Error` (chained to it).
 
-    A job whose caller was cancelled still runs. `close()` lets the queued jobs finish first; `run()` after it
-    raises `SqliteClosedError`. Results go back to each caller's loop with `call_soon_threadsafe`, so the thread
+    A job whose caller was cancelled still runs. `close()` lets the queued jobs finish first; `submit()` after
+    it raises `SqliteClosedError`. Results go back to each caller's loop with `call_soon_threadsafe`, so the thread
     never blocks an event loop.
     """
 
@@ -102,6 +103,7 @@ class SqliteWorker:
         setup: Callable[[sqlite3.Connection], object] | None = None,
         group_commit: bool = False,
         synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        database_error: Callable[[sqlite3.Error], Exception] | None = None,
     ) -> None:
         if synchronous not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
@@ -110,6 +112,7 @@ class SqliteWorker:
         self.group_commit = group_commit
         self.synchronous = synchronous
         self._setup = setup
+        self._database_error = database_error
         self._queue: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._ready: asyncio.Future[SqliteOpenError | None] | None = None
@@ -132,12 +135,16 @@ class SqliteWorker:
         if failure is not None:
             raise failure
 
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `fn(connection)` on the worker thread and return its result (or raise its exception)."""
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue `fn(connection)` for the worker thread; the future resolves to its result (or its exception).
+
+        A future, not a coroutine, because callers wrap it in coroutines of their own and each layer is paid on
+        every query (measured by bench/history.py). Raises `SqliteClosedError` at once after `close()`.
+        """
         self._start()
         fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.put((fn, fut))
-        return await fut
+        return fut
 
     async def close(self) -> None:
         """Let the queued jobs finish, then close the connection and end the thread. Safe to call twice."""
@@ -219,26 +226,58 @@ class SqliteWorker:
             if conn is None:
                 _post([(fut, False, failure) for _, fut in jobs])
             elif self.group_commit:
-                _post(self._run_group(conn, jobs))
+                self._deliver(self._run_group(conn, jobs))
             else:
                 for fn, fut in jobs:
-                    _post([_run_job(conn, fn, fut)])
+                    self._deliver([_run_job(conn, fn, fut)])
             if stop is not None:
                 return batch[stop][1], [fut for _, fut in batch[stop + 1:]]
 
+    def _deliver(self, outcomes: list[_Outcome]) -> None:
+        if self._database_error is not None:
+            outcomes = [(fut, ok, value if ok or not isinstance(value, sqlite3.Error) else self._translate(value))
+                        for fut, ok, value in outcomes]
+        _post(outcomes)
+
+    def _translate(self, exc: sqlite3.Error) -> Exception:
+        assert self._database_error is not None
+        translated = self._database_error(exc)
+        translated.__cause__ = exc
+        return translated
+
     def _run_group(self, conn: sqlite3.Connection, jobs: list[_Job]) -> list[_Outcome]:
-        """Run the jobs in one transaction, each in a savepoint, and return their outcomes once it committed."""
-        if not jobs:
-            return []
+        """Run the jobs in one transaction and return their outcomes once it committed.
+
+        A savepoint costs a copy of every page its job writes, so the jobs first run without one. When a job fails,
+        the transaction is rolled back; if it was the first job, that undid only its own writes and the rest go on
+        in a new transaction, otherwise the jobs run again, each in its own savepoint.
+        """
+        done: list[_Outcome] = []  # outcomes already final: first jobs that failed alone
+        pending = jobs
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            outcomes = [_run_in_savepoint(conn, fn, fut) for fn, fut in jobs]
-            conn.execute("COMMIT")
-            return outcomes
+            while pending:
+                conn.execute("BEGIN IMMEDIATE")
+                outcomes = []
+                for fn, fut in pending:
+                    outcomes.append(_run_job(conn, fn, fut))
+                    if not outcomes[-1][1]:
+                        break
+                if outcomes[-1][1]:
+                    conn.execute("COMMIT")
+                    return done + outcomes
+                _rollback(conn)
+                if len(outcomes) == 1:
+                    done.append(outcomes[0])
+                    pending = pending[1:]
+                    continue
+                conn.execute("BEGIN IMMEDIATE")
+                outcomes = [_run_in_savepoint(conn, fn, fut) for fn, fut in pending]
+                conn.execute("COMMIT")
+                return done + outcomes
+            return done
         except (sqlite3.Error, _BatchBroken):
             _rollback(conn)
-        outcomes = []
-        for fn, fut in jobs:  # the database failed the group: each job alone, so only its own caller sees it
+        for fn, fut in pending:  # the database failed the group: each job alone, so only its own caller sees it
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 outcome = _run_job(conn, fn, fut)
@@ -249,8 +288,8 @@ class SqliteWorker:
             except sqlite3.Error as exc:
                 _rollback(conn)
                 outcome = (fut, False, exc)
-            outcomes.append(outcome)
-        return outcomes
+            done.append(outcome)
+        return done
 
 
 def _run_job(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any] | None, fut: Any) -> _Outcome:

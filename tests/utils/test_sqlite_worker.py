@@ -48,16 +48,16 @@ async def hold(worker: SqliteWorker) -> tuple[threading.Event, asyncio.Future]:
         running.set()
         release.wait(10)
 
-    held = asyncio.ensure_future(worker.run(job))
+    held = asyncio.ensure_future(worker.submit(job))
     await anyio.to_thread.run_sync(running.wait, 10)  # the loop keeps running while the thread works
     return release, held
 
 
-async def queued(*jobs) -> list[asyncio.Future]:
-    """Start a task per `worker.run(...)` and let each put its job on the queue."""
-    tasks = [asyncio.ensure_future(job) for job in jobs]
+async def started(coro) -> asyncio.Task:
+    """Run `coro` as a task up to its first wait."""
+    task = asyncio.ensure_future(coro)
     await asyncio.sleep(0)
-    return tasks
+    return task
 
 
 @both_modes
@@ -72,8 +72,8 @@ async def test_jobs_run_in_order_on_one_thread_off_the_loop(tmp_path, group_comm
 
         return run
 
-    await asyncio.gather(*(worker.run(job(f"n{i}")) for i in range(20)))
-    assert await worker.run(titles) == [f"n{i}" for i in range(20)]
+    await asyncio.gather(*(worker.submit(job(f"n{i}")) for i in range(20)))
+    assert await worker.submit(titles) == [f"n{i}" for i in range(20)]
     await worker.close()
     assert len(set(threads)) == 1 and threads[0] != threading.get_ident()
     assert titles_on_disk(tmp_path / "w.db") == [f"n{i}" for i in range(20)]
@@ -91,14 +91,15 @@ async def test_open_sets_the_database_up_once_in_wal_mode(tmp_path):
     await worker.open()
     await worker.open()  # already open: nothing more to do
     assert titles_on_disk(path) == [], "the table exists for other connections: setup was committed"
-    await worker.run(insert("a"))
+    await worker.submit(insert("a"))
     await worker.close()
     assert calls == ["setup"]
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-async def test_in_a_group_commit_a_failing_job_loses_only_its_own_writes(tmp_path):
+@pytest.mark.parametrize("order", [[1, 0, 2, 3, 4], [0, 1, 2, 3, 4]], ids=["failing-first", "failing-second"])
+async def test_in_a_group_commit_a_failing_job_loses_only_its_own_writes(tmp_path, order):
     statements: list[str] = []
 
     def setup(conn):
@@ -112,18 +113,17 @@ async def test_in_a_group_commit_a_failing_job_loses_only_its_own_writes(tmp_pat
     worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=setup, group_commit=True)
     await worker.open()
     release, held = await hold(worker)
-    tasks = await queued(worker.run(insert("a")), worker.run(write_then_fail), worker.run(insert("b")),
-                         worker.run(insert("a")), worker.run(insert("c")))
+    jobs = [insert("a"), write_then_fail, insert("b"), insert("a"), insert("c")]
+    futures = [worker.submit(jobs[i]) for i in order]
     release.set()
     await held
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+    results = dict(zip(order, await asyncio.gather(*futures, return_exceptions=True), strict=True))
 
     assert results[0] is None and results[2] is None and results[4] is None
     assert isinstance(results[1], ValueError)
     assert isinstance(results[3], sqlite3.IntegrityError), "the duplicate 'a' fails on its own"
-    assert titles_on_disk(tmp_path / "w.db") == ["a", "b", "c"], "committed when their callers got the result"
-    assert statements.count("BEGIN IMMEDIATE") == 2, "the held job's transaction, then one for the five"
-    assert "ROLLBACK" not in statements, "each failure was undone at its savepoint, not by running jobs again"
+    assert sorted(titles_on_disk(tmp_path / "w.db")) == ["a", "b", "c"], "committed when their callers got it"
+    assert statements.count("COMMIT") == 2, "the held job's transaction, then one for the five"
     await worker.close()
 
 
@@ -135,10 +135,10 @@ async def test_when_the_database_drops_a_groups_transaction_each_job_runs_again_
     worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table, group_commit=True)
     await worker.open()
     release, held = await hold(worker)
-    tasks = await queued(worker.run(insert("a")), worker.run(lose_the_transaction), worker.run(insert("b")))
+    futures = [worker.submit(insert("a")), worker.submit(lose_the_transaction), worker.submit(insert("b"))]
     release.set()
     await held
-    results = await asyncio.gather(*tasks, return_exceptions=True)
+    results = await asyncio.gather(*futures, return_exceptions=True)
     assert results[0] is None and results[2] is None
     assert isinstance(results[1], sqlite3.Error)
     assert titles_on_disk(tmp_path / "w.db") == ["a", "b"], "'a' was lost with the transaction, then redone"
@@ -149,15 +149,18 @@ async def test_when_the_database_drops_a_groups_transaction_each_job_runs_again_
 async def test_a_cancelled_callers_job_still_runs(tmp_path, group_commit):
     worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table, group_commit=group_commit)
     release, held = await hold(worker)
-    [task] = await queued(worker.run(insert("cancelled")))
+    async def caller():
+        await worker.submit(insert("cancelled"))
+
+    task = await started(caller())
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     release.set()
     await held
-    assert await worker.run(titles) == ["cancelled"]
-    await worker.run(insert("after"))
-    assert await worker.run(titles) == ["cancelled", "after"], "the worker goes on as before"
+    assert await worker.submit(titles) == ["cancelled"]
+    await worker.submit(insert("after"))
+    assert await worker.submit(titles) == ["cancelled", "after"], "the worker goes on as before"
     await worker.close()
 
 
@@ -165,13 +168,15 @@ async def test_a_cancelled_callers_job_still_runs(tmp_path, group_commit):
 async def test_close_lets_the_queued_jobs_finish_first(tmp_path, group_commit):
     worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table, group_commit=group_commit)
     release, held = await hold(worker)
-    tasks = await queued(*(worker.run(insert(f"n{i}")) for i in range(5)))
-    [closing_task] = await queued(worker.close())
+    futures = [worker.submit(insert(f"n{i}")) for i in range(5)]
+    closing_task = await started(worker.close())
     assert worker.closed and not closing_task.done()
+    with pytest.raises(SqliteClosedError):
+        worker.submit(titles)
     release.set()
     await closing_task
-    assert all(task.done() for task in tasks), "close() returned after the jobs queued before it"
-    assert [task.result() for task in tasks] == [None] * 5
+    assert all(future.done() for future in futures), "close() returned after the jobs queued before it"
+    assert [future.result() for future in futures] == [None] * 5
     assert titles_on_disk(tmp_path / "w.db") == [f"n{i}" for i in range(5)]
     await held
 
@@ -179,10 +184,10 @@ async def test_close_lets_the_queued_jobs_finish_first(tmp_path, group_commit):
 @both_modes
 async def test_a_closed_worker_refuses_work(tmp_path, group_commit):
     worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table, group_commit=group_commit)
-    await worker.run(insert("a"))
+    await worker.submit(insert("a"))
     await worker.close()
     with pytest.raises(SqliteClosedError, match="notes is closed"):
-        await worker.run(titles)
+        await worker.submit(titles)
     with pytest.raises(SqliteClosedError):
         await worker.open()
     await worker.close()  # closing twice is harmless
@@ -194,7 +199,7 @@ async def test_a_worker_closed_before_any_job_never_starts_a_thread(tmp_path):
     worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table)
     await worker.close()
     with pytest.raises(SqliteClosedError):
-        await worker.run(titles)
+        await worker.submit(titles)
     assert threading.active_count() == before and not (tmp_path / "w.db").exists()
 
 
@@ -203,7 +208,7 @@ async def test_a_file_that_is_not_a_database_fails_open_and_every_job(tmp_path):
     path.write_bytes(b"this is not sqlite" * 100)
     worker = SqliteWorker(path, name="notes", setup=make_table)
     with pytest.raises(SqliteOpenError, match=r"cannot open notes at .*w\.db") as failed:
-        await worker.run(titles)
+        await worker.submit(titles)
     assert isinstance(failed.value.__cause__, sqlite3.DatabaseError)
     with pytest.raises(SqliteOpenError):
         await worker.open()
@@ -214,3 +219,23 @@ async def test_a_file_that_is_not_a_database_fails_open_and_every_job(tmp_path):
 async def test_synchronous_must_be_a_known_level(tmp_path):
     with pytest.raises(ValueError, match="synchronous"):
         SqliteWorker(tmp_path / "w.db", name="notes", synchronous="OFF")
+
+
+class NotesError(Exception):
+    pass
+
+
+@both_modes
+async def test_database_errors_reach_the_caller_as_the_owners_error(tmp_path, group_commit):
+    worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table, group_commit=group_commit,
+                          database_error=lambda exc: NotesError(f"notes failed: {exc}"))
+
+    def not_sql(conn):
+        raise LookupError("no such note")
+
+    with pytest.raises(NotesError, match="notes failed: no such table: missing") as failed:
+        await worker.submit(lambda conn: conn.execute("SELECT * FROM missing"))
+    assert isinstance(failed.value.__cause__, sqlite3.OperationalError)
+    with pytest.raises(LookupError):  # only database errors are translated
+        await worker.submit(not_sql)
+    await worker.close()

@@ -262,6 +262,8 @@ class SqliteWorker:
                     outcomes.append(_run_job(conn, fn, fut))
                     if not outcomes[-1][1]:
                         break
+                    if not conn.in_transaction:  # SQLite rolled it back under a job that hid the error
+                        raise _BatchBroken
                 if outcomes[-1][1]:
                     conn.execute("COMMIT")
                     return done + outcomes

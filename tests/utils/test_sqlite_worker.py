@@ -48,7 +48,7 @@ async def hold(worker: SqliteWorker) -> tuple[threading.Event, asyncio.Future]:
         running.set()
         release.wait(10)
 
-    held = asyncio.ensure_future(worker.submit(job))
+    held = worker.submit(job)
     await anyio.to_thread.run_sync(running.wait, 10)  # the loop keeps running while the thread works
     return release, held
 
@@ -238,4 +238,19 @@ async def test_database_errors_reach_the_caller_as_the_owners_error(tmp_path, gr
     assert isinstance(failed.value.__cause__, sqlite3.OperationalError)
     with pytest.raises(LookupError):  # only database errors are translated
         await worker.submit(not_sql)
+    await worker.close()
+
+
+async def test_a_job_that_hides_a_lost_transaction_does_not_leave_the_others_uncommitted(tmp_path):
+    def lose_the_transaction_quietly(conn):
+        conn.execute("ROLLBACK")  # as if SQLite had rolled back on an I/O error the job caught and ignored
+
+    worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table, group_commit=True)
+    await worker.open()
+    release, held = await hold(worker)
+    futures = [worker.submit(insert("a")), worker.submit(lose_the_transaction_quietly), worker.submit(insert("b"))]
+    release.set()
+    await held
+    await asyncio.gather(*futures, return_exceptions=True)
+    assert titles_on_disk(tmp_path / "w.db") == ["a", "b"], "each once: none ran outside a transaction"
     await worker.close()

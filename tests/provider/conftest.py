@@ -24,9 +24,9 @@ REQUIRE_MODEL_ENV = "HOOKCHAT_REQUIRE_MODEL"
 """Set (as `.ci/run` does) to make a missing embedded model fail the model tests instead of skipping them."""
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def anyio_backend() -> str:
-    """Run `@pytest.mark.anyio` tests on asyncio."""
+    """Run `@pytest.mark.anyio` tests on asyncio (module-scoped, so a module can share one loaded model)."""
     return "asyncio"
 
 

@@ -131,12 +131,11 @@ def test_a_tool_call_that_cannot_run_is_a_clear_error(deltas, finish, message):
 # --- the real embedded model ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 async def provider(embedded_model):
-    """A provider on the embedded model with short answers, freed after the test."""
-    messages: list[str] = []
-    provider = LocalLlamaProvider(max_tokens=8, seed=7, on_progress=messages.append)
-    provider.progress_messages = messages
+    """One provider on the embedded model with short answers for the module's tests (loading once, and reusing the
+    prompt cache between tests that share a prompt, keeps them quick), freed after them."""
+    provider = LocalLlamaProvider(max_tokens=8, seed=7)
     yield provider
     await provider.aclose()
 
@@ -161,14 +160,19 @@ async def test_a_file_that_is_not_a_model_is_a_clear_error(embedded_model, tmp_p
 
 
 @pytest.mark.slow
-async def test_loads_lazily_once_and_reports_progress(provider):
+async def test_loads_lazily_once_and_reports_progress(embedded_model):
+    messages: list[str] = []
+    provider = LocalLlamaProvider(on_progress=messages.append)
     assert "loaded=False" in repr(provider)
-    await provider.load()
-    await provider.load()
-    assert "loaded=True" in repr(provider)
-    assert provider.progress_messages[0].startswith("loading model SmolLM2")
-    assert provider.progress_messages[1].startswith("model loaded in")
-    assert len(provider.progress_messages) == 2
+    try:
+        await provider.load()
+        await provider.load()
+        assert "loaded=True" in repr(provider)
+    finally:
+        await provider.aclose()
+    assert "loaded=False" in repr(provider)
+    assert messages[0].startswith("loading model SmolLM2") and messages[1].startswith("model loaded in")
+    assert len(messages) == 2
 
 
 @pytest.mark.slow

@@ -44,16 +44,25 @@ def build_provider(config: HookchatConfig) -> LLMProvider:
     """The provider the config chooses (`HookchatConfig.provider()`); the embedded local model when it names none.
 
     A `local` provider with a `base_url` is a local OpenAI-compatible server, reached like any other endpoint.
+    Keys left unset keep the provider's own defaults.
     """
     chosen = config.provider()
-    if chosen is None or (chosen.type == "local" and not chosen.base_url):
+    if chosen is None:
         return LocalLlamaProvider()
+    if chosen.embedded:
+        keys = {"model_path", "context_tokens", "threads", "temperature", "top_p", "max_tokens"}
+        return LocalLlamaProvider(**chosen.model_dump(include=keys, exclude_none=True), stop=chosen.stop,
+                                  name=chosen.name)
+    extra_body = chosen.model_dump(include={"top_p", "stop"}, exclude_none=True, exclude_defaults=True)
     return OpenAIProvider(
         base_url=chosen.base_url,
         models=list(chosen.models) or ["default"],
         api_key=chosen.api_key.get_secret_value() if chosen.api_key else None,
         timeout=chosen.timeout,
         max_retries=chosen.max_retries,
+        temperature=chosen.temperature,
+        max_tokens=chosen.max_tokens,
+        extra_body=extra_body,
         name=chosen.name,
     )
 

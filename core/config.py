@@ -22,6 +22,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 __all__ = [
@@ -135,6 +136,8 @@ class ProviderConfig(_Section):
     `type = "openai"` is any OpenAI-compatible HTTP API (needs `base_url` or the official default, and at least one
     model); `type = "local"` is the embedded local model, or a local server when `base_url` is given. The key comes
     from the environment variable named by `api_key_env`; `api_key` in the file works but is discouraged.
+    `temperature`, `top_p`, `max_tokens` and `stop` are sampling defaults for every request (unset: the backend's
+    own); `context_tokens`, `threads` and `model_path` configure the embedded model and nothing else.
     """
 
     name: str = Field(min_length=1)
@@ -145,6 +148,27 @@ class ProviderConfig(_Section):
     models: list[Annotated[str, Field(min_length=1)]] = []
     timeout: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int | None = Field(default=None, gt=0)
+    stop: list[Annotated[str, Field(min_length=1)]] = []
+    context_tokens: int | None = Field(default=None, gt=0)
+    threads: int | None = Field(default=None, gt=0)
+    model_path: _ResolvedPath | None = None
+
+    @property
+    def embedded(self) -> bool:
+        """Whether this entry is the embedded model: `type = "local"` without a `base_url`."""
+        return self.type == "local" and not self.base_url
+
+    @model_validator(mode="after")
+    def _embedded_keys(self) -> ProviderConfig:
+        given = [key for key in ("context_tokens", "threads", "model_path") if getattr(self, key) is not None]
+        if given and not self.embedded:
+            raise ValueError(f"{', '.join(given)}: only for the embedded model (type = \"local\" without base_url)")
+        if self.context_tokens is not None and self.max_tokens is not None and self.max_tokens >= self.context_tokens:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be less than context_tokens ({self.context_tokens})")
+        return self
 
     @field_validator("base_url")
     @classmethod
@@ -300,7 +324,8 @@ def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = 
     default file gives the defaults; an explicit `path` must exist. Relative paths in the file resolve against the
     file's directory. Secrets are then filled from `env` (default `os.environ`): each provider's key from its
     `api_key_env` variable (overriding `api_key`), else `HOOKCHAT_API_KEY` for the default provider if it has no
-    key; the server token from its `token_env` variable (default `HOOKCHAT_SERVER_TOKEN`). Raises `ConfigError`.
+    key; the server token from its `token_env` variable (default `HOOKCHAT_SERVER_TOKEN`). Raises `ConfigError`,
+    also when the default provider names an `api_key_env` variable that is not set and nothing else gives it a key.
     """
     env = os.environ if env is None else env
     explicit = path is not None or bool(env.get(CONFIG_PATH_ENV))
@@ -314,7 +339,7 @@ def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = 
         config = HookchatConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise _validation_error(file if found else None, exc) from None
-    _apply_env_secrets(config, env)
+    _apply_env_secrets(config, env, file if found else None)
     config._source = file if found else None
     return config
 
@@ -356,12 +381,18 @@ def _validation_error(file: Path | None, exc: ValidationError) -> ConfigError:
     return ConfigError("\n".join(lines), path=file, issues=issues)
 
 
-def _apply_env_secrets(config: HookchatConfig, env: Mapping[str, str]) -> None:
+def _apply_env_secrets(config: HookchatConfig, env: Mapping[str, str], file: Path | None) -> None:
     for p in config.providers:
         if p.api_key_env and env.get(p.api_key_env):
             p.api_key = SecretStr(env[p.api_key_env])
     default = config.provider()
     if default is not None and default.api_key is None and env.get(API_KEY_ENV):
         default.api_key = SecretStr(env[API_KEY_ENV])
+    if default is not None and default.api_key is None and default.api_key_env and not default.embedded:
+        # Naming a variable says the endpoint needs a key: without it every request would fail (HTTP 401).
+        key = f"providers[{config.providers.index(default)}].api_key_env"
+        reason = (f"the environment variable {default.api_key_env} is not set: export it with the API key of "
+                  f"provider {default.name!r} (or remove api_key_env if the endpoint needs no key)")
+        raise ConfigError(f"{file or 'config'}: {key}: {reason}", path=file, issues=[(key, reason)])
     if env.get(config.server.token_env):
         config.server.token = SecretStr(env[config.server.token_env])

@@ -205,5 +205,13 @@ class LLMProvider(abc.ABC):
         """True when `stream` really streams (the default implementation does not)."""
         return type(self).stream is not LLMProvider.stream
 
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context window in tokens (prompt and reply together); None when the provider does not know it.
+
+        What a history budget is derived from: the window minus the system prompt, the tool schemas and the reply.
+        """
+        return None
+
     async def aclose(self) -> None:
         """Release pooled connections or loaded models."""

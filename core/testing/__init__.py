@@ -46,7 +46,8 @@ class ScriptedProvider(LLMProvider):
     Each response is a `str` (the model's text), a list of `ToolCall` (a step that calls tools), an `LLMResponse`
     (used as given), or an exception (raised as a `ProviderError`, to test model failures). Running out of
     responses raises `ProviderError` saying so. With `chunk_size`, it streams: `stream()` yields the text in
-    chunks of that many characters, as a real streaming provider would.
+    chunks of that many characters, as a real streaming provider would. `context_tokens` is the context window it
+    claims (None: unknown), so the agent loop fits requests to it.
     """
 
     name = "scripted"
@@ -56,7 +57,11 @@ class ScriptedProvider(LLMProvider):
         responses: Iterable[str | list[ToolCall] | LLMResponse | BaseException] = (),
         *,
         chunk_size: int | None = None,
+        context_tokens: int | None = None,
+        max_tokens: int | None = None,
     ) -> None:
+        self._context_tokens = context_tokens
+        self.max_tokens = max_tokens
         self.responses: deque[str | list[ToolCall] | LLMResponse | BaseException] = deque(responses)
         self.requests: list[LLMRequest] = []
         self.chunk_size = chunk_size
@@ -64,6 +69,10 @@ class ScriptedProvider(LLMProvider):
     @property
     def supports_streaming(self) -> bool:
         return self.chunk_size is not None
+
+    @property
+    def context_tokens(self) -> int | None:
+        return self._context_tokens
 
     async def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
         resp = await self.complete(req)

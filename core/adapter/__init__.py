@@ -74,7 +74,10 @@ class Adapter(abc.ABC):
 
 #: Entry point group through which installed packages provide adapter types (`name = "pkg.module:AdapterClass"`).
 ADAPTER_ENTRY_POINT_GROUP = "hookchat.adapters"
-_BUILTIN_TYPES = {"console": "core.adapter.console:ConsoleAdapter"}
+_BUILTIN_TYPES = {
+    "console": "core.adapter.console:ConsoleAdapter",
+    "onebot": "core.adapter.onebot:OneBotAdapter",
+}
 
 
 def adapter_class(type_name: str) -> type[Adapter]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.adapter.onebot._connection import Connection, NotConnected, OneBotError
@@ -33,7 +34,8 @@ class Account:
 class Accounts:
     """Every account seen so far, the session routes, and the waiting room for replies."""
 
-    def __init__(self, *, outbox_size: int, max_routes: int, default_self_id: str | None) -> None:
+    def __init__(self, *, outbox_size: int, max_routes: int, default_self_id: str | None,
+                 on_waiting: Callable[[], None] = lambda: None) -> None:
         self.accounts: dict[str, Account] = {}
         self.routes: OrderedDict[str, str] = OrderedDict()
         self._outbox_size = outbox_size
@@ -42,6 +44,7 @@ class Accounts:
         self._unassigned_waiting = 0  # replies waiting for the first account to appear
         self._changed = asyncio.Event()
         self._stopped = False
+        self._on_waiting = on_waiting
 
     @property
     def waiting(self) -> int:
@@ -134,6 +137,7 @@ class Accounts:
             account.waiting += step
         else:
             self._unassigned_waiting += step
+        self._on_waiting()
 
     def _wake(self) -> None:
         # Waiters resume in the order they started waiting, so queued replies go out in the order produced.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,8 @@ class OneBotStats:
     """The adapter's state by size, for operators and tests: every figure here is bounded by an option."""
 
     accounts: dict[str, bool]
+    connections_made: int
+    events_processed: int
     queued_events: int
     dropped_events: int
     malformed_frames: int
@@ -89,14 +92,17 @@ class OneBotAdapter(Adapter):
             raise AdapterError(f"adapter {self.name!r} (onebot): {exc}") from None
         s = self.settings
         self._accounts = Accounts(outbox_size=s.outbox_size, max_routes=s.max_routes,
-                                  default_self_id=s.default_self_id)
+                                  default_self_id=s.default_self_id, on_waiting=self._notify)
         self._events: asyncio.Queue[tuple[Connection, Frame, dict[str, Any]]] = asyncio.Queue(s.max_queued_events)
         self._own_ids: OrderedDict[str, None] = OrderedDict()
         self._connections: set[Connection] = set()
         self._dropped = 0
         self._dropping = False
         self._malformed = 0
-        self._identified = asyncio.Event()
+        self._processed = 0
+        self._connections_made = 0
+        self._changed = asyncio.Event()
+        self._watchers = 0
         self._task: asyncio.Task[None] | None = None
         self._server: Server | None = None
 
@@ -136,16 +142,32 @@ class OneBotAdapter(Adapter):
     async def wait_connected(self, self_id: str | None = None) -> str:
         """Wait until `self_id` (None: any account) has an open connection; returns the account's id. Bound it
         with a timeout of your own (`anyio.fail_after`)."""
-        while True:
-            online = [a.self_id for a in self._accounts.accounts.values() if a.online]
-            if (self_id is None and online) or self_id in online:
-                return self_id or online[0]
-            await self._identified.wait()
+        stats = await self.wait_until(lambda s: any(s.accounts.values()) if self_id is None else
+                                      s.accounts.get(self_id, False))
+        return self_id or next(i for i, online in stats.accounts.items() if online)
+
+    async def wait_until(self, condition: Callable[[OneBotStats], bool]) -> OneBotStats:
+        """Wait until `condition(self.stats())` holds, checked again whenever a connection opens or closes and
+        whenever an event is processed or dropped; returns those stats. Bound it with a timeout of your own."""
+        self._watchers += 1
+        try:
+            while not condition(stats := self.stats()):
+                await self._changed.wait()
+            return stats
+        finally:
+            self._watchers -= 1
+
+    def _notify(self) -> None:
+        if self._watchers:  # an Event per change costs; only when someone waits
+            self._changed.set()
+            self._changed = asyncio.Event()
 
     def stats(self) -> OneBotStats:
         """The sizes of everything the adapter holds."""
         return OneBotStats(
             accounts={a.self_id: a.online for a in self._accounts.accounts.values()},
+            connections_made=self._connections_made,
+            events_processed=self._processed,
             queued_events=self._events.qsize(),
             dropped_events=self._dropped,
             malformed_frames=self._malformed,
@@ -182,7 +204,7 @@ class OneBotAdapter(Adapter):
             logger.warning("onebot %s: refused a second connection for account %s", self.name, self_id)
             await ws.close(CloseCode.POLICY_VIOLATION, f"account {self_id} is already connected")
             return
-        self._wake_waiters()
+        self._connected(connection)
         await self._serve(connection)
 
     async def _serve(self, connection: Connection) -> None:
@@ -195,6 +217,7 @@ class OneBotAdapter(Adapter):
         finally:
             self._connections.discard(connection)
             self._accounts.detach(connection)
+            self._notify()
 
     def _on_identified(self, connection: Connection) -> None:
         if not self._accounts.attach(connection):
@@ -202,12 +225,12 @@ class OneBotAdapter(Adapter):
             logger.warning("onebot %s: account %s is already connected; %s only delivers events", self.name,
                            connection.self_id, connection.peer)
             return
-        logger.info("onebot %s: account %s connected through %s", self.name, connection.self_id, connection.peer)
-        self._wake_waiters()
+        self._connected(connection)
 
-    def _wake_waiters(self) -> None:
-        self._identified.set()
-        self._identified = asyncio.Event()
+    def _connected(self, connection: Connection) -> None:
+        logger.info("onebot %s: account %s connected through %s", self.name, connection.self_id, connection.peer)
+        self._connections_made += 1
+        self._notify()
 
     async def _learn_account(self, connection: Connection) -> None:
         """Ask who is logged in: names the account if no event has, and gives the nickname forward nodes carry."""
@@ -230,6 +253,7 @@ class OneBotAdapter(Adapter):
             self._events.put_nowait((connection, frame, raw))
         except asyncio.QueueFull:
             self._dropped += 1
+            self._notify()
             if not self._dropping:
                 self._dropping = True
                 logger.warning("onebot %s: %d events already wait to be processed (max_queued_events); dropping "
@@ -254,6 +278,9 @@ class OneBotAdapter(Adapter):
             except Exception:
                 logger.exception("onebot %s: failed to deliver an event from %s: %.300r", self.name,
                                  connection.peer, raw)
+            finally:
+                self._processed += 1
+                self._notify()
 
     async def _message_of(self, connection: Connection, frame: Frame, raw: dict[str, Any]) -> KiraIMMessage | None:
         if isinstance(frame, NoticeEvent):

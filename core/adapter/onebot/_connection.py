@@ -119,6 +119,7 @@ class Connection:
             try:
                 await self.ws.send(frame)
             except ConnectionClosed:
+                self.closed = True  # before the reader notices, so nobody picks this connection again
                 raise NotConnected(f"the connection to {self.peer} is closed") from None
             try:
                 async with asyncio.timeout(timeout):

@@ -1,0 +1,74 @@
+"""Fixtures of the adapter tests: a running NapCat mock, a bot (a real `HookChat`) around an adapter, a model that
+waits at a gate, and a plugin that records every incoming message event."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from core.adapter import Adapter
+from core.app import HookChat
+from core.chat import KiraMessageEvent
+from core.config import HookchatConfig
+from core.plugin import BasePlugin, Priority, on
+from core.provider import LLMRequest, LLMResponse
+from core.testing import BUILTIN_PLUGINS_DIR, ScriptedProvider
+
+from tests.adapter.napcat import MockPeer
+
+
+@pytest.fixture
+async def mock_peer() -> AsyncIterator[MockPeer]:
+    peer = MockPeer()
+    await peer.start()
+    try:
+        yield peer
+    finally:
+        await peer.stop()
+
+
+class GatedProvider(ScriptedProvider):
+    """A `ScriptedProvider` that holds each request until `gate` is set; `called` is set when one arrives."""
+
+    def __init__(self, responses: Iterable[Any] = ()) -> None:
+        super().__init__(responses)
+        self.gate = asyncio.Event()
+        self.called = asyncio.Event()
+
+    async def complete(self, req: LLMRequest) -> LLMResponse:
+        self.called.set()
+        await self.gate.wait()
+        return await super().complete(req)
+
+
+def recorder() -> tuple[type[BasePlugin], asyncio.Queue[KiraMessageEvent]]:
+    """A plugin class that puts every `im_message` event into the returned queue (before the chat plugin runs)."""
+    inbox: asyncio.Queue[KiraMessageEvent] = asyncio.Queue()
+
+    class Recorder(BasePlugin):
+        @on.im_message(priority=Priority.SYS_HIGH + 1)
+        async def record(self, event: KiraMessageEvent, *args: Any, **kwargs: Any) -> None:
+            inbox.put_nowait(event)
+
+    return Recorder, inbox
+
+
+@asynccontextmanager
+async def running_bot(adapter: Adapter, provider: ScriptedProvider, plugins: Iterable[type] = (),
+                      chat: dict[str, Any] | None = None) -> AsyncIterator[HookChat]:
+    """A real bot with the chat and tag plugins (the chat plugin flushing every message at once) and `adapter`."""
+    with tempfile.TemporaryDirectory(prefix="hookchat-onebot-") as data_dir:
+        config = HookchatConfig.model_validate({
+            "data": {"dir": data_dir},
+            "plugins": {"dirs": [], "config": {"chat": {"flush_messages": 1, **(chat or {})}}},
+            "adapters": {"console": False},
+        })
+        app = HookChat(config, provider=provider, adapters=[adapter], entry_points=False,
+                       plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags", *plugins])
+        async with app:
+            yield app

@@ -8,15 +8,20 @@ its files at a temporary directory and then gives the test run its own logging b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import AsyncIterator
 from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 os.environ.setdefault("LOG_FILE_PATH", tempfile.mkdtemp(prefix="ncatbot-logs-"))
 _root = logging.getLogger()
 _handlers, _level = list(_root.handlers), _root.level
-from ncatbot.utils.testing import NapCatMockServer, get_standard_data  # noqa: E402
+from ncatbot.utils.testing import NapCatMockServer, create_bot_data, get_standard_data  # noqa: E402
 
 for _handler in list(_root.handlers):
     if _handler not in _handlers:
@@ -25,15 +30,17 @@ for _handler in list(_root.handlers):
 _root.handlers[:] = _handlers
 _root.setLevel(_level)
 
-__all__ = ["NapCatMockServer", "MockPeer", "BOT_ID", "FRIEND_ID", "GROUP_ID", "standard_data"]
+__all__ = ["NapCatMockServer", "MockPeer", "BOT_ID", "FRIEND_ID", "GROUP_ID", "standard_data", "implementation_headers"]
 
 #: Ids in the mock's standard data: the bot's account, a friend, and a group both are in.
 BOT_ID, FRIEND_ID, GROUP_ID = "123456789", "100001", "200001"
 
 
-def standard_data() -> dict[str, Any]:
-    """The mock's standard data set (a bot, three friends, groups)."""
-    return get_standard_data()
+def standard_data(bot_id: str = BOT_ID) -> dict[str, Any]:
+    """The mock's standard data set (a bot, three friends, groups), logged in as `bot_id`."""
+    data = get_standard_data()
+    data["bot"] = create_bot_data(bot_id, f"Bot{bot_id}")
+    return data
 
 
 class MockPeer:
@@ -45,8 +52,8 @@ class MockPeer:
     path, which newer `websockets` no longer passes (so its token check cannot work and is not used).
     """
 
-    def __init__(self) -> None:
-        self.server = NapCatMockServer(host="127.0.0.1", port=0, initial_data=standard_data())
+    def __init__(self, bot_id: str = BOT_ID) -> None:
+        self.server = NapCatMockServer(host="127.0.0.1", port=0, initial_data=standard_data(bot_id))
         self.sent: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.server.set_response("send_msg", self._record_send)
 
@@ -71,3 +78,25 @@ class MockPeer:
     def calls(self, action: str) -> list[dict[str, Any]]:
         """The params of every call of `action` the mock answered, in order."""
         return self.server.get_calls_for_action(action)
+
+    @contextlib.asynccontextmanager
+    async def reverse_link(self, url: str, *, token: str | None = None) -> AsyncIterator[ClientConnection]:
+        """Connect to an adapter's reverse-mode server as the implementation would, and run the mock's protocol
+        logic (lifecycle event, answers, `inject_*`) on that connection until the block ends."""
+        headers = implementation_headers(self.server.database.get_login_info()["user_id"], token)
+        async with connect(url, additional_headers=headers, proxy=None) as ws:
+            task = asyncio.get_running_loop().create_task(self.server._handle_connection(ws))
+            try:
+                yield ws
+            finally:
+                await ws.close()
+                with contextlib.suppress(ConnectionClosed):  # the mock sends its lifecycle event unguarded
+                    await task
+
+
+def implementation_headers(self_id: str, token: str | None = None, role: str = "Universal") -> dict[str, str]:
+    """The headers a OneBot implementation sends when it connects in reverse mode."""
+    headers = {"X-Self-ID": self_id, "X-Client-Role": role}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers

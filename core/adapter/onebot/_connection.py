@@ -128,6 +128,8 @@ class Connection:
                 raise ActionTimeout(f"{action}: no answer from {self.peer} within {timeout:g} s") from None
         finally:
             self._pending.pop(echo, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # cancelled just as the connection failed it: the failure is not news
         if response.status == "failed":
             raise ActionFailed(action, response.retcode, response.wording or response.message)
         return response.data

@@ -20,6 +20,7 @@ from core.provider import LLMRequest, LLMResponse
 from core.testing import BUILTIN_PLUGINS_DIR, ScriptedProvider
 
 from tests.adapter.napcat import MockPeer
+from tests.adapter.nonebot_models import assert_delivered_agrees
 
 
 @pytest.fixture
@@ -46,9 +47,26 @@ class GatedProvider(ScriptedProvider):
         return await super().complete(req)
 
 
-def recorder() -> tuple[type[BasePlugin], asyncio.Queue[KiraMessageEvent]]:
-    """A plugin class that puts every `im_message` event into the returned queue (before the chat plugin runs)."""
-    inbox: asyncio.Queue[KiraMessageEvent] = asyncio.Queue()
+class Inbox:
+    """The `im_message` events a `recorder()` plugin saw, in order."""
+
+    def __init__(self) -> None:
+        self._events: asyncio.Queue[KiraMessageEvent] = asyncio.Queue()
+
+    def put_nowait(self, event: KiraMessageEvent) -> None:
+        """Record one event (the plugin calls this)."""
+        self._events.put_nowait(event)
+
+    async def get(self) -> KiraMessageEvent:
+        """The next event (waits for it); its raw OneBot event is checked against nonebot's models first."""
+        event = await self._events.get()
+        assert_delivered_agrees(event.message)
+        return event
+
+
+def recorder() -> tuple[type[BasePlugin], Inbox]:
+    """A plugin class that records every `im_message` event in the returned inbox (before the chat plugin)."""
+    inbox = Inbox()
 
     class Recorder(BasePlugin):
         @on.im_message(priority=Priority.SYS_HIGH + 1)

@@ -18,6 +18,8 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.adapter.nonebot_models import assert_sent_parses
+
 os.environ.setdefault("LOG_FILE_PATH", tempfile.mkdtemp(prefix="ncatbot-logs-"))
 _root = logging.getLogger()
 _handlers, _level = list(_root.handlers), _root.level
@@ -44,7 +46,7 @@ def standard_data(bot_id: str = BOT_ID) -> dict[str, Any]:
 
 
 class MockPeer:
-    """A started `NapCatMockServer` on 127.0.0.1 and a free port, whose `send_msg` calls land in `self.sent`.
+    """A started `NapCatMockServer` on 127.0.0.1 and a free port, whose `send_msg` calls come out of `next_sent()`.
 
     Quirks of the mock, which the tests rely on or work around: it sends `message_id` and the sender's `user_id` as
     strings and the event's `user_id` as a number; its lifecycle event's `time` is the event loop's clock, not the
@@ -54,12 +56,18 @@ class MockPeer:
 
     def __init__(self, bot_id: str = BOT_ID) -> None:
         self.server = NapCatMockServer(host="127.0.0.1", port=0, initial_data=standard_data(bot_id))
-        self.sent: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._sent: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.server.set_response("send_msg", self._record_send)
 
     def _record_send(self, action: str, params: dict[str, Any]) -> dict[str, Any]:
-        self.sent.put_nowait(params)
+        self._sent.put_nowait(params)
         return self.server.api_handler.handle_request(action, params)
+
+    async def next_sent(self) -> dict[str, Any]:
+        """The params of the next `send_msg` the mock answers (waits for it), checked against nonebot's models."""
+        params = await self._sent.get()
+        assert_sent_parses(params)
+        return params
 
     async def start(self) -> None:
         """Start (or restart, on the same port) the mock."""

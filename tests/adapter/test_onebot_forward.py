@@ -36,7 +36,7 @@ async def test_a_private_message_is_answered_with_send_msg(mock_peer: MockPeer):
             assert await adapter.wait_connected() == BOT_ID  # from the mock's lifecycle event
             await mock_peer.server.inject_private_message(FRIEND_ID, "hello bot", message_id="777")
             event = await inbox.get()
-            sent = await mock_peer.sent.get()
+            sent = await mock_peer.next_sent()
     message = event.message
     assert event.sid == f"qq:dm:{FRIEND_ID}" and message.session == Session("qq", "dm", FRIEND_ID)
     assert message.message_id == "777" and message.sender.user_id == FRIEND_ID and message.self_id == BOT_ID
@@ -56,7 +56,7 @@ async def test_in_a_group_only_a_message_to_the_bot_gets_a_turn(mock_peer: MockP
             await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "chatting among ourselves")
             await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, [
                 {"type": "at", "data": {"qq": BOT_ID}}, {"type": "text", "data": {"text": " are you there?"}}])
-            sent = await mock_peer.sent.get()
+            sent = await mock_peer.next_sent()
             aside, to_bot = await inbox.get(), await inbox.get()
     assert aside.sid == to_bot.sid == f"qq:gm:{GROUP_ID}" and to_bot.group.group_id == GROUP_ID
     assert not aside.is_mentioned and to_bot.is_mentioned
@@ -100,7 +100,7 @@ async def test_the_bots_own_messages_never_start_a_turn(mock_peer: MockPeer):
                 "raw_message": "sent from the phone", "font": 0, "sender": {"user_id": int(BOT_ID)},
                 "time": 1, "self_id": int(BOT_ID)})
             await mock_peer.server.inject_private_message(FRIEND_ID, "a real question")
-            await mock_peer.sent.get()
+            await mock_peer.next_sent()
     assert len(provider.requests) == 1
     assert provider.requests[0].user_prompt == "a real question"
 
@@ -153,7 +153,7 @@ async def test_the_peer_dies_mid_turn_and_the_reply_goes_out_after_it_restarts(m
             provider.gate.set()  # the reply is produced while the peer is down...
             await adapter.wait_until(lambda s: s.waiting_sends == 1)  # ...and waits for a connection
             await mock_peer.start()
-            sent = await mock_peer.sent.get()
+            sent = await mock_peer.next_sent()
             stats = await adapter.wait_until(lambda s: s.waiting_sends == 0)
     assert sent["message"] == [{"type": "text", "data": {"text": "Sorry for the wait."}}]
     assert stats.connections_made == 2
@@ -181,7 +181,7 @@ async def test_an_oversized_frame_is_refused_and_the_adapter_reconnects(mock_pee
             await adapter.wait_until(lambda s: s.connections_made == 2 and s.accounts[BOT_ID])
             await mock_peer.server.inject_private_message(FRIEND_ID, "small")
             event = await inbox.get()
-            await mock_peer.sent.get()
+            await mock_peer.next_sent()
     assert event.message.chain.plain_text == "small"  # the big one never reached the pipeline
     assert "larger than max_frame_bytes" in caplog.text
 

@@ -84,7 +84,7 @@ async def test_the_mocks_protocol_over_a_reverse_connection_and_a_second_connect
                 await peer.server.inject_group_message(GROUP_ID, FRIEND_ID, [
                     {"type": "at", "data": {"qq": BOT_ID}}, {"type": "text", "data": {"text": " hi"}}])
                 event = await inbox.get()
-                sent = await peer.sent.get()
+                sent = await peer.next_sent()
     assert event.sid == f"qq:gm:{GROUP_ID}" and event.is_mentioned
     assert sent == {"message_type": "group", "group_id": int(GROUP_ID),
                     "message": [{"type": "text", "data": {"text": "Reverse hello."}}]}
@@ -100,10 +100,10 @@ async def test_each_account_answers_the_sessions_it_heard_from():
                     second.reverse_link(url_of(adapter), token=TOKEN):
                 await adapter.wait_until(lambda s: s.accounts == {"111": True, "222": True})
                 await first.server.inject_private_message(FRIEND_ID, "to the first bot")
-                one = await first.sent.get()
+                one = await first.next_sent()
                 await second.server.inject_group_message(GROUP_ID, FRIEND_ID, [{"type": "at",
                                                                                  "data": {"qq": "222"}}])
-                two = await second.sent.get()
+                two = await second.next_sent()
                 with pytest.raises(OneBotError, match="several bot accounts"):
                     await adapter.call_action("get_login_info")
                 assert (await adapter.get_login_info(self_id="222"))["user_id"] == "222"

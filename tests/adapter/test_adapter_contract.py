@@ -9,7 +9,7 @@ import pytest
 from core.adapter import AdapterError, adapter_class, build_adapters
 from core.adapter.onebot import CAPABILITIES, OneBotAdapter
 from core.chat import MessageChain, Session
-from core.chat.message_elements import At, Text
+from core.chat.message_elements import At, Poke, Text
 from core.config import HookchatConfig
 from core.testing import ScriptedProvider
 
@@ -26,7 +26,7 @@ def test_onebot_is_a_built_in_adapter_type_built_from_the_config(monkeypatch):
     first, second = build_adapters(config)
     assert isinstance(first, OneBotAdapter) and first.name == "qq" and first.settings.url == ["ws://127.0.0.1:3001"]
     assert second.name == "qq2" and second.settings.self_ids == ["10001"]
-    assert first.capabilities == CAPABILITIES and "poke" not in CAPABILITIES
+    assert first.capabilities == CAPABILITIES and "poke" in CAPABILITIES and "notice" not in CAPABILITIES
     with pytest.raises(AdapterError, match="known types: console, onebot"):
         adapter_class("telegram")
 
@@ -58,3 +58,17 @@ async def test_the_string_form_sends_cq_codes(mock_peer: MockPeer):
             sent = await mock_peer.next_sent()
     assert result.ok
     assert sent["message"] == f"[CQ:at,qq={FRIEND_ID}] &#91;see&#93; a&amp;b, c"
+
+
+@pytest.mark.anyio
+async def test_a_poke_is_sent_as_the_poke_action_of_its_chat(mock_peer: MockPeer):
+    adapter = OneBotAdapter("qq", url=mock_peer.url)
+    async with running_bot(adapter, ScriptedProvider()):
+        with anyio.fail_after(10):
+            await adapter.wait_connected()
+            in_group = await adapter.send(Session("qq", "gm", GROUP_ID), MessageChain([Poke(FRIEND_ID)]))
+            in_private = await adapter.send(Session("qq", "dm", FRIEND_ID), MessageChain([Text("hey"),
+                                                                                         Poke(FRIEND_ID)]))
+    assert in_group.ok and in_group.message_id == "" and in_private.ok and in_private.message_id
+    assert mock_peer.calls("group_poke") == [{"group_id": int(GROUP_ID), "user_id": int(FRIEND_ID)}]
+    assert mock_peer.calls("friend_poke") == [{"user_id": int(FRIEND_ID)}]

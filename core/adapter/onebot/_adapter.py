@@ -21,7 +21,7 @@ from websockets.asyncio.server import Server
 from websockets.frames import CloseCode
 
 from core.adapter import Adapter, AdapterError
-from core.chat.message_elements import MediaError
+from core.chat.message_elements import MediaError, Poke
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Session
 from core.utils.tasks import cancel_and_wait
@@ -44,7 +44,7 @@ logger = logging.getLogger("hookchat.adapter.onebot")
 
 #: What the adapter can send, and so which built-in tags the model is offered.
 CAPABILITIES = frozenset({"text", "at", "reply", "image", "sticker", "record", "video", "emoji", "file", "forward",
-                          "json"})
+                          "json", "poke"})
 
 _OWN_IDS = 1000  # message ids the bot sent, per adapter, to tell a reply to the bot without asking the platform
 
@@ -327,25 +327,30 @@ class OneBotAdapter(Adapter):
     # -- outgoing -------------------------------------------------------------------------------------------------
 
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
-        """Send `chain` with `send_msg` (split where QQ needs a voice, video, file or forward on its own). The
-        receipt's `message_id` is the platform's id (of the first message, when split). Never raises: a refusal,
+        """Send `chain` with `send_msg` (split where QQ needs a voice, video, file or forward on its own; each
+        `Poke` with `group_poke`/`friend_poke`). The receipt's `message_id` is the platform's id (of the first
+        message, when split; empty for pokes alone). Never raises: a refusal,
         a timeout, media that cannot be read or a connection that does not come back in `offline_send_timeout`
         make `ok=False` with the reason in `error`, which is also logged with the session and the action."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.offline_send_timeout
         target = {"message_type": "group", "group_id": _id(session.session_id)} if session.is_group else \
             {"message_type": "private", "user_id": _id(session.session_id)}
+        pokes = [e for e in chain if isinstance(e, Poke)]
         ids: list[str] = []
+        action = "send_msg"
         try:
             connection = await self._accounts.connection_for(session.sid, deadline)
-            segments = await to_segments(chain, self_id=connection.self_id or "", nickname=connection.nickname)
+            segments = await to_segments([e for e in chain if not isinstance(e, Poke)],
+                                         self_id=connection.self_id or "", nickname=connection.nickname)
             messages = to_messages(segments)
-            if not messages:
+            if not messages and not pokes:
                 return KiraIMSentResult(chain, session, ok=False, error="nothing to send: the chain is empty")
             for number, message in enumerate(messages, 1):
                 payload: Any = to_cq(message) if self.settings.message_format == "string" else message
                 try:
-                    data, self_id = await self._send_one(session.sid, {**target, "message": payload}, deadline)
+                    data, self_id = await self._call_within(session.sid, action, {**target, "message": payload},
+                                                            deadline)
                 except OneBotError as exc:
                     if len(messages) > 1:
                         raise OneBotError(f"part {number} of {len(messages)}: {exc}") from exc
@@ -353,17 +358,21 @@ class OneBotAdapter(Adapter):
                 message_id = str(data.get("message_id", "")) if isinstance(data, dict) else ""
                 self._remember_own(self_id, message_id)
                 ids.append(message_id)
+            for poke in pokes:  # NapCat's and Lagrange's poke actions; a poke has no message id
+                action = "group_poke" if session.is_group else "friend_poke"
+                params = {k: v for k, v in target.items() if k != "message_type"}
+                await self._call_within(session.sid, action, {**params, "user_id": _id(poke.user_id)}, deadline)
         except (OneBotError, MediaError) as exc:
-            logger.warning("onebot %s: send_msg to %s failed: %s", self.name, session.sid, exc)
+            logger.warning("onebot %s: %s to %s failed: %s", self.name, action, session.sid, exc)
             return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc))
-        return KiraIMSentResult(chain, session, ok=True, message_id=ids[0])
+        return KiraIMSentResult(chain, session, ok=True, message_id=ids[0] if ids else "")
 
-    async def _send_one(self, sid: str, params: dict[str, Any], deadline: float) -> tuple[Any, str]:
+    async def _call_within(self, sid: str, action: str, params: dict[str, Any], deadline: float) -> tuple[Any, str]:
         # Nothing written yet (NotConnected) is safe to try again on the next connection, within the deadline.
         while True:
             connection = await self._accounts.connection_for(sid, deadline)
             try:
-                return await connection.call("send_msg", params, self.settings.action_timeout), connection.self_id
+                return await connection.call(action, params, self.settings.action_timeout), connection.self_id or ""
             except NotConnected:
                 continue
 

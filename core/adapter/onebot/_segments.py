@@ -98,8 +98,8 @@ async def to_segments(chain: list[BaseMessageElement], *, self_id: str = "", nic
     """The segments of an outgoing chain. Media given by path or base64 is sent inline (`base64://`), so an
     implementation on another machine can send it. `self_id` and `nickname` sign the nodes of a `Forward`.
 
-    Raises `MediaError` for media with nothing to send. Elements OneBot cannot send (`Poke`, `Notice`) are sent as
-    their text, so nothing a plugin put in a chain silently disappears.
+    Raises `MediaError` for media with nothing to send. Elements no segment carries (`Notice`; `Poke`, which the
+    adapter sends as an action) are sent as their text, so nothing a plugin put in a chain silently disappears.
     """
     segments: list[Segment] = []
     for element in chain:

@@ -114,6 +114,9 @@ class OneBotAdapter(Adapter):
         await super().start(app)
         if self.settings.mode == "reverse":
             s = self.settings
+            if self._token is None and s.host not in ("127.0.0.1", "localhost", "::1"):
+                logger.warning("onebot %s: listening on %s without an access token: anyone who reaches the port "
+                               "can act as a bot account (set token_env)", self.name, s.host)
             self._server = await serve_reverse(self._serve_reverse, host=s.host, port=s.port, path=s.path,
                                                token=self._token, self_ids=s.self_ids, max_size=s.max_frame_bytes)
             logger.info("onebot %s: waiting for implementations on ws://%s:%d%s", self.name, s.host, self.port,

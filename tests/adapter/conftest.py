@@ -18,7 +18,6 @@ from core.config import HookchatConfig
 from core.plugin import BasePlugin, Priority, on
 from core.provider import LLMRequest, LLMResponse
 from core.testing import BUILTIN_PLUGINS_DIR, ScriptedProvider
-
 from tests.adapter.napcat import MockPeer
 from tests.adapter.nonebot_models import assert_delivered_agrees
 

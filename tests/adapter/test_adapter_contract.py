@@ -12,7 +12,6 @@ from core.chat import MessageChain, Session
 from core.chat.message_elements import At, Poke, Text
 from core.config import HookchatConfig
 from core.testing import ScriptedProvider
-
 from tests.adapter.conftest import running_bot
 from tests.adapter.napcat import FRIEND_ID, GROUP_ID, MockPeer
 
@@ -37,7 +36,8 @@ def test_onebot_is_a_built_in_adapter_type_built_from_the_config(monkeypatch):
     ({"url": "ws://x", "timeout": 3}, "options.timeout: unknown option"),
     ({"mode": "reverse", "url": "ws://x"}, "`url` is for forward mode"),
     ({"url": "ws://x", "outbox_size": 0}, "options.outbox_size: Input should be greater than 0"),
-    ({"url": "ws://x", "token_env": "HOOKCHAT_TEST_UNSET_TOKEN"}, "token_env names HOOKCHAT_TEST_UNSET_TOKEN, which is not set"),
+    ({"url": "ws://x", "token_env": "HOOKCHAT_TEST_UNSET_TOKEN"},
+     "token_env names HOOKCHAT_TEST_UNSET_TOKEN, which is not set"),
 ])
 def test_bad_options_are_refused_when_the_adapter_is_built(options, message, monkeypatch):
     monkeypatch.delenv("HOOKCHAT_TEST_UNSET_TOKEN", raising=False)

@@ -10,7 +10,6 @@ from nonebot.adapters.onebot.v11 import Message
 from pydantic import TypeAdapter
 
 from core.adapter.onebot import escape, parse_cq, to_cq, unescape
-
 from tests.adapter.nonebot_models import nonebot_segments
 
 

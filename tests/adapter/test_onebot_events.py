@@ -20,7 +20,6 @@ from core.adapter.onebot._events import (
 from core.chat import MessageChain
 from core.chat.message_elements import Notice, Poke
 from core.testing import ScriptedProvider
-
 from tests.adapter.conftest import recorder, running_bot
 from tests.adapter.napcat import BOT_ID, FRIEND_ID, GROUP_ID, MockPeer
 from tests.adapter.nonebot_models import expected_class, nonebot_event

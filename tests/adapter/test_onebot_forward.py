@@ -3,7 +3,6 @@ messages in, replies out through `send_msg`, "to me", the bot's own messages, ac
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import anyio
@@ -12,10 +11,10 @@ import websockets
 from websockets.asyncio.server import serve
 
 from core.adapter.onebot import ActionFailed, OneBotAdapter
+from core.adapter.onebot._forward import backoff_delay
 from core.chat import MessageChain, Session
 from core.chat.message_elements import At, Reply, Text
 from core.testing import ScriptedProvider
-
 from tests.adapter.conftest import GatedProvider, recorder, running_bot
 from tests.adapter.napcat import BOT_ID, FRIEND_ID, GROUP_ID, MockPeer
 
@@ -44,6 +43,9 @@ async def test_a_private_message_is_answered_with_send_msg(mock_peer: MockPeer):
     assert message.chain == MessageChain([Text("hello bot")])
     assert sent == {"message_type": "private", "user_id": int(FRIEND_ID),
                     "message": [{"type": "text", "data": {"text": "Hello!"}}]}
+    history = mock_peer.server.get_call_history()
+    assert [call["action"] for call in history] == ["get_login_info", "send_msg"]
+    assert len({call["echo"] for call in history}) == 2 and all(isinstance(c["echo"], str) for c in history)
 
 
 async def test_in_a_group_only_a_message_to_the_bot_gets_a_turn(mock_peer: MockPeer):
@@ -231,3 +233,12 @@ async def test_an_implementation_that_is_down_at_start_is_dialled_until_it_is_up
             assert await adapter.wait_connected() == BOT_ID
     await peer.stop()
     assert websockets  # the adapter's own dependency, imported by the test for its server
+
+
+def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
+    delays = [[backoff_delay(failures, 1.0, 60.0) for _ in range(200)] for failures in range(8)]
+    for failures, sample in enumerate(delays):
+        ceiling = min(60.0, 2.0 ** failures)
+        assert all(ceiling / 2 <= d <= ceiling for d in sample)
+        assert len(set(sample)) > 1  # jittered: bots restarting together do not reconnect in step
+    assert max(delays[7]) <= 60.0 and backoff_delay(10_000, 1.0, 60.0) <= 60.0

@@ -18,7 +18,6 @@ from core.chat import KiraMessageEvent, MessageChain, Session
 from core.chat.message_elements import Text
 from core.plugin import BasePlugin, Priority, on
 from core.testing import ScriptedProvider
-
 from tests.adapter.conftest import recorder, running_bot
 from tests.adapter.napcat import BOT_ID, FRIEND_ID, GROUP_ID, MockPeer, implementation_headers
 

@@ -8,6 +8,7 @@ waits (bounded) for the reconnect, or is reported as failed after `offline_send_
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -21,11 +22,6 @@ from websockets.asyncio.server import Server
 from websockets.frames import CloseCode
 
 from core.adapter import Adapter, AdapterError
-from core.chat.message_elements import MediaError, Poke
-from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
-from core.chat.session import Session
-from core.utils.tasks import cancel_and_wait
-
 from core.adapter.onebot._accounts import Accounts
 from core.adapter.onebot._connection import Connection, NotConnected, OneBotError
 from core.adapter.onebot._cqcode import to_cq
@@ -34,6 +30,10 @@ from core.adapter.onebot._forward import dial_forever
 from core.adapter.onebot._options import OneBotOptions, options_error
 from core.adapter.onebot._reverse import serve_reverse
 from core.adapter.onebot._segments import to_messages, to_segments
+from core.chat.message_elements import MediaError, Poke
+from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
+from core.chat.session import Session
+from core.utils.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from core.app import HookChat
@@ -185,9 +185,9 @@ class OneBotAdapter(Adapter):
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._dispatch)
             for url in s.url:
-                tg.start_soon(lambda url=url: dial_forever(
-                    url, self._serve_forward, token=self._token, token_in=s.token_in, max_size=s.max_frame_bytes,
-                    initial=s.reconnect_initial, maximum=s.reconnect_max))
+                tg.start_soon(functools.partial(
+                    dial_forever, url, self._serve_forward, token=self._token, token_in=s.token_in,
+                    max_size=s.max_frame_bytes, initial=s.reconnect_initial, maximum=s.reconnect_max))
 
     # -- connections ----------------------------------------------------------------------------------------------
 

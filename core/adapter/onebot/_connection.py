@@ -20,7 +20,6 @@ from websockets.exceptions import ConnectionClosed
 from websockets.frames import CloseCode
 
 from core.adapter import AdapterError
-
 from core.adapter.onebot._events import ActionResponse, Frame, MalformedFrame, MetaEvent, parse_frame
 
 __all__ = [

@@ -12,11 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from core.adapter.onebot._segments import Segment, to_chain
 from core.chat.message_elements import At, Notice, Poke, Reply
 from core.chat.message_utils import KiraIMMessage, MessageChain
 from core.chat.session import Group, Session, User
-
-from core.adapter.onebot._segments import Segment, to_chain
 
 __all__ = [
     "Frame",

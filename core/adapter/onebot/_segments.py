@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from core.adapter.onebot._cqcode import parse_cq, to_cq
 from core.chat.message_elements import (
     At,
     BaseMessageElement,
@@ -28,8 +29,6 @@ from core.chat.message_elements import (
     Video,
 )
 from core.chat.message_utils import MessageChain
-
-from core.adapter.onebot._cqcode import parse_cq, to_cq
 
 __all__ = ["Segment", "to_chain", "to_messages", "to_segments", "SOLO_TYPES"]
 

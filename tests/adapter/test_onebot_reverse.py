@@ -13,6 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from core.adapter import AdapterError
 from core.adapter.onebot import ActionTimeout, NotConnected, OneBotAdapter, OneBotError
 from core.chat import KiraMessageEvent, MessageChain, Session
 from core.chat.message_elements import Text
@@ -253,3 +254,12 @@ async def test_a_flood_of_10000_events_leaves_every_queue_and_map_bounded():
     assert during.queued_events == 100 and during.dropped_events == 10_000 - 1 - 100
     assert during.pending_actions == 0 and during.routes <= 50
     assert after.queued_events == 0 and after.routes == 50 and after.waiting_sends == 0
+
+
+async def test_a_port_in_use_is_a_clear_error_at_start():
+    first = reverse_adapter()
+    async with running_bot(first, ScriptedProvider()):
+        taken = OneBotAdapter("qq2", mode="reverse", port=first.port)
+        with pytest.raises(AdapterError, match=rf"adapter 'qq2' \(onebot\): cannot listen on 127.0.0.1:{first.port}"):
+            async with running_bot(taken, ScriptedProvider()):
+                pass

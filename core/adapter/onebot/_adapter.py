@@ -109,16 +109,21 @@ class OneBotAdapter(Adapter):
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
     async def start(self, app: HookChat) -> None:
-        """Start listening (reverse mode; raises `OSError` when the address is taken) or dialling (forward mode,
-        in the background: an implementation that is down is retried, not fatal)."""
+        """Start listening (reverse mode; raises `AdapterError` when the address is taken) or dialling (forward
+        mode, in the background: an implementation that is down is retried, not fatal)."""
         await super().start(app)
         if self.settings.mode == "reverse":
             s = self.settings
             if self._token is None and s.host not in ("127.0.0.1", "localhost", "::1"):
                 logger.warning("onebot %s: listening on %s without an access token: anyone who reaches the port "
                                "can act as a bot account (set token_env)", self.name, s.host)
-            self._server = await serve_reverse(self._serve_reverse, host=s.host, port=s.port, path=s.path,
-                                               token=self._token, self_ids=s.self_ids, max_size=s.max_frame_bytes)
+            try:
+                self._server = await serve_reverse(self._serve_reverse, host=s.host, port=s.port, path=s.path,
+                                                   token=self._token, self_ids=s.self_ids,
+                                                   max_size=s.max_frame_bytes)
+            except OSError as exc:
+                raise AdapterError(f"adapter {self.name!r} (onebot): cannot listen on {s.host}:{s.port}: {exc}; "
+                                   "choose another port (option `port`)") from exc
             logger.info("onebot %s: waiting for implementations on ws://%s:%d%s", self.name, s.host, self.port,
                         s.path)
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"hookchat:onebot:{self.name}")

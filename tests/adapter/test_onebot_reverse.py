@@ -235,8 +235,9 @@ def gate_plugin() -> tuple[type[BasePlugin], asyncio.Event, asyncio.Event]:
     return Gate, entered, release
 
 
-async def test_a_flood_of_10000_events_leaves_every_queue_and_map_bounded():
-    adapter = reverse_adapter(max_queued_events=100, max_routes=50)
+@pytest.mark.parametrize("bound", [{"max_queued_events": 100}, {"max_queued_bytes": 30_000}])
+async def test_a_flood_of_10000_events_leaves_every_queue_and_map_bounded(bound):
+    adapter = reverse_adapter(max_routes=50, **bound)
     peer = MockPeer()
     Gate, entered, release = gate_plugin()
     async with running_bot(adapter, ScriptedProvider(), plugins=[Gate], deadlines={"hook_default": 300}):
@@ -250,10 +251,13 @@ async def test_a_flood_of_10000_events_leaves_every_queue_and_map_bounded():
                 await adapter.call_action("get_status")  # answered after every event before it was read
                 during = adapter.stats()
                 release.set()
-                after = await adapter.wait_until(lambda s: s.events_processed == 101)
-    assert during.queued_events == 100 and during.dropped_events == 10_000 - 1 - 100
+                after = await adapter.wait_until(lambda s: s.events_processed == 1 + during.queued_events)
+    assert during.queued_events <= bound.get("max_queued_events", 1000)
+    assert during.queued_bytes <= bound.get("max_queued_bytes", 64 * 1024 * 1024)
+    assert during.queued_events >= 90  # the bound was reached, not something smaller
+    assert during.dropped_events == 10_000 - 1 - during.queued_events
     assert during.pending_actions == 0 and during.routes <= 50
-    assert after.queued_events == 0 and after.routes == 50 and after.waiting_sends == 0
+    assert after.queued_events == 0 and after.queued_bytes == 0 and after.routes == 50 and after.waiting_sends == 0
 
 
 async def test_a_port_in_use_is_a_clear_error_at_start():

@@ -57,6 +57,7 @@ class OneBotStats:
     connections_made: int
     events_processed: int
     queued_events: int
+    queued_bytes: int
     dropped_events: int
     malformed_frames: int
     pending_actions: int
@@ -93,7 +94,9 @@ class OneBotAdapter(Adapter):
         s = self.settings
         self._accounts = Accounts(outbox_size=s.outbox_size, max_routes=s.max_routes,
                                   default_self_id=s.default_self_id, on_waiting=self._notify)
-        self._events: asyncio.Queue[tuple[Connection, Frame, dict[str, Any]]] = asyncio.Queue(s.max_queued_events)
+        self._events: asyncio.Queue[tuple[Connection, Frame, dict[str, Any], int]] = asyncio.Queue(
+            s.max_queued_events)
+        self._queued_bytes = 0
         self._own_ids: OrderedDict[str, None] = OrderedDict()
         self._connections: set[Connection] = set()
         self._dropped = 0
@@ -177,6 +180,7 @@ class OneBotAdapter(Adapter):
             connections_made=self._connections_made,
             events_processed=self._processed,
             queued_events=self._events.qsize(),
+            queued_bytes=self._queued_bytes,
             dropped_events=self._dropped,
             malformed_frames=self._malformed,
             pending_actions=sum(c.pending for c in self._connections),
@@ -256,21 +260,24 @@ class OneBotAdapter(Adapter):
 
     # -- incoming -------------------------------------------------------------------------------------------------
 
-    def _enqueue(self, connection: Connection, frame: Frame, raw: dict[str, Any]) -> None:
-        try:
-            self._events.put_nowait((connection, frame, raw))
-        except asyncio.QueueFull:
+    def _enqueue(self, connection: Connection, frame: Frame, raw: dict[str, Any], size: int) -> None:
+        if self._events.full() or self._queued_bytes + size > self.settings.max_queued_bytes:
             self._dropped += 1
             self._notify()
             if not self._dropping:
                 self._dropping = True
-                logger.warning("onebot %s: %d events already wait to be processed (max_queued_events); dropping "
-                               "new ones until the queue drains", self.name, self._events.qsize())
+                logger.warning("onebot %s: %d events (%d bytes) already wait to be processed (max_queued_events, "
+                               "max_queued_bytes); dropping new ones until the queue drains", self.name,
+                               self._events.qsize(), self._queued_bytes)
+            return
+        self._queued_bytes += size
+        self._events.put_nowait((connection, frame, raw, size))
 
     async def _dispatch(self) -> None:
         dropped_before = 0
         while True:
-            connection, frame, raw = await self._events.get()
+            connection, frame, raw, size = await self._events.get()
+            self._queued_bytes -= size
             if self._dropping and self._events.empty():
                 self._dropping = False
                 logger.warning("onebot %s: the event queue drained; %d events were dropped", self.name,

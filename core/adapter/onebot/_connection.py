@@ -66,7 +66,8 @@ class ConnectionLost(OneBotError):
 
 class Connection:
     """A WebSocket to one bot account. `self_id` is None until the implementation names its account (the
-    lifecycle event, any event, the `X-Self-ID` header or `get_login_info`)."""
+    lifecycle event, any event, the `X-Self-ID` header or `get_login_info`). `on_event` gets each event with the
+    size of its frame."""
 
     def __init__(
         self,
@@ -74,7 +75,7 @@ class Connection:
         *,
         peer: str,
         max_pending: int,
-        on_event: Callable[[Connection, Frame, dict[str, Any]], None],
+        on_event: Callable[[Connection, Frame, dict[str, Any], int], None],
         on_identified: Callable[[Connection], None],
         on_malformed: Callable[[], None],
     ) -> None:
@@ -184,4 +185,4 @@ class Connection:
             if frame.meta_event_type == "heartbeat" and frame.interval:
                 self.silence_limit = HEARTBEAT_MISSES * frame.interval / 1000
             return
-        self._on_event(self, frame, data)
+        self._on_event(self, frame, data, len(raw))

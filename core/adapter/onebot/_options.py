@@ -39,9 +39,10 @@ class OneBotOptions(BaseModel):
     reply_lookup_timeout: float = Field(default=5.0, ge=0)
     outbox_size: int = Field(default=100, gt=0)
     max_queued_events: int = Field(default=1000, gt=0)
+    max_queued_bytes: int = Field(default=64 * _MIB, gt=0)
     max_pending_actions: int = Field(default=1000, gt=0)
     max_routes: int = Field(default=10_000, gt=0)
-    max_frame_bytes: int = Field(default=16 * _MIB, gt=0)
+    max_frame_bytes: int = Field(default=8 * _MIB, gt=0)
     reconnect_initial: float = Field(default=1.0, gt=0)
     reconnect_max: float = Field(default=60.0, gt=0)
 

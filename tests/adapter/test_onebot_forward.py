@@ -3,6 +3,7 @@ messages in, replies out through `send_msg`, "to me", the bot's own messages, ac
 
 from __future__ import annotations
 
+import json
 import logging
 
 import anyio
@@ -242,3 +243,24 @@ def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
         assert all(ceiling / 2 <= d <= ceiling for d in sample)
         assert len(set(sample)) > 1  # jittered: bots restarting together do not reconnect in step
     assert max(delays[7]) <= 60.0 and backoff_delay(10_000, 1.0, 60.0) <= 60.0
+
+
+async def test_the_account_is_named_by_the_lifecycle_event_or_else_by_get_login_info():
+    async def lifecycle_only(ws):  # names itself, then never answers an action
+        await ws.send(json.dumps({"post_type": "meta_event", "meta_event_type": "lifecycle", "sub_type": "connect",
+                                  "time": 1, "self_id": 555}))
+        await ws.wait_closed()
+
+    async def login_info_only(ws):  # no lifecycle event: the adapter has to ask
+        async for frame in ws:
+            call = json.loads(frame)
+            await ws.send(json.dumps({"status": "ok", "retcode": 0, "echo": call["echo"],
+                                      "data": {"user_id": 777, "nickname": "Quiet"}}))
+
+    for handler, expected in ((lifecycle_only, "555"), (login_info_only, "777")):
+        async with serve(handler, "127.0.0.1", 0) as implementation:
+            port = implementation.sockets[0].getsockname()[1]
+            adapter = OneBotAdapter("qq", url=f"ws://127.0.0.1:{port}", **FAST)
+            async with running_bot(adapter, ScriptedProvider()):
+                with anyio.fail_after(10):
+                    assert await adapter.wait_connected() == expected

@@ -2,7 +2,7 @@
 not write), started on a free loopback port, plus helpers that record what the bot sends.
 
 Importing ncatbot configures the root logger (its console handler, log files under ./logs): the import here points
-its files at a temporary directory and then gives the test run its own logging back.
+its files at one directory under the system's temporary directory and then gives the test run its own logging back.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.adapter.nonebot_models import assert_sent_parses
 
-os.environ.setdefault("LOG_FILE_PATH", tempfile.mkdtemp(prefix="ncatbot-logs-"))
+os.environ.setdefault("LOG_FILE_PATH", os.path.join(tempfile.gettempdir(), "hookchat-tests-ncatbot-logs"))
 _root = logging.getLogger()
 _handlers, _level = list(_root.handlers), _root.level
 from ncatbot.utils.testing import NapCatMockServer, create_bot_data, get_standard_data  # noqa: E402

@@ -13,7 +13,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from pydantic import ValidationError
@@ -21,7 +21,7 @@ from websockets.asyncio.connection import Connection as WebSocket
 from websockets.asyncio.server import Server
 from websockets.frames import CloseCode
 
-from core.adapter import Adapter, AdapterError
+from core.adapter import Adapter, AdapterError, AdapterHost
 from core.adapter.onebot._accounts import Accounts
 from core.adapter.onebot._connection import Connection, NotConnected, OneBotError
 from core.adapter.onebot._cqcode import to_cq
@@ -34,9 +34,6 @@ from core.chat.message_elements import MediaError, Poke
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Session
 from core.utils.tasks import cancel_and_wait
-
-if TYPE_CHECKING:
-    from core.app import HookChat
 
 __all__ = ["OneBotAdapter", "OneBotStats", "CAPABILITIES"]
 
@@ -111,7 +108,7 @@ class OneBotAdapter(Adapter):
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
-    async def start(self, app: HookChat) -> None:
+    async def start(self, app: AdapterHost) -> None:
         """Start listening (reverse mode; raises `AdapterError` when the address is taken) or dialling (forward
         mode, in the background: an implementation that is down is retried, not fatal)."""
         await super().start(app)

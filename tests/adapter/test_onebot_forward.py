@@ -264,3 +264,23 @@ async def test_the_account_is_named_by_the_lifecycle_event_or_else_by_get_login_
             async with running_bot(adapter, ScriptedProvider()):
                 with anyio.fail_after(10):
                     assert await adapter.wait_connected() == expected
+
+
+async def test_several_urls_serve_several_accounts_and_each_answers_its_own_sessions():
+    first, second = MockPeer("111"), MockPeer("222")
+    await first.start()
+    await second.start()
+    try:
+        adapter = OneBotAdapter("qq", url=[first.url, second.url], **FAST)
+        async with running_bot(adapter, ScriptedProvider(["one", "two"])):
+            with anyio.fail_after(10):
+                await adapter.wait_until(lambda s: s.accounts == {"111": True, "222": True})
+                await second.server.inject_private_message(FRIEND_ID, "to 222")
+                to_second = await second.next_sent()
+                await first.server.inject_group_message(GROUP_ID, FRIEND_ID, [{"type": "at", "data": {"qq": "111"}}])
+                to_first = await first.next_sent()
+    finally:
+        await first.stop()
+        await second.stop()
+    assert to_second["user_id"] == int(FRIEND_ID) and to_first["group_id"] == int(GROUP_ID)
+    assert first.calls("send_msg") == [to_first] and second.calls("send_msg") == [to_second]

@@ -131,6 +131,20 @@ async def test_an_unanswered_action_times_out_and_its_late_answer_is_ignored(cap
     assert "came after its deadline" in caplog.text
 
 
+async def test_a_malformed_answer_fails_its_call_at_once():
+    adapter = reverse_adapter(action_timeout=300)
+    async with running_bot(adapter, ScriptedProvider()):
+        with anyio.fail_after(10):
+            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
+                               proxy=None) as ws:
+                await ws.recv()  # get_login_info, left unanswered
+                call = asyncio.ensure_future(adapter.call_action("get_status"))
+                status = json.loads(await ws.recv())
+                await ws.send(json.dumps({"retcode": "not a number", "echo": status["echo"]}))
+                with pytest.raises(OneBotError, match="answered with a malformed frame: answer frame: status"):
+                    await call
+
+
 async def test_pending_actions_are_bounded():
     adapter = reverse_adapter(max_pending_actions=1)
     async with running_bot(adapter, ScriptedProvider()):

@@ -169,6 +169,11 @@ class Connection:
         except (ValueError, MalformedFrame) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             self._on_malformed()
             logger.warning("onebot: skipped a malformed frame from %s: %s (%.200r)", self.peer, exc, raw)
+            # A broken answer still names its call: fail that call now rather than at its deadline.
+            echo = data.get("echo") if isinstance(exc, MalformedFrame) and isinstance(data, dict) else None
+            future = self._pending.get(str(echo)) if echo is not None else None
+            if future is not None and not future.done():
+                future.set_exception(OneBotError(f"{self.peer} answered with a malformed frame: {exc}"))
             return
         if isinstance(frame, ActionResponse):
             future = self._pending.get(str(frame.echo)) if frame.echo is not None else None

@@ -64,6 +64,14 @@ class ConnectionLost(OneBotError):
     """The connection ended after the action was written and before its answer: it may or may not have run."""
 
 
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _expire(future: asyncio.Future[ActionResponse], message: str) -> None:
+    if not future.done():
+        future.set_exception(ActionTimeout(message))
+
+
 class Connection:
     """A WebSocket to one bot account. `self_id` is None until the implementation names its account (the
     lifecycle event, any event, the `X-Self-ID` header or `get_login_info`). `on_event` gets each event with the
@@ -112,21 +120,23 @@ class Connection:
         if len(self._pending) >= self._max_pending:
             raise OneBotError(f"{len(self._pending)} actions are already waiting for {self.peer} to answer")
         echo = str(next(self._echoes))
-        future: asyncio.Future[ActionResponse] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ActionResponse] = loop.create_future()
         self._pending[echo] = future
+        expiry: asyncio.TimerHandle | None = None
         try:
-            frame = json.dumps({"action": action, "params": params, "echo": echo}, ensure_ascii=False)
             try:
-                await self.ws.send(frame)
+                await self.ws.send(_encode({"action": action, "params": params, "echo": echo}))
             except ConnectionClosed:
                 self.closed = True  # before the reader notices, so nobody picks this connection again
                 raise NotConnected(f"the connection to {self.peer} is closed") from None
-            try:
-                async with asyncio.timeout(timeout):
-                    response = await future
-            except TimeoutError:
-                raise ActionTimeout(f"{action}: no answer from {self.peer} within {timeout:g} s") from None
+            # A timer that fails the future, rather than a timeout scope: no cancellation to unwind per action.
+            expiry = loop.call_at(loop.time() + timeout, _expire, future,
+                                  f"{action}: no answer from {self.peer} within {timeout:g} s")
+            response = await future
         finally:
+            if expiry is not None:
+                expiry.cancel()
             self._pending.pop(echo, None)
             if future.done() and not future.cancelled():
                 future.exception()  # cancelled just as the connection failed it: the failure is not news

@@ -1,4 +1,9 @@
-"""Platform adapters: what a chat platform implements to deliver messages to the bot and send its answers."""
+"""Platform adapters: what a chat platform implements to deliver messages to the bot and send its answers.
+
+Built-in types: `console` (`core.adapter.console`) and `onebot` (`core.adapter.onebot`, QQ through OneBot v11);
+installed packages add more through the `hookchat.adapters` entry point group. The contract, for authors of
+adapters, is docs/adapters.md.
+"""
 
 from __future__ import annotations
 
@@ -74,7 +79,10 @@ class Adapter(abc.ABC):
 
 #: Entry point group through which installed packages provide adapter types (`name = "pkg.module:AdapterClass"`).
 ADAPTER_ENTRY_POINT_GROUP = "hookchat.adapters"
-_BUILTIN_TYPES = {"console": "core.adapter.console:ConsoleAdapter"}
+_BUILTIN_TYPES = {
+    "console": "core.adapter.console:ConsoleAdapter",
+    "onebot": "core.adapter.onebot:OneBotAdapter",
+}
 
 
 def adapter_class(type_name: str) -> type[Adapter]:

@@ -84,12 +84,16 @@ class Reply(BaseMessageElement):
 
 @dataclass(eq=True)
 class Forward(BaseMessageElement):
-    """A bundle of forwarded messages (each a list of elements)."""
+    """A bundle of forwarded messages (each a list of elements). `id` is the platform's id of a bundle whose
+    messages were not fetched (OneBot delivers a received forward as an id only); empty when `messages` holds it."""
 
     messages: list[list[BaseMessageElement]] = field(default_factory=list)
+    id: str = ""
     type: ClassVar[str] = "forward"
 
     def repr_text(self) -> str:
+        if not self.messages and self.id:
+            return f"[Forward {self.id}]"
         inner = " | ".join("".join(e.repr_text() for e in m) for m in self.messages)
         return f"[Forward {inner}]"
 
@@ -107,9 +111,12 @@ class Emoji(BaseMessageElement):
 
 @dataclass(eq=True)
 class Notice(BaseMessageElement):
-    """A platform notice (someone joined, a message was recalled...), as text."""
+    """A platform notice (someone joined, a message was recalled...), as text. `kind` names what happened in the
+    platform's words (OneBot's `notice_type`, e.g. `group_recall`), empty when unknown, so a plugin can tell
+    notices apart without parsing the text."""
 
     text: str
+    kind: str = ""
     type: ClassVar[str] = "notice"
 
     def repr_text(self) -> str:

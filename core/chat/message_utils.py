@@ -131,7 +131,13 @@ class KiraEvent:
 
 @dataclass(slots=True)
 class KiraIMMessage:
-    """A message as a platform adapter delivered it."""
+    """A message as a platform adapter delivered it.
+
+    `message_id` is the platform's id of the message (for replies and recalls). `is_notice` marks a platform
+    event that is not a message someone wrote (a poke, a recall, someone joining): its chain holds `Poke` or
+    `Notice` elements. `self_id` is the bot account that received it, for adapters that serve several accounts
+    (KiraAI's field of the same name); empty when the platform has one. `raw` is the platform's event as received.
+    """
 
     chain: MessageChain
     sender: User
@@ -141,6 +147,8 @@ class KiraIMMessage:
     is_mentioned: bool = False
     timestamp: float = field(default_factory=time.time)
     raw: Any = None
+    is_notice: bool = False
+    self_id: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.chain, MessageChain):
@@ -189,6 +197,11 @@ class KiraMessageEvent(KiraEvent):
     def is_mentioned(self) -> bool:
         """True when the message mentions the bot."""
         return self.message.is_mentioned
+
+    @property
+    def is_notice(self) -> bool:
+        """True for a platform notice (poke, recall, someone joined) rather than a message someone wrote."""
+        return self.message.is_notice
 
     def _set(self, strategy: MessageStrategy, force: bool) -> None:
         if self.strategy_forced:

@@ -31,6 +31,8 @@ class ChatPlugin(BasePlugin):
 
     def wants(self, event: KiraMessageEvent) -> bool:
         """Whether the bot should answer this message at all."""
+        if event.is_notice:  # a poke at the bot is answered; a recall or someone joining is not a question
+            return event.is_mentioned
         if event.group is None:
             return True
         if not self.cfg["answer_in_groups"]:

@@ -1,0 +1,411 @@
+"""`OneBotAdapter`: QQ (and any OneBot v11 platform) through NapCat, Lagrange.OneBot, go-cqhttp and the like.
+
+Frames are read as they come; events wait in one bounded queue and one task turns them into `KiraIMMessage`s for
+the app, in arrival order. Replies go out with `send_msg`; a reply produced while its account is disconnected
+waits (bounded) for the reconnect, or is reported as failed after `offline_send_timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from pydantic import ValidationError
+from websockets.asyncio.connection import Connection as WebSocket
+from websockets.asyncio.server import Server
+from websockets.frames import CloseCode
+
+from core.adapter import Adapter, AdapterError, AdapterHost
+from core.adapter.onebot._accounts import Accounts
+from core.adapter.onebot._connection import Connection, NotConnected, OneBotError
+from core.adapter.onebot._cqcode import to_cq
+from core.adapter.onebot._events import Frame, MessageEvent, NoticeEvent, mentions, message_of, notice_of, quoted_id
+from core.adapter.onebot._forward import dial_forever
+from core.adapter.onebot._options import OneBotOptions, options_error
+from core.adapter.onebot._reverse import serve_reverse
+from core.adapter.onebot._segments import to_messages, to_segments
+from core.chat.message_elements import MediaError, Poke
+from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
+from core.chat.session import Session
+from core.utils.tasks import cancel_and_wait
+
+__all__ = ["OneBotAdapter", "OneBotStats", "CAPABILITIES"]
+
+logger = logging.getLogger("hookchat.adapter.onebot")
+
+#: What the adapter can send, and so which built-in tags the model is offered.
+CAPABILITIES = frozenset({"text", "at", "reply", "image", "sticker", "record", "video", "emoji", "file", "forward",
+                          "json", "poke"})
+
+_OWN_IDS = 1000  # message ids the bot sent, per adapter, to tell a reply to the bot without asking the platform
+
+
+@dataclass(frozen=True)
+class OneBotStats:
+    """The adapter's state by size, for operators and tests: every figure here is bounded by an option."""
+
+    accounts: dict[str, bool]
+    connections_made: int
+    events_processed: int
+    queued_events: int
+    queued_bytes: int
+    dropped_events: int
+    malformed_frames: int
+    pending_actions: int
+    waiting_sends: int
+    routes: int
+    own_message_ids: int
+
+
+def _id(value: str) -> int | str:
+    # OneBot declares ids as int64 and go-cqhttp insists; an id that is not a number is passed as it is.
+    return int(value) if value.isdigit() else value
+
+
+class OneBotAdapter(Adapter):
+    """A OneBot v11 connection serving one or more bot accounts; see docs/adapters.md and docs/configuration.md.
+
+    Options are those of `OneBotOptions` (`mode`, `url`, `token_env`...); invalid ones raise `AdapterError`
+    naming the option. Plugins reach any action with `await adapter.call_action(name, **params)`.
+    """
+
+    name = "onebot"
+    capabilities = CAPABILITIES
+
+    def __init__(self, name: str | None = None, **options: Any) -> None:
+        super().__init__(name, **options)
+        try:
+            self.settings = OneBotOptions.model_validate(options)
+        except ValidationError as exc:
+            raise AdapterError(options_error(self.name, exc)) from None
+        try:
+            self._token = self.settings.access_token()
+        except ValueError as exc:
+            raise AdapterError(f"adapter {self.name!r} (onebot): {exc}") from None
+        s = self.settings
+        self._accounts = Accounts(outbox_size=s.outbox_size, max_routes=s.max_routes,
+                                  default_self_id=s.default_self_id, on_waiting=self._notify)
+        self._events: asyncio.Queue[tuple[Connection, Frame, dict[str, Any], int]] = asyncio.Queue(
+            s.max_queued_events)
+        self._queued_bytes = 0
+        self._own_ids: OrderedDict[str, None] = OrderedDict()
+        self._connections: set[Connection] = set()
+        self._dropped = 0
+        self._dropping = False
+        self._malformed = 0
+        self._processed = 0
+        self._connections_made = 0
+        self._changed = asyncio.Event()
+        self._watchers = 0
+        self._task: asyncio.Task[None] | None = None
+        self._server: Server | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    async def start(self, app: AdapterHost) -> None:
+        """Start listening (reverse mode; raises `AdapterError` when the address is taken) or dialling (forward
+        mode, in the background: an implementation that is down is retried, not fatal)."""
+        await super().start(app)
+        if self.settings.mode == "reverse":
+            s = self.settings
+            if self._token is None and s.host not in ("127.0.0.1", "localhost", "::1"):
+                logger.warning("onebot %s: listening on %s without an access token: anyone who reaches the port "
+                               "can act as a bot account (set token_env)", self.name, s.host)
+            try:
+                self._server = await serve_reverse(self._serve_reverse, host=s.host, port=s.port, path=s.path,
+                                                   token=self._token, self_ids=s.self_ids,
+                                                   max_size=s.max_frame_bytes)
+            except OSError as exc:
+                raise AdapterError(f"adapter {self.name!r} (onebot): cannot listen on {s.host}:{s.port}: {exc}; "
+                                   "choose another port (option `port`)") from exc
+            logger.info("onebot %s: waiting for implementations on ws://%s:%d%s", self.name, s.host, self.port,
+                        s.path)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"hookchat:onebot:{self.name}")
+
+    async def stop(self) -> None:
+        """Stop dialling and serving, close every connection; replies still waiting are reported as failed."""
+        self._accounts.stop()
+        task, self._task = self._task, None
+        try:
+            await cancel_and_wait(task)
+        finally:
+            if self._server is not None:
+                self._server.close()
+                await self._server.wait_closed()
+                self._server = None
+
+    @property
+    def port(self) -> int:
+        """The port the reverse-mode server listens on (the chosen one when the option `port` is 0)."""
+        if self._server is None:
+            return self.settings.port
+        return self._server.sockets[0].getsockname()[1]
+
+    async def wait_connected(self, self_id: str | None = None) -> str:
+        """Wait until `self_id` (None: any account) has an open connection; returns the account's id. Bound it
+        with a timeout of your own (`anyio.fail_after`)."""
+        stats = await self.wait_until(lambda s: any(s.accounts.values()) if self_id is None else
+                                      s.accounts.get(self_id, False))
+        return self_id or next(i for i, online in stats.accounts.items() if online)
+
+    async def wait_until(self, condition: Callable[[OneBotStats], bool]) -> OneBotStats:
+        """Wait until `condition(self.stats())` holds, checked again whenever a connection opens or closes and
+        whenever an event is processed or dropped; returns those stats. Bound it with a timeout of your own."""
+        self._watchers += 1
+        try:
+            while not condition(stats := self.stats()):
+                await self._changed.wait()
+            return stats
+        finally:
+            self._watchers -= 1
+
+    def _notify(self) -> None:
+        if self._watchers:  # an Event per change costs; only when someone waits
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    def stats(self) -> OneBotStats:
+        """The sizes of everything the adapter holds."""
+        return OneBotStats(
+            accounts={a.self_id: a.online for a in self._accounts.accounts.values()},
+            connections_made=self._connections_made,
+            events_processed=self._processed,
+            queued_events=self._events.qsize(),
+            queued_bytes=self._queued_bytes,
+            dropped_events=self._dropped,
+            malformed_frames=self._malformed,
+            pending_actions=sum(c.pending for c in self._connections),
+            waiting_sends=self._accounts.waiting,
+            routes=len(self._accounts.routes),
+            own_message_ids=len(self._own_ids),
+        )
+
+    async def _run(self) -> None:
+        s = self.settings
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._dispatch)
+            for url in s.url:
+                tg.start_soon(functools.partial(
+                    dial_forever, url, self._serve_forward, token=self._token, token_in=s.token_in,
+                    max_size=s.max_frame_bytes, initial=s.reconnect_initial, maximum=s.reconnect_max))
+
+    # -- connections ----------------------------------------------------------------------------------------------
+
+    def _connection(self, ws: WebSocket, peer: str) -> Connection:
+        return Connection(ws, peer=peer, max_pending=self.settings.max_pending_actions, on_event=self._enqueue,
+                          on_identified=self._on_identified, on_malformed=self._count_malformed)
+
+    async def _serve_forward(self, ws: WebSocket, url: str) -> bool:
+        connection = self._connection(ws, url)
+        await self._serve(connection)
+        return connection.self_id is not None
+
+    async def _serve_reverse(self, ws: WebSocket, self_id: str) -> None:
+        connection = self._connection(ws, f"{ws.remote_address} (account {self_id})")
+        connection.self_id = self_id
+        if not self._accounts.attach(connection):
+            logger.warning("onebot %s: refused a second connection for account %s", self.name, self_id)
+            await ws.close(CloseCode.POLICY_VIOLATION, f"account {self_id} is already connected")
+            return
+        self._connected(connection)
+        await self._serve(connection)
+
+    async def _serve(self, connection: Connection) -> None:
+        self._connections.add(connection)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._learn_account, connection)
+                await connection.read()
+                tg.cancel_scope.cancel()
+        finally:
+            self._connections.discard(connection)
+            self._accounts.detach(connection)
+            self._notify()
+
+    def _on_identified(self, connection: Connection) -> None:
+        if not self._accounts.attach(connection):
+            # Two forward URLs serving one account: its events still arrive from both; replies use the first.
+            logger.warning("onebot %s: account %s is already connected; %s only delivers events", self.name,
+                           connection.self_id, connection.peer)
+            return
+        self._connected(connection)
+
+    def _connected(self, connection: Connection) -> None:
+        logger.info("onebot %s: account %s connected through %s", self.name, connection.self_id, connection.peer)
+        self._connections_made += 1
+        self._notify()
+
+    async def _learn_account(self, connection: Connection) -> None:
+        """Ask who is logged in: names the account if no event has, and gives the nickname forward nodes carry."""
+        try:
+            info = await connection.call("get_login_info", {}, self.settings.action_timeout)
+        except OneBotError as exc:
+            logger.warning("onebot %s: get_login_info on %s failed: %s", self.name, connection.peer, exc)
+            return
+        if isinstance(info, dict):
+            connection.nickname = str(info.get("nickname") or "")
+            connection.identify(str(info.get("user_id") or ""))
+
+    def _count_malformed(self) -> None:
+        self._malformed += 1
+
+    # -- incoming -------------------------------------------------------------------------------------------------
+
+    def _enqueue(self, connection: Connection, frame: Frame, raw: dict[str, Any], size: int) -> None:
+        if self._events.full() or self._queued_bytes + size > self.settings.max_queued_bytes:
+            self._dropped += 1
+            self._notify()
+            if not self._dropping:
+                self._dropping = True
+                logger.warning("onebot %s: %d events (%d bytes) already wait to be processed (max_queued_events, "
+                               "max_queued_bytes); dropping new ones until the queue drains", self.name,
+                               self._events.qsize(), self._queued_bytes)
+            return
+        self._queued_bytes += size
+        self._events.put_nowait((connection, frame, raw, size))
+
+    async def _dispatch(self) -> None:
+        dropped_before = 0
+        while True:
+            connection, frame, raw, size = await self._events.get()
+            self._queued_bytes -= size
+            if self._dropping and self._events.empty():
+                self._dropping = False
+                logger.warning("onebot %s: the event queue drained; %d events were dropped", self.name,
+                               self._dropped - dropped_before)
+                dropped_before = self._dropped
+            try:
+                message = await self._message_of(connection, frame, raw)
+                if message is None:
+                    continue
+                self._accounts.route(message.session.sid, message.self_id)
+                assert self.app is not None
+                await self.app.receive(message)
+            except Exception:
+                logger.exception("onebot %s: failed to deliver an event from %s: %.300r", self.name,
+                                 connection.peer, raw)
+            finally:
+                self._processed += 1
+                self._notify()
+
+    async def _message_of(self, connection: Connection, frame: Frame, raw: dict[str, Any]) -> KiraIMMessage | None:
+        if isinstance(frame, NoticeEvent):
+            return notice_of(frame, self.name, raw=raw)
+        if not isinstance(frame, MessageEvent):
+            logger.debug("onebot %s: ignored a %s event", self.name, raw.get("post_type"))
+            return None
+        if frame.post_type == "message_sent" or frame.user_id == frame.self_id:
+            self._remember_own(frame.self_id, frame.message_id)
+            return None
+        message = message_of(frame, self.name, to_me=False, raw=raw)
+        message.is_mentioned = (
+            frame.message_type == "private"
+            or mentions(message.chain, frame.self_id)
+            or await self._quotes_bot(connection, frame.self_id, quoted_id(message.chain))
+        )
+        return message
+
+    async def _quotes_bot(self, connection: Connection, self_id: str, message_id: str | None) -> bool:
+        if message_id is None:
+            return False
+        if f"{self_id}:{message_id}" in self._own_ids:
+            return True
+        if self.settings.reply_lookup_timeout == 0:
+            return False
+        try:
+            quoted = await connection.call("get_msg", {"message_id": _id(message_id)},
+                                           self.settings.reply_lookup_timeout)
+        except OneBotError as exc:
+            logger.debug("onebot %s: cannot tell who wrote quoted message %s: %s", self.name, message_id, exc)
+            return False
+        if not isinstance(quoted, dict):
+            return False
+        sender = quoted.get("sender") if isinstance(quoted.get("sender"), dict) else {}
+        return str(sender.get("user_id") or quoted.get("user_id") or "") == self_id
+
+    def _remember_own(self, self_id: str, message_id: str) -> None:
+        key = f"{self_id}:{message_id}"
+        self._own_ids[key] = None
+        self._own_ids.move_to_end(key)
+        if len(self._own_ids) > _OWN_IDS:
+            self._own_ids.popitem(last=False)
+
+    # -- outgoing -------------------------------------------------------------------------------------------------
+
+    async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
+        """Send `chain` with `send_msg` (split where QQ needs a voice, video, file or forward on its own; each
+        `Poke` with `group_poke`/`friend_poke`). The receipt's `message_id` is the platform's id (of the first
+        message, when split; empty for pokes alone). Never raises: a refusal,
+        a timeout, media that cannot be read or a connection that does not come back in `offline_send_timeout`
+        make `ok=False` with the reason in `error`, which is also logged with the session and the action."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.offline_send_timeout
+        target = {"message_type": "group", "group_id": _id(session.session_id)} if session.is_group else \
+            {"message_type": "private", "user_id": _id(session.session_id)}
+        pokes = [e for e in chain if isinstance(e, Poke)]
+        ids: list[str] = []
+        action = "send_msg"
+        try:
+            connection = await self._accounts.connection_for(session.sid, deadline)
+            segments = await to_segments([e for e in chain if not isinstance(e, Poke)],
+                                         self_id=connection.self_id or "", nickname=connection.nickname)
+            messages = to_messages(segments)
+            if not messages and not pokes:
+                return KiraIMSentResult(chain, session, ok=False, error="nothing to send: the chain is empty")
+            for number, message in enumerate(messages, 1):
+                payload: Any = to_cq(message) if self.settings.message_format == "string" else message
+                try:
+                    data, self_id = await self._call_within(session.sid, action, {**target, "message": payload},
+                                                            deadline)
+                except OneBotError as exc:
+                    if len(messages) > 1:
+                        raise OneBotError(f"part {number} of {len(messages)}: {exc}") from exc
+                    raise
+                message_id = str(data.get("message_id", "")) if isinstance(data, dict) else ""
+                self._remember_own(self_id, message_id)
+                ids.append(message_id)
+            for poke in pokes:  # NapCat's and Lagrange's poke actions; a poke has no message id
+                action = "group_poke" if session.is_group else "friend_poke"
+                params = {k: v for k, v in target.items() if k != "message_type"}
+                await self._call_within(session.sid, action, {**params, "user_id": _id(poke.user_id)}, deadline)
+        except (OneBotError, MediaError) as exc:
+            logger.warning("onebot %s: %s to %s failed: %s", self.name, action, session.sid, exc)
+            return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc))
+        return KiraIMSentResult(chain, session, ok=True, message_id=ids[0] if ids else "")
+
+    async def _call_within(self, sid: str, action: str, params: dict[str, Any], deadline: float) -> tuple[Any, str]:
+        # Nothing written yet (NotConnected) is safe to try again on the next connection, within the deadline.
+        while True:
+            connection = await self._accounts.connection_for(sid, deadline)
+            try:
+                return await connection.call(action, params, self.settings.action_timeout), connection.self_id or ""
+            except NotConnected:
+                continue
+
+    async def call_action(self, action: str, /, *, self_id: str | None = None, **params: Any) -> Any:
+        """Run any OneBot action and return its `data`, e.g. `await adapter.call_action("get_group_list")`.
+
+        `self_id` picks the bot account when several are connected (default: `default_self_id`, else the only
+        one). Raises `NotConnected` (the account has no connection now), `ActionTimeout` (no answer within
+        `action_timeout`), `ActionFailed` (`status: failed`, with `.retcode` and `.wording`), `ConnectionLost`.
+        """
+        connection = self._accounts.live(str(self_id) if self_id is not None else None)
+        return await connection.call(action, params, self.settings.action_timeout)
+
+    async def get_login_info(self, *, self_id: str | None = None) -> dict[str, Any]:
+        """`get_login_info`: the account's `user_id` and `nickname`."""
+        return await self.call_action("get_login_info", self_id=self_id)
+
+    async def get_msg(self, message_id: str, *, self_id: str | None = None) -> dict[str, Any]:
+        """`get_msg`: a message by its platform id (`sender`, `message`, `time`...)."""
+        return await self.call_action("get_msg", self_id=self_id, message_id=_id(message_id))
+
+    async def delete_msg(self, message_id: str, *, self_id: str | None = None) -> None:
+        """`delete_msg`: recall a message, e.g. one the bot sent (`KiraIMSentResult.message_id`)."""
+        await self.call_action("delete_msg", self_id=self_id, message_id=_id(message_id))

@@ -1,0 +1,203 @@
+"""One live WebSocket to a OneBot v11 implementation: reads its frames, and matches each action's answer to the
+call that is waiting for it by `echo`, with a deadline.
+
+Events are handed to a callback as they arrive (the adapter queues them, bounded); a malformed frame is logged and
+skipped; a frame above `max_size` makes the websockets library close the connection (1009), and the dialer or the
+implementation reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from websockets.asyncio.connection import Connection as WebSocket
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
+
+from core.adapter import AdapterError
+from core.adapter.onebot._events import ActionResponse, Frame, MalformedFrame, MetaEvent, parse_frame
+
+__all__ = [
+    "Connection",
+    "OneBotError",
+    "ActionFailed",
+    "ActionTimeout",
+    "NotConnected",
+    "ConnectionLost",
+    "HEARTBEAT_MISSES",
+]
+
+logger = logging.getLogger("hookchat.adapter.onebot")
+
+#: A connection whose implementation announced heartbeats is closed after this many intervals without a frame.
+HEARTBEAT_MISSES = 3
+
+
+class OneBotError(AdapterError):
+    """Base of the OneBot adapter's errors."""
+
+
+class ActionFailed(OneBotError):
+    """The implementation answered `status: failed`: `retcode` and `wording` are its code and words."""
+
+    def __init__(self, action: str, retcode: int, wording: str) -> None:
+        super().__init__(f"{action} failed (retcode {retcode}): {wording or 'no reason given'}")
+        self.action = action
+        self.retcode = retcode
+        self.wording = wording
+
+
+class ActionTimeout(OneBotError):
+    """No answer to an action within its deadline (the implementation may still have carried it out)."""
+
+
+class NotConnected(OneBotError):
+    """No connection to send on; nothing was written, so trying again later is safe."""
+
+
+class ConnectionLost(OneBotError):
+    """The connection ended after the action was written and before its answer: it may or may not have run."""
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _expire(future: asyncio.Future[ActionResponse], message: str) -> None:
+    if not future.done():
+        future.set_exception(ActionTimeout(message))
+
+
+class Connection:
+    """A WebSocket to one bot account. `self_id` is None until the implementation names its account (the
+    lifecycle event, any event, the `X-Self-ID` header or `get_login_info`). `on_event` gets each event with the
+    size of its frame."""
+
+    def __init__(
+        self,
+        ws: WebSocket,
+        *,
+        peer: str,
+        max_pending: int,
+        on_event: Callable[[Connection, Frame, dict[str, Any], int], None],
+        on_identified: Callable[[Connection], None],
+        on_malformed: Callable[[], None],
+    ) -> None:
+        self.ws = ws
+        self.peer = peer
+        self.self_id: str | None = None
+        self.nickname = ""
+        self.closed = False
+        #: Seconds without any frame after which the connection counts as dead (set by heartbeat events).
+        self.silence_limit: float | None = None
+        self._max_pending = max_pending
+        self._on_event = on_event
+        self._on_identified = on_identified
+        self._on_malformed = on_malformed
+        self._pending: dict[str, asyncio.Future[ActionResponse]] = {}
+        self._echoes = itertools.count(1)
+
+    @property
+    def pending(self) -> int:
+        """Actions written and waiting for their answer."""
+        return len(self._pending)
+
+    def identify(self, self_id: str) -> None:
+        """Record which account this connection serves (the first name given wins)."""
+        if self.self_id is None and self_id:
+            self.self_id = self_id
+            self._on_identified(self)
+
+    async def call(self, action: str, params: dict[str, Any], timeout: float) -> Any:
+        """Run `action` and return its `data`. Raises `NotConnected` (nothing written), `ActionTimeout`,
+        `ConnectionLost` or `ActionFailed`."""
+        if self.closed:
+            raise NotConnected(f"the connection to {self.peer} is closed")
+        if len(self._pending) >= self._max_pending:
+            raise OneBotError(f"{len(self._pending)} actions are already waiting for {self.peer} to answer")
+        echo = str(next(self._echoes))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ActionResponse] = loop.create_future()
+        self._pending[echo] = future
+        expiry: asyncio.TimerHandle | None = None
+        try:
+            try:
+                await self.ws.send(_encode({"action": action, "params": params, "echo": echo}))
+            except ConnectionClosed:
+                self.closed = True  # before the reader notices, so nobody picks this connection again
+                raise NotConnected(f"the connection to {self.peer} is closed") from None
+            # A timer that fails the future, rather than a timeout scope: no cancellation to unwind per action.
+            expiry = loop.call_at(loop.time() + timeout, _expire, future,
+                                  f"{action}: no answer from {self.peer} within {timeout:g} s")
+            response = await future
+        finally:
+            if expiry is not None:
+                expiry.cancel()
+            self._pending.pop(echo, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # cancelled just as the connection failed it: the failure is not news
+        if response.status == "failed":
+            raise ActionFailed(action, response.retcode, response.wording or response.message)
+        return response.data
+
+    async def read(self) -> None:
+        """Read frames until the connection ends; then every waiting action fails with `ConnectionLost`."""
+        try:
+            while True:
+                if self.silence_limit is None:
+                    raw = await self.ws.recv()
+                else:
+                    try:
+                        async with asyncio.timeout(self.silence_limit):
+                            raw = await self.ws.recv()
+                    except TimeoutError:
+                        logger.warning("onebot: no frame from %s for %.1f s (heartbeats stopped); reconnecting",
+                                       self.peer, self.silence_limit)
+                        await self.ws.close(CloseCode.GOING_AWAY, "no heartbeat")
+                        return
+                self._handle(raw)
+        except ConnectionClosed as exc:
+            if exc.sent is not None and exc.sent.code == CloseCode.MESSAGE_TOO_BIG:
+                logger.warning("onebot: %s sent a frame larger than max_frame_bytes; refused, connection closed",
+                               self.peer)
+            else:
+                logger.info("onebot: connection to %s closed (%s)", self.peer, exc)
+        finally:
+            self.closed = True
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(ConnectionLost(f"the connection to {self.peer} ended before the answer"))
+
+    def _handle(self, raw: str | bytes) -> None:
+        try:
+            data = json.loads(raw)
+            frame = parse_frame(data)
+        except (ValueError, MalformedFrame) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            self._on_malformed()
+            logger.warning("onebot: skipped a malformed frame from %s: %s (%.200r)", self.peer, exc, raw)
+            # A broken answer still names its call: fail that call now rather than at its deadline.
+            echo = data.get("echo") if isinstance(exc, MalformedFrame) and isinstance(data, dict) else None
+            future = self._pending.get(str(echo)) if echo is not None else None
+            if future is not None and not future.done():
+                future.set_exception(OneBotError(f"{self.peer} answered with a malformed frame: {exc}"))
+            return
+        if isinstance(frame, ActionResponse):
+            future = self._pending.get(str(frame.echo)) if frame.echo is not None else None
+            if future is not None and not future.done():
+                future.set_result(frame)
+            elif frame.echo is None:
+                logger.warning("onebot: %s sent an answer to no action: status %s, retcode %s: %s",
+                               self.peer, frame.status, frame.retcode, frame.wording or frame.message)
+            else:
+                logger.debug("onebot: answer %r from %s came after its deadline", frame.echo, self.peer)
+            return
+        self.identify(frame.self_id)
+        if isinstance(frame, MetaEvent):
+            if frame.meta_event_type == "heartbeat" and frame.interval:
+                self.silence_limit = HEARTBEAT_MISSES * frame.interval / 1000
+            return
+        self._on_event(self, frame, data, len(raw))

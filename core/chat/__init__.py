@@ -14,7 +14,7 @@ from core.chat.message_utils import (
     MessageChain,
     MessageStrategy,
 )
-from core.chat.session import Group, Session, User
+from core.chat.session import AdapterInfo, Group, Session, User
 from core.chat.turn import Received, TurnResult
 from core.chat.buffers import SessionBuffers
 
@@ -37,4 +37,5 @@ __all__ = [
     "Received",
     "TurnResult",
     "SessionBuffers",
+    "AdapterInfo",
 ]

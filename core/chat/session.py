@@ -1,10 +1,12 @@
-"""Who a message comes from and where it belongs: `User`, `Group` and `Session` (sid `adapter_name:dm|gm:id`)."""
+"""Who a message comes from and where it belongs: `User`, `Group`, `Session` (sid `adapter_name:dm|gm:id`) and
+`AdapterInfo`, the platform connection it came through as KiraAI describes it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["User", "Group", "Session", "SessionIdError"]
+__all__ = ["User", "Group", "Session", "SessionIdError", "AdapterInfo"]
 
 
 class SessionIdError(ValueError):
@@ -59,3 +61,24 @@ class Session:
 
     def __str__(self) -> str:
         return self.sid
+
+
+@dataclass(slots=True)
+class AdapterInfo:
+    """The adapter a message came through, in KiraAI's shape (`event.adapter`): its `name` (the first part of
+    session ids), `platform` (the adapter type), whether it is `enabled`, and its `config` (the adapter options).
+
+    `adapter_id` is the configured id; hookchat names adapters by `name`, so the two are the same here.
+    """
+
+    enabled: bool = True
+    adapter_id: str = ""
+    name: str = ""
+    platform: str = ""
+    description: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def named(cls, name: str, platform: str = "", config: dict[str, Any] | None = None) -> AdapterInfo:
+        """The info of the adapter called `name` (platform defaults to the name when not known)."""
+        return cls(True, name, name, platform or name, "", dict(config or {}))

@@ -36,7 +36,7 @@ from core.chat import (
 )
 from core.chat.message_elements import Text
 from core.plugin import HookEngine
-from core.prompt_manager import Prompt, default_system_prompt
+from core.prompt_manager import Prompt, UserPrompt, default_system_prompt
 from core.provider.llm import (
     ChatMessage,
     LLMProvider,
@@ -137,7 +137,7 @@ class AgentLoop:
                 break
             self._finish_request(req, tag_set, last)
             if step == 0:
-                turn.append(ChatMessage("user", req.user_prompt))
+                turn.append(ChatMessage("user", req.user_prompt.persisted_text))  # persist=False parts stay out
             step_sent: list[KiraIMSentResult] = []
             # Stream only when no plugin needs the whole response before anything is sent (an `llm_response`
             # hook may rewrite or stop it); otherwise the stages keep their documented order.
@@ -191,19 +191,21 @@ class AgentLoop:
         return result
 
     @staticmethod
-    def _user_prompt(batch: KiraMessageBatchEvent) -> str:
+    def _user_prompt(batch: KiraMessageBatchEvent) -> UserPrompt:
+        """One part per message, its `message_str` (which a hook may have rewritten), after `[sender]` in a batch."""
         if len(batch.messages) == 1:
-            return batch.messages[0].message_repr
-        lines = []
+            return UserPrompt([Prompt(batch.messages[0].message_str, "message", "core")])
+        parts = []
         for m in batch.messages:
             who = m.sender.nickname or m.sender.user_id
-            lines.append(f"[{who}] {m.message_repr}")
-        return "\n".join(lines)
+            parts.append(Prompt(f"[{who}] {m.message_str}", "message", "core"))
+        return UserPrompt(parts)
 
     # -- requests -------------------------------------------------------------------------------------------------
 
     def _build_request(
-        self, batch: KiraMessageBatchEvent, history: list[ChatMessage], turn: list[ChatMessage], user_prompt: str
+        self, batch: KiraMessageBatchEvent, history: list[ChatMessage], turn: list[ChatMessage],
+        user_prompt: UserPrompt | str,
     ) -> tuple[LLMRequest, TagSet]:
         tool_set = ToolSet(visible_tools(self.tools, batch.role))
         tag_set = TagSet()

@@ -36,6 +36,10 @@ class Session:
     adapter_name: str
     session_type: str  # "dm" or "gm"
     session_id: str
+    # KiraAI's session info (`session_mgr.get_session_info`); not part of the session's identity.
+    session_title: str | None = field(default=None, compare=False)
+    session_description: str | None = field(default=None, compare=False)
+    timestamp: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.session_type not in ("dm", "gm"):

@@ -32,7 +32,6 @@ MANAGER_NAMES = (
     "event_bus",
     "tool_mgr",
     "sticker_manager",
-    "db",
 )
 
 

@@ -11,8 +11,8 @@ import copy
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from core.app import HookChat
+if TYPE_CHECKING:  # the protocol's module imports this one
+    from core.kira._runtime import KiraApp
 
 __all__ = ["KiraConfigView", "kira_shaped_config"]
 
@@ -29,7 +29,7 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
     return base
 
 
-def _chat_settings(app: HookChat) -> dict[str, Any]:
+def _chat_settings(app: KiraApp) -> dict[str, Any]:
     chat = app.plugins.get_plugin("chat")
     settings = dict(_CHAT_DEFAULTS)
     settings.update(app.config.plugins.config.get("chat", {}))
@@ -38,7 +38,7 @@ def _chat_settings(app: HookChat) -> dict[str, Any]:
     return settings
 
 
-def kira_shaped_config(app: HookChat) -> dict[str, Any]:
+def kira_shaped_config(app: KiraApp) -> dict[str, Any]:
     """A fresh dict of the application's config in KiraAI's layout, with the operator's `[kira]` table over it."""
     config, limits = app.config, app.config.limits
     chat = _chat_settings(app)
@@ -105,7 +105,7 @@ class KiraConfigView(Mapping[str, Any]):
     """A read-only mapping that builds `kira_shaped_config(app)` on each top-level lookup, so plugins always read
     the settings in force (a copy: writing into what it returns changes nothing)."""
 
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
 
     def __getitem__(self, key: str) -> Any:

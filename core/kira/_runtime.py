@@ -14,28 +14,37 @@ import json
 import logging
 from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.adapter.adapter_utils import IMAdapter
-from core.chat.message_utils import (
+from core.chat import (
+    AdapterInfo,
     KiraCustomEvent,
+    KiraIMMessage,
     KiraIMSentResult,
     KiraMessageBatchEvent,
     KiraMessageEvent,
     MessageChain,
+    Received,
+    Session,
 )
-from core.chat.session import AdapterInfo, Session, SessionIdError
+from core.chat.session import SessionIdError
 from core.kira._config import KiraConfigView
-from core.plugin import NotSupportedHere
-from core.plugin._events import custom_event_name
+from core.plugin import NotSupportedHere, custom_event_name
 from core.provider.llm import ChatMessage, OpenAIMessage, ToolCall
 from core.provider.model_client import LLMModelClient, ModelInfo, ModelType
+from core.services import PluginHost
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations of the KiraApp protocol only
     from core.adapter import Adapter
-    from core.app import HookChat
+    from core.config import HookchatConfig
+    from core.history import HistoryStore
+    from core.plugin import PluginLoader
+    from core.provider import LLMProvider
+    from core.provider.agent import AgentLoop
 
 __all__ = [
+    "KiraApp",
     "KiraRuntimeImpl",
     "MessageProcessorFacade",
     "SessionBufferView",
@@ -51,6 +60,21 @@ __all__ = [
 ]
 
 logger = logging.getLogger("hookchat.kira")
+
+
+class KiraApp(PluginHost, Protocol):
+    """What the facades use of the running application (`core.app.KiraApp` implements it): the plugin host's
+    send path, buffers and turns, plus the parts KiraAI's managers expose."""
+
+    config: HookchatConfig
+    adapters: dict[str, Adapter]
+    plugins: PluginLoader
+    provider: LLMProvider
+    history: HistoryStore | None
+    agent: AgentLoop
+
+    async def receive(self, message: KiraIMMessage) -> Received:
+        """Deliver an incoming message to the pipeline."""
 
 
 class MustAwait:
@@ -122,7 +146,7 @@ def _parse_sid(session: str) -> Session:
 class SessionBufferView:
     """One session's message buffer, KiraAI's `SessionBuffer`: the messages waiting for the debounce."""
 
-    def __init__(self, app: HookChat, sid: str) -> None:
+    def __init__(self, app: KiraApp, sid: str) -> None:
         self._app = app
         self.sid = sid
         self.lock = asyncio.Lock()
@@ -130,11 +154,11 @@ class SessionBufferView:
     @property
     def buffer(self) -> list[KiraMessageEvent]:
         """The buffered message events, oldest first (a copy: use `add`, `pop` and `flush` to change it)."""
-        return self._app.pipeline.buffers.peek(self.sid)
+        return self._app.buffers.peek(self.sid)
 
     def get_length(self) -> int:
         """How many messages are buffered."""
-        return self._app.pipeline.buffers.size(self.sid)
+        return self._app.buffers.size(self.sid)
 
     def get_buffer_lock(self) -> asyncio.Lock:
         """A lock a plugin may hold while it reads and changes this buffer."""
@@ -144,11 +168,11 @@ class SessionBufferView:
         """Buffer another message event of this session."""
         if message.sid != self.sid:
             raise ValueError(f"message of {message.sid} cannot go into the buffer of {self.sid}")
-        self._app.pipeline.buffers.append(message)
+        self._app.buffers.append(message)
 
     def pop(self, count: int = 1) -> list[KiraMessageEvent]:
         """Remove and return the `count` oldest messages (all of them when fewer are buffered)."""
-        buffers = self._app.pipeline.buffers
+        buffers = self._app.buffers
         taken = buffers.peek(self.sid)[:max(0, count)]
         for event in taken:
             buffers.remove(event)
@@ -161,7 +185,7 @@ class SessionBufferView:
 
 
 class _SessionBuffers:
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
         self._views: dict[str, SessionBufferView] = {}
 
@@ -176,14 +200,14 @@ class _SessionBuffers:
 class MessageProcessorFacade:
     """KiraAI's `MessageProcessor`: session buffers, flushing a session into a turn, sending a chain."""
 
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
         self.session_buffer = _SessionBuffers(app)
         self._locks: dict[str, asyncio.Lock] = {}
 
     def get_session_buffer_length(self, sid: str) -> int:
         """How many messages session `sid` has buffered."""
-        return self._app.pipeline.buffers.size(sid)
+        return self._app.buffers.size(sid)
 
     def get_session_lock(self, sid: str) -> asyncio.Lock:
         """A lock per session a plugin may hold around its own sends."""
@@ -200,8 +224,8 @@ class MessageProcessorFacade:
         not wait for it.
         """
         if extra_event is not None:
-            self._app.pipeline.buffers.append(extra_event)
-        return self._app.pipeline.flush(sid) is not None
+            self._app.buffers.append(extra_event)
+        return self._app.flush(sid) is not None
 
     async def send_message_chain(self, session: str, chain: MessageChain) -> KiraIMSentResult:
         """Send `chain` to `adapter:dm|gm:id` through the app's send path; returns what the adapter said."""
@@ -225,7 +249,7 @@ class MessageProcessorFacade:
 class AdapterView(IMAdapter):
     """A hookchat adapter as KiraAI's `IMAdapter`; sending goes through the app's send path."""
 
-    def __init__(self, app: HookChat, adapter: Adapter, info: AdapterInfo) -> None:
+    def __init__(self, app: KiraApp, adapter: Adapter, info: AdapterInfo) -> None:
         super().__init__(info, sorted(adapter.capabilities))
         self._app = app
         self.adapter = adapter
@@ -258,7 +282,7 @@ class AdapterView(IMAdapter):
 class AdapterManagerFacade:
     """KiraAI's `AdapterManager`: the running adapters by name and their info."""
 
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
 
     def _info(self, name: str) -> AdapterInfo:
@@ -335,7 +359,7 @@ class SessionManagerFacade:
     Titles and descriptions set with `update_session_info` live in this process only.
     """
 
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
         self._info: dict[str, tuple[str | None, str | None]] = {}
 
@@ -433,7 +457,7 @@ class ProviderManagerFacade:
     configured.
     """
 
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
 
     def _model(self, model_id: str | None = None) -> ModelInfo:
@@ -510,7 +534,7 @@ class PersonaInfo:
 class PersonaManagerFacade:
     """KiraAI's `PersonaManager`: hookchat has one persona, the `persona` section the operator configured."""
 
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
 
     def _persona(self) -> PersonaInfo:
@@ -543,7 +567,7 @@ class EventBusFacade:
     """KiraAI's `EventBus`: `await publish(event)` delivers a message event (through `im_message` and its
     strategy), a batch (queued as a turn of its session) or a custom event (to `custom_event` hooks)."""
 
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
 
     async def publish(self, event: Any) -> None:
@@ -551,8 +575,7 @@ class EventBusFacade:
         if isinstance(event, KiraMessageEvent):
             await self._app.receive(event.message)
         elif isinstance(event, KiraMessageBatchEvent):
-            event.capabilities = self._app.capabilities(event.session)
-            self._app.scheduler.submit(event)
+            self._app.submit(event)
         elif isinstance(event, KiraCustomEvent):
             await self._app.plugins.engine.dispatch(custom_event_name(event.name), event)
         else:
@@ -570,7 +593,7 @@ class EventBusFacade:
 class KiraRuntimeImpl:
     """Everything KiraAI-style plugins reach through their context, for one application (`core.plugin.KiraRuntime`)."""
 
-    def __init__(self, app: HookChat) -> None:
+    def __init__(self, app: KiraApp) -> None:
         self._app = app
         self.config = KiraConfigView(app)
         self._managers: dict[str, object] = {

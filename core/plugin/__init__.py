@@ -7,7 +7,9 @@ Everything a plugin author imports lives here; the modules starting with `_` are
 
 from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
-from core.plugin._events import EventType, Priority, priority_name
+from core.plugin._events import EventType, Priority, custom_event_name, priority_name
+from core.plugin._ids import check_plugin_id, module_name_for
+from core.plugin._kira import KiraRuntime, NotSupportedHere, PluginConfig
 from core.plugin._loader import (
     ENTRY_POINT_GROUP,
     KIRA_API_VERSION,
@@ -31,6 +33,12 @@ __all__ = [
     "HookRegistrationError",
     "HookTimeout",
     "KIRA_API_VERSION",
+    "KiraRuntime",
+    "NotSupportedHere",
+    "PluginConfig",
+    "check_plugin_id",
+    "custom_event_name",
+    "module_name_for",
     "Manifest",
     "OwnedRegistry",
     "PluginConfigError",

@@ -8,6 +8,7 @@ without an application each one answers every call with `NotSupportedHere`, nami
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -138,6 +139,16 @@ class PluginConfig(dict):
     def copy(self) -> dict[str, Any]:  # type: ignore[override]
         """The plugin's settings as a plain dict."""
         return dict(self)
+
+    # Copies and pickles are of the settings alone: the application's config is live, not data to duplicate.
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return copy.deepcopy(dict(self), memo)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
 
 
 class KiraContextMixin:

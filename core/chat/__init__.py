@@ -12,6 +12,7 @@ from core.chat.message_utils import (
     KiraMessageEvent,
     KiraStepResult,
     MessageChain,
+    MessageChains,
     MessageStrategy,
 )
 from core.chat.session import AdapterInfo, Group, Session, User
@@ -21,6 +22,7 @@ from core.chat.buffers import SessionBuffers
 __all__ = [
     "BaseMessageElement",
     "MessageChain",
+    "MessageChains",
     "MessageStrategy",
     "KiraEvent",
     "KiraIMMessage",

@@ -31,6 +31,7 @@ from core.chat.session import AdapterInfo, Group, Session, User
 
 __all__ = [
     "MessageChain",
+    "MessageChains",
     "MessageStrategy",
     "KiraEvent",
     "KiraIMMessage",
@@ -124,6 +125,15 @@ class MessageChain(list):
 
     def __repr__(self) -> str:
         return f"MessageChain({list.__repr__(self)})"
+
+
+class MessageChains(list):
+    """The messages one model step's output was parsed into, one `MessageChain` per `<msg>`, in order: what an
+    `after_xml_parse` hook written for KiraAI receives. Removing, adding or reordering chains changes what is sent;
+    a chain left empty is not sent."""
+
+    def __repr__(self) -> str:
+        return f"MessageChains({list.__repr__(self)})"
 
 
 class MessageStrategy(str, enum.Enum):

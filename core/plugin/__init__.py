@@ -9,7 +9,7 @@ from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
 from core.plugin._events import EventType, Priority, custom_event_name, priority_name
 from core.plugin._ids import check_plugin_id, module_name_for
-from core.plugin._kira import KiraRuntime, NotSupportedHere, PluginConfig
+from core.plugin._kira import KiraRuntime, NotSupportedHere, PluginConfig, wants_whole_output
 from core.plugin._loader import (
     ENTRY_POINT_GROUP,
     KIRA_API_VERSION,
@@ -55,4 +55,5 @@ __all__ = [
     "register",
     "register_tool",
     "signals",
+    "wants_whole_output",
 ]

@@ -6,14 +6,18 @@ on the function; tools and tags carry their declaration, which the plugin manage
 
 from __future__ import annotations
 
+import collections.abc
 import difflib
+import functools
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pluggy
 
+from core.chat import MessageChains
 from core.plugin._events import EventType, custom_event_name
 from core.services import LLM_TOOL_ATTR, LlmToolMeta
 from core.tag import validate_tag_name
@@ -47,6 +51,8 @@ class HookMeta:
     event: str
     priority: int
     deadline: float | None
+    #: `after_xml_parse` only: the hook takes the whole step's `MessageChains` at once (KiraAI's form).
+    whole_output: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +70,55 @@ def _hook(event: str, priority: int, deadline: float | None) -> Callable[[F], F]
         raise ValueError(f"hook deadline must be a positive number of seconds, not {deadline!r}")
 
     def decorate(fn: F) -> F:
-        setattr(fn, HOOK_ATTR, HookMeta(event, int(priority), deadline))
+        whole = False
+        if event == EventType.AFTER_XML_PARSE.value:
+            whole = _takes_whole_output(fn)
+            if not whole and inspect.iscoroutinefunction(fn):
+                fn = _per_chain(fn)  # type: ignore[assignment]
+        setattr(fn, HOOK_ATTR, HookMeta(event, int(priority), deadline, whole))
         return hookimpl(specname=event)(fn)
 
     return decorate
+
+
+def _takes_whole_output(fn: Callable[..., Any]) -> bool:
+    """Whether an `after_xml_parse` hook is written for KiraAI's runtime (a list of chains, one per `<msg>`) rather
+    than seed 003's `(event, chain: MessageChain)`. Its third parameter decides: annotated `list[...]` (or any
+    sequence) means the list, `MessageChain` the chain; without annotation a plural name (`chains`, `actions`,
+    `chain_list`) means the list, and so does taking it only through `*args`, as KiraAI's handlers do."""
+    params = list(inspect.signature(fn).parameters.values())
+    if len(params) < 3 or params[2].kind is inspect.Parameter.VAR_POSITIONAL:
+        return True
+    third = params[2]
+    if third.kind is inspect.Parameter.VAR_KEYWORD:
+        return True
+    annotation = third.annotation
+    if annotation is not inspect.Parameter.empty:
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+        origin = typing.get_origin(annotation)
+        if origin is not None and isinstance(origin, type) and issubclass(origin, collections.abc.Sequence):
+            return True
+        text = str(text).replace(" ", "").lower()
+        return text.startswith(("list", "typing.list", "sequence", "messagechains")) or "list[" in text
+    name = third.name.lower()
+    return name not in ("chain", "message_chain", "msg_chain", "message") and (name.endswith("s") or "list" in name)
+
+
+def _per_chain(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Adapt a seed-003 `after_xml_parse` hook to the dispatch, which passes the step's `MessageChains`: call it
+    once per chain, in order, until a hook stops the event. Called directly with one chain, it passes it on."""
+
+    @functools.wraps(fn)
+    async def each_chain(self: Any, event: Any, chains: Any = None, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(chains, MessageChains):
+            await fn(self, event, chains, *args, **kwargs)
+            return
+        for chain in list(chains):
+            if event.is_stopped:
+                return
+            await fn(self, event, chain, *args, **kwargs)
+
+    return each_chain
 
 
 class _On:
@@ -97,7 +148,12 @@ class _On:
         return _hook(EventType.LLM_RESPONSE.value, priority, deadline)
 
     def after_xml_parse(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """Once per parsed outgoing message, before it is sent: `(event, chain: MessageChain)`, mutable."""
+        """Once per parsed outgoing message, before it is sent: `(event, chain: MessageChain)`, mutable.
+
+        A hook written for KiraAI's runtime, `(event, chains: list[MessageChain], ...)`, instead gets the step's
+        whole output at once as `MessageChains`; which form a hook takes is read off its signature (see
+        docs/kira-compat.md).
+        """
         return _hook(EventType.AFTER_XML_PARSE.value, priority, deadline)
 
     def tool_result(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:

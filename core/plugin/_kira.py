@@ -16,12 +16,15 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core.chat.message_utils import KiraCustomEvent, KiraIMMessage, KiraMessageEvent, MessageChain
 from core.chat.session import Group, Session, SessionIdError, User
-from core.plugin._events import custom_event_name
+from core.plugin._events import EventType, custom_event_name
+from core.plugin._markers import HOOK_ATTR, HookMeta
 
 if TYPE_CHECKING:
-    from core.plugin._manager import PluginManager
+    from core.plugin._engine import HookEngine
+    from core.plugin._loader import PluginLoader as PluginManager
 
-__all__ = ["NotSupportedHere", "KiraRuntime", "PluginConfig", "KiraContextMixin", "MANAGER_NAMES"]
+__all__ = ["NotSupportedHere", "KiraRuntime", "PluginConfig", "KiraContextMixin", "MANAGER_NAMES",
+           "wants_whole_output"]
 
 #: The manager attributes of KiraAI's `PluginContext`.
 MANAGER_NAMES = (
@@ -34,6 +37,16 @@ MANAGER_NAMES = (
     "tool_mgr",
     "sticker_manager",
 )
+
+
+def wants_whole_output(engine: HookEngine) -> bool:
+    """Whether an `after_xml_parse` hook written for KiraAI's runtime is registered: then the agent loop parses a
+    step's whole output before any of it is sent, and hands it to the hooks as one `MessageChains`."""
+    for entry in engine.chain(EventType.AFTER_XML_PARSE.value):
+        meta: HookMeta | None = getattr(entry.fn, HOOK_ATTR, None)
+        if meta is not None and meta.whole_output:
+            return True
+    return False
 
 
 class NotSupportedHere(NotImplementedError):

@@ -31,11 +31,12 @@ from core.chat import (
     KiraMessageBatchEvent,
     KiraStepResult,
     MessageChain,
+    MessageChains,
     Session,
     TurnResult,
 )
 from core.chat.message_elements import Text
-from core.plugin import HookEngine
+from core.plugin import HookEngine, wants_whole_output
 from core.prompt_manager import Prompt, UserPrompt, default_system_prompt
 from core.provider.llm import (
     ChatMessage,
@@ -141,8 +142,10 @@ class AgentLoop:
             step_sent: list[KiraIMSentResult] = []
             # Stream only when no plugin needs the whole response before anything is sent (an `llm_response`
             # hook may rewrite or stop it); otherwise the stages keep their documented order.
+            whole_output = wants_whole_output(self.engine)  # a KiraAI-style after_xml_parse hook needs all of it
             streaming = (
                 self.settings.stream and self.provider.supports_streaming and not self.engine.chain("llm_response")
+                and not whole_output
             )
             try:
                 if streaming:
@@ -161,7 +164,7 @@ class AgentLoop:
             if not batch.is_stopped:
                 await dispatch("llm_response", batch, resp)
             if not batch.is_stopped and not streaming:
-                await self._deliver(batch, resp, tag_set, result, step_sent)
+                await self._deliver(batch, resp, tag_set, result, step_sent, whole_output)
             resp.step = KiraStepResult(raw_output=resp.text_response, sent=step_sent, step=step)
             sent_all.extend(e for r in step_sent for e in r.chain)
             if batch.is_stopped:
@@ -250,13 +253,17 @@ class AgentLoop:
 
     async def _deliver(
         self, batch: KiraMessageBatchEvent, resp: LLMResponse, tag_set: TagSet, result: TurnResult,
-        step_sent: list[KiraIMSentResult],
+        step_sent: list[KiraIMSentResult], whole_output: bool = False,
     ) -> None:
-        """Parse the step's whole output into messages and emit each."""
+        """Parse the step's whole output into messages and emit each (all at once for KiraAI-style hooks)."""
         if not resp.text_response.strip():
             return
-        for chain in await parse_output(resp.text_response, tag_set, batch, on_error=self._tag_failed(batch)):
-            if not await self._emit(batch, chain, result, step_sent):
+        chains = await parse_output(resp.text_response, tag_set, batch, on_error=self._tag_failed(batch))
+        if whole_output:
+            await self._emit(batch, chains, result, step_sent)
+            return
+        for chain in chains:
+            if not await self._emit(batch, [chain], result, step_sent):
                 return
 
     async def _stream_model(
@@ -277,7 +284,7 @@ class AgentLoop:
                 if item.response is not None:
                     resp = item.response
                 for chain in await parser.feed(item.text) if item.text else ():
-                    if not await self._emit(batch, chain, result, step_sent):
+                    if not await self._emit(batch, [chain], result, step_sent):
                         return resp or LLMResponse(text_response="".join(text))
                 if draft is not None and item.text:
                     unsent = _after_last_message(unsent + item.text)
@@ -290,7 +297,7 @@ class AgentLoop:
         finally:
             await stream.aclose()
         for chain in await parser.close():
-            if not await self._emit(batch, chain, result, step_sent):
+            if not await self._emit(batch, [chain], result, step_sent):
                 break
         if resp is None:
             raise ProviderError("the model's stream ended without a final response")
@@ -299,16 +306,21 @@ class AgentLoop:
         return resp
 
     async def _emit(
-        self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult,
+        self, batch: KiraMessageBatchEvent, chains: list[MessageChain], result: TurnResult,
         step_sent: list[KiraIMSentResult],
     ) -> bool:
-        """`after_xml_parse`, then send unless emptied; False once a hook stopped the turn."""
-        await self.engine.dispatch("after_xml_parse", batch, chain)
+        """`after_xml_parse` for these messages, then send each one not emptied, in order; False once a hook
+        stopped the turn. Seed-003 hooks see each chain, KiraAI-style hooks the `MessageChains`."""
+        parsed = MessageChains(chains)
+        await self.engine.dispatch("after_xml_parse", batch, parsed)
         if batch.is_stopped:
             return False
-        if chain:
-            step_sent.append(await self._send(batch, chain, result))
-        return not batch.is_stopped
+        for chain in parsed:
+            if chain:
+                step_sent.append(await self._send(batch, chain, result))
+            if batch.is_stopped:
+                return False
+        return True
 
     async def _send(self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult) -> KiraIMSentResult:
         sent = await self.send(batch.session, chain, batch)

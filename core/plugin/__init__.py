@@ -19,6 +19,7 @@ from core.plugin._loader import (
     PluginStatus,
 )
 from core.plugin._decorators import on, register, register_tool
+from core.plugin._web import PageMenu, PluginPage, PluginPageSource, WebDeclaration, web_declarations
 from core.services import PluginConfigError
 from core.utils import signals
 from core.utils.log import get_logger, logger
@@ -41,6 +42,11 @@ __all__ = [
     "module_name_for",
     "Manifest",
     "OwnedRegistry",
+    "PageMenu",
+    "PluginPage",
+    "PluginPageSource",
+    "WebDeclaration",
+    "web_declarations",
     "PluginConfigError",
     "PluginContext",
     "PluginLoadError",

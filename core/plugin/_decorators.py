@@ -19,6 +19,7 @@ import pluggy
 
 from core.chat import MessageChains
 from core.plugin._events import EventType, custom_event_name
+from core.plugin._web import PageMenu, declare_web
 from core.services import LLM_TOOL_ATTR, LlmToolMeta
 from core.tag import validate_tag_name
 from core.utils.tool_utils import validate_tool_rules
@@ -61,6 +62,7 @@ class TagMeta:
 
     name: str
     description: str
+    root: bool = False
 
 
 def _hook(event: str, priority: int, deadline: float | None) -> Callable[[F], F]:
@@ -205,7 +207,8 @@ on = _On()
 
 
 class _Register:
-    """`@register.tool(...)` and `@register.tag(...)`: declare a plugin method as a model tool or an output tag."""
+    """`@register.tool(...)` and `@register.tag(...)`: declare a plugin method as a model tool or an output tag;
+    `@register.page/api/ws/static/widget(...)`: KiraAI's web declarations, recorded for the web console."""
 
     def tool(
         self,
@@ -231,16 +234,43 @@ class _Register:
 
         return decorate
 
-    def tag(self, name: str, description: str) -> Callable[[F], F]:
-        """Declare `async def method(self, value, **attrs) -> list[BaseMessageElement]` as an output tag handler."""
+    def tag(self, name: str, description: str, parent: str | None = "msg") -> Callable[[F], F]:
+        """Declare `async def method(self, value, **attrs) -> list[BaseMessageElement]` as an output tag handler.
+
+        `parent=None` (KiraAI's way) makes a root tag, which may also stand alone outside `<msg>`.
+        """
         validate_tag_name(name)
 
         def decorate(fn: F) -> F:
             _require_async(fn, "@register.tag")
-            setattr(fn, TAG_ATTR, TagMeta(name, description))
+            setattr(fn, TAG_ATTR, TagMeta(name, description, root=parent is None))
             return fn
 
         return decorate
+
+
+    # -- KiraAI's web declarations: recorded on the method for the web console (see core.plugin._web) ----------
+
+    def page(self, route: str, auth: bool = True, menu: PageMenu | dict[str, Any] | None = None) -> Callable[[F], F]:
+        """Declare a web console page at `/page/plugin/<plugin_id><route>`; the method returns a `PluginPage`."""
+        return declare_web("page", route, auth, menu=menu)
+
+    def api(self, method: str, path: str, auth: bool = True, **kwargs: Any) -> Callable[[F], F]:
+        """Declare an HTTP endpoint at `/api/plugin/<plugin_id><path>`; `kwargs` go to the route as in FastAPI."""
+        return declare_web("api", path, auth, method=method, route_options=kwargs)
+
+    def ws(self, path: str, auth: bool = True) -> Callable[[F], F]:
+        """Declare a WebSocket endpoint at `/ws/plugin/<plugin_id><path>`."""
+        return declare_web("ws", path, auth)
+
+    def static(self, path: str, directory: str, html: bool = False) -> Callable[[F], F]:
+        """Declare a static directory (relative to the plugin's folder) at `/page/plugin/<plugin_id><path>`."""
+        return declare_web("static", path, False, directory=directory, html=html)
+
+    def widget(self, label: str | dict[str, str], icon: str = "Box", color: str = "blue", order: int = 100,
+               size: str = "small") -> Callable[[F], F]:
+        """Declare an overview widget; the (sync) method returns its text or, for `size="wide"`, HTML."""
+        return declare_web("widget", "", False, label=label, icon=icon, color=color, order=order, size=size)
 
 
 def _require_async(fn: Callable[..., Any], what: str) -> None:

@@ -402,7 +402,8 @@ class PluginLoader:
         if declared_tags:
             for name, fn in declared_tags:
                 tag_meta: TagMeta = getattr(fn, TAG_ATTR)
-                tag = FunctionTag(tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx)
+                tag = FunctionTag(tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx,
+                                  root=tag_meta.root)
                 self.tags.add(tag_meta.name.lower(), tag, ctx.plugin_id)  # tag names match in any case
 
     # -- introspection --------------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import ValidationError
+
 from core.adapter.adapter_utils import IMAdapter
 from core.chat import (
     AdapterInfo,
@@ -334,7 +336,12 @@ def _to_kira_dict(message: ChatMessage) -> dict[str, Any]:
 def _from_kira_dict(item: dict[str, Any] | OpenAIMessage | ChatMessage) -> ChatMessage:
     if isinstance(item, ChatMessage):
         return item
-    data = item.to_dict() if isinstance(item, OpenAIMessage) else dict(item)
+    if not isinstance(item, OpenAIMessage):
+        try:
+            item = OpenAIMessage.model_validate(item)
+        except ValidationError as exc:
+            raise ValueError(f"not an OpenAI chat message: {item!r} ({exc.errors()[0]['msg']})") from None
+    data = item.to_dict()
     content = data.get("content")
     if isinstance(content, list):  # content parts: history keeps their text
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))

@@ -148,8 +148,11 @@ class TagSet:
 
         Several tags may be given at once, as KiraAI allows (`register(a, b)`); the first one's instance is returned.
         """
-        for extra in more:
-            self.register(extra)
+        if more:
+            first = self.register(tag)
+            for extra in more:
+                self.register(extra)
+            return first
         if isinstance(tag, type):
             if not issubclass(tag, BaseTag):
                 raise TagDefinitionError(f"{tag!r} is not a BaseTag subclass")

@@ -221,7 +221,7 @@ def _session_of(message: KiraIMMessage, adapter: AdapterInfo | None) -> Session:
 class KiraMessageEvent(KiraEvent):
     """One incoming message on its way through the `im_message` hooks, which choose its strategy."""
 
-    __slots__ = ("message", "message_repr", "strategy", "strategy_forced", "adapter", "message_types", "timestamp")
+    __slots__ = ("message", "message_repr", "strategy", "strategy_forced", "_adapter", "message_types", "timestamp")
 
     def __init__(
         self,
@@ -240,9 +240,16 @@ class KiraMessageEvent(KiraEvent):
         self.message_repr = message.chain.message_repr
         self.strategy = MessageStrategy.DISCARD
         self.strategy_forced = False
-        self.adapter = adapter if adapter is not None else AdapterInfo.named(message.session.adapter_name)
+        self._adapter = adapter  # None: made from the session when first read (most events never read it)
         self.message_types = list(message_types) if message_types is not None else []
         self.timestamp = timestamp if timestamp is not None else message.timestamp
+
+    @property
+    def adapter(self) -> AdapterInfo:
+        """The adapter the message came through (KiraAI's `event.adapter`)."""
+        if self._adapter is None:
+            self._adapter = AdapterInfo.named(self.message.session.adapter_name)
+        return self._adapter
 
     @property
     def session(self) -> Session:
@@ -347,8 +354,8 @@ class KiraMessageEvent(KiraEvent):
 class KiraMessageBatchEvent(KiraEvent):
     """The messages of one session merged into one turn for the model."""
 
-    __slots__ = ("messages", "session", "capabilities", "tool_attachments", "push", "role", "adapter", "timestamp",
-                 "event_id", "_message_types")
+    __slots__ = ("messages", "session", "capabilities", "tool_attachments", "push", "role", "_adapter", "timestamp",
+                 "_event_id", "_message_types")
 
     def __init__(
         self,
@@ -381,10 +388,24 @@ class KiraMessageBatchEvent(KiraEvent):
         self.push = push
         #: The persona this turn speaks as; role-scoped tools are offered only to it (None: global tools only).
         self.role = role
-        self.adapter = adapter if adapter is not None else AdapterInfo.named(session.adapter_name)
+        self._adapter = adapter
         self._message_types = list(message_types) if message_types is not None else None
         self.timestamp = timestamp if timestamp is not None else time.time()
-        self.event_id = uuid.uuid4().hex
+        self._event_id: str | None = None
+
+    @property
+    def adapter(self) -> AdapterInfo:
+        """The adapter of the batch's session (KiraAI's `event.adapter`)."""
+        if self._adapter is None:
+            self._adapter = AdapterInfo.named(self.session.adapter_name)
+        return self._adapter
+
+    @property
+    def event_id(self) -> str:
+        """A unique id of this batch (KiraAI's), made when first read."""
+        if self._event_id is None:
+            self._event_id = uuid.uuid4().hex
+        return self._event_id
 
     @property
     def message_types(self) -> list[str]:

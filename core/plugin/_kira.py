@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from core.chat.message_utils import KiraCustomEvent, KiraIMMessage, KiraMessageEvent, MessageChain
 from core.chat.session import Group, Session, SessionIdError, User
 from core.plugin._events import EventType, custom_event_name
-from core.plugin._markers import HOOK_ATTR, HookMeta
+from core.plugin._decorators import HOOK_ATTR, HookMeta
 
 if TYPE_CHECKING:
     from core.plugin._engine import HookEngine

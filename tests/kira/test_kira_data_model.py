@@ -22,7 +22,7 @@ from core.chat import (
 )
 from core.chat.message_elements import At, Image, MediaError, Poke, Text
 from core.plugin import on
-from core.plugin._markers import HOOK_ATTR  # the marker is the thing under test here
+from core.plugin._decorators import HOOK_ATTR  # the marker is the thing under test here
 from core.prompt_manager import Prompt, UserPrompt
 from core.provider import LLMRequest
 from core.tag import BaseTag, TagSet

@@ -25,6 +25,7 @@ from core.chat import (
 from core.builtins import BUILTIN_PLUGINS
 from core.config import HookchatConfig
 from core.history import HistoryStore
+from core.kira import KiraRuntimeImpl
 from core.pipeline import MessagePipeline, TurnScheduler
 from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
@@ -35,6 +36,7 @@ from core.server import ToolRegistryServer
 from core.services import PushService
 from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
+from core.utils.path_utils import set_data_path
 from core.utils.signals import message_sent, send
 
 __all__ = ["HookChat", "build_provider"]
@@ -102,6 +104,7 @@ class HookChat:
             builtins=builtins,
             config_source=self.config.source,
             app=self,
+            kira=KiraRuntimeImpl(self),
         )
         self._extra_plugins = list(plugins)
         self.provider = provider if provider is not None else build_provider(self.config)
@@ -149,6 +152,7 @@ class HookChat:
 
     async def _start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        set_data_path(self.data_dir)  # before any plugin is imported: KiraAI plugins read it at import time
         if self.history is not None:
             await self.history.open()
         if self.tool_server is not None:

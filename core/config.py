@@ -283,6 +283,9 @@ class HookchatConfig(_Section):
     adapters: AdaptersConfig = Field(default_factory=dict)
     server: ServerConfig = Field(default_factory=dict)
     media: MediaConfig = Field(default_factory=dict)
+    #: `[kira]`: values laid over the KiraAI-shaped config that KiraAI plugins read (`ctx.config["bot_config"]`,
+    #: `["locale"]`, ...), for what hookchat has no setting of its own for; free-form, see docs/kira-compat.md.
+    kira: dict[str, Any] = {}
     #: The file this config was read from (None: the defaults, or built in code); messages about it name it.
     _source: Path | None = PrivateAttr(default=None)
 

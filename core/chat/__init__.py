@@ -12,15 +12,17 @@ from core.chat.message_utils import (
     KiraMessageEvent,
     KiraStepResult,
     MessageChain,
+    MessageChains,
     MessageStrategy,
 )
-from core.chat.session import Group, Session, User
+from core.chat.session import AdapterInfo, Group, Session, User
 from core.chat.turn import Received, TurnResult
 from core.chat.buffers import SessionBuffers
 
 __all__ = [
     "BaseMessageElement",
     "MessageChain",
+    "MessageChains",
     "MessageStrategy",
     "KiraEvent",
     "KiraIMMessage",
@@ -37,4 +39,5 @@ __all__ = [
     "Received",
     "TurnResult",
     "SessionBuffers",
+    "AdapterInfo",
 ]

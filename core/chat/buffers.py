@@ -49,6 +49,10 @@ class SessionBuffers:
         self._touched.pop(sid, None)
         return self._buffers.pop(sid, [])
 
+    def peek(self, sid: str) -> list[KiraMessageEvent]:
+        """A copy of what `sid` has buffered, oldest first; the buffer is not touched."""
+        return list(self._buffers.get(sid, ()))
+
     def size(self, sid: str) -> int:
         """How many messages `sid` has buffered."""
         buffer = self._buffers.get(sid)

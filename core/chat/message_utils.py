@@ -1,15 +1,22 @@
 """Messages and the events hooks receive: `MessageChain`, `KiraIMMessage`, `KiraMessageEvent` with its strategy
-methods, `KiraMessageBatchEvent`, and the result and notification events of the pipeline."""
+methods, `KiraMessageBatchEvent`, and the result and notification events of the pipeline.
+
+KiraAI's names are accepted as well: `chain.message_list`, `is_group_message()`, `message.self_id` and
+`is_notice`, the events' `adapter=` / `message_types=` / `timestamp=` keywords, and `message_str` (the text the
+model reads for a message, which a hook may rewrite) on every message of a batch.
+"""
 
 from __future__ import annotations
 
 import enum
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from core.chat.message_elements import (
+    ELEMENT_TYPES,
     At,
     BaseMessageElement,
     Emoji,
@@ -20,10 +27,11 @@ from core.chat.message_elements import (
     Reply,
     Text,
 )
-from core.chat.session import Group, Session, User
+from core.chat.session import AdapterInfo, Group, Session, User
 
 __all__ = [
     "MessageChain",
+    "MessageChains",
     "MessageStrategy",
     "KiraEvent",
     "KiraIMMessage",
@@ -37,6 +45,7 @@ __all__ = [
     "User",
     "Group",
     "Session",
+    "AdapterInfo",
 ]
 
 
@@ -92,6 +101,19 @@ class MessageChain(list):
         return self
 
     @property
+    def message_list(self) -> MessageChain:
+        """KiraAI's name for the elements: the chain itself, so changes to it change the message."""
+        return self
+
+    @message_list.setter
+    def message_list(self, elements: Iterable[BaseMessageElement]) -> None:
+        self[:] = list(elements)
+
+    def is_empty(self) -> bool:
+        """True when the chain has no element."""
+        return not self
+
+    @property
     def plain_text(self) -> str:
         """The concatenated text of the `Text` elements only."""
         return "".join(e.text for e in self if isinstance(e, Text))
@@ -103,6 +125,15 @@ class MessageChain(list):
 
     def __repr__(self) -> str:
         return f"MessageChain({list.__repr__(self)})"
+
+
+class MessageChains(list):
+    """The messages one model step's output was parsed into, one `MessageChain` per `<msg>`, in order: what an
+    `after_xml_parse` hook written for KiraAI receives. Removing, adding or reordering chains changes what is sent;
+    a chain left empty is not sent."""
+
+    def __repr__(self) -> str:
+        return f"MessageChains({list.__repr__(self)})"
 
 
 class MessageStrategy(str, enum.Enum):
@@ -134,14 +165,17 @@ class KiraIMMessage:
     """A message as a platform adapter delivered it.
 
     `message_id` is the platform's id of the message (for replies and recalls). `is_notice` marks a platform
-    event that is not a message someone wrote (a poke, a recall, someone joining): its chain holds `Poke` or
-    `Notice` elements. `self_id` is the bot account that received it, for adapters that serve several accounts
-    (KiraAI's field of the same name); empty when the platform has one. `raw` is the platform's event as received.
+    event that is not a message someone wrote (a poke, a recall, someone joining; also a plugin's
+    `publish_notice`): its chain holds `Poke` or `Notice` elements. `self_id` is the bot account that received it,
+    for adapters that serve several accounts (KiraAI's field of the same name); empty when the platform has one.
+    `raw` is the platform's event as received. `session` may be left out when the message is wrapped in a
+    `KiraMessageEvent(..., adapter=...)`: the event derives it from the adapter, group and sender, as KiraAI does.
+    `message_str` is the text the model reads for this message (None: `message_repr`).
     """
 
     chain: MessageChain
-    sender: User
-    session: Session
+    sender: User | None = None
+    session: Session | None = None
     group: Group | None = None
     message_id: str = ""
     is_mentioned: bool = False
@@ -149,29 +183,76 @@ class KiraIMMessage:
     raw: Any = None
     is_notice: bool = False
     self_id: str = ""
+    extra: dict[str, Any] | None = None
+    message_str: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.chain, MessageChain):
             self.chain = MessageChain(self.chain)
+        if self.sender is None:
+            self.sender = User("unknown")
+        if self.self_id is None:
+            self.self_id = ""
+        self.is_mentioned = bool(self.is_mentioned)
 
     @property
     def message_repr(self) -> str:
         """Every element rendered as text, concatenated."""
         return self.chain.message_repr
 
+    @property
+    def raw_message(self) -> Any:
+        """KiraAI's name for `raw`, the platform's own form of the message."""
+        return self.raw
+
+    def is_group_message(self) -> bool:
+        """True when the message was written in a group."""
+        return self.group is not None
+
+
+def _session_of(message: KiraIMMessage, adapter: AdapterInfo | None) -> Session:
+    """The session a message belongs to: its own, else derived from the adapter, group and sender (KiraAI)."""
+    if message.session is not None:
+        return message.session
+    if adapter is None or not adapter.name:
+        raise TypeError("a KiraIMMessage without a session needs the event's adapter= to derive one from")
+    if message.group is not None:
+        return Session(adapter.name, "gm", str(message.group.group_id))
+    return Session(adapter.name, "dm", str(message.sender.user_id))
+
 
 class KiraMessageEvent(KiraEvent):
     """One incoming message on its way through the `im_message` hooks, which choose its strategy."""
 
-    __slots__ = ("message", "message_repr", "strategy", "strategy_forced")
+    __slots__ = ("message", "message_repr", "strategy", "strategy_forced", "_adapter", "message_types", "timestamp")
 
-    def __init__(self, message: KiraIMMessage) -> None:
+    def __init__(
+        self,
+        message: KiraIMMessage,
+        *,
+        adapter: AdapterInfo | None = None,
+        message_types: list[str] | None = None,
+        timestamp: float | None = None,
+    ) -> None:
+        """`adapter`, `message_types` (the element types the adapter can send) and `timestamp` are KiraAI's event
+        fields; `adapter` defaults to the one the message's session names."""
         self.is_stopped = False
         self.stopped_by = None
+        message.session = _session_of(message, adapter)
         self.message = message
         self.message_repr = message.chain.message_repr
         self.strategy = MessageStrategy.DISCARD
         self.strategy_forced = False
+        self._adapter = adapter  # None: made from the session when first read (most events never read it)
+        self.message_types = list(message_types) if message_types is not None else []
+        self.timestamp = timestamp if timestamp is not None else message.timestamp
+
+    @property
+    def adapter(self) -> AdapterInfo:
+        """The adapter the message came through (KiraAI's `event.adapter`)."""
+        if self._adapter is None:
+            self._adapter = AdapterInfo.named(self.message.session.adapter_name)
+        return self._adapter
 
     @property
     def session(self) -> Session:
@@ -203,6 +284,50 @@ class KiraMessageEvent(KiraEvent):
         """True for a platform notice (poke, recall, someone joined) rather than a message someone wrote."""
         return self.message.is_notice
 
+    @property
+    def chain(self) -> MessageChain:
+        """The message's elements (so a batch's messages read like KiraAI's `KiraIMMessage`)."""
+        return self.message.chain
+
+    @property
+    def message_id(self) -> str:
+        """The platform's id of the message."""
+        return self.message.message_id
+
+    @property
+    def self_id(self) -> str:
+        """The bot's own account id on the platform."""
+        return self.message.self_id
+
+    @property
+    def extra(self) -> dict[str, Any] | None:
+        """Adapter-specific extra data of the message."""
+        return self.message.extra
+
+    @property
+    def raw_message(self) -> Any:
+        """The platform's own form of the message."""
+        return self.message.raw
+
+    @property
+    def message_str(self) -> str:
+        """The text the model reads for this message: `message_repr` unless a hook set another one."""
+        text = self.message.message_str
+        return self.message_repr if text is None else text
+
+    @message_str.setter
+    def message_str(self, text: str | None) -> None:
+        self.message.message_str = text
+
+    def is_group_message(self) -> bool:
+        """True when the message was written in a group."""
+        return self.message.group is not None
+
+    @property
+    def process_strategy(self) -> str:
+        """KiraAI's name for the chosen strategy, as a string (`"buffer"`, `"trigger"`, ...)."""
+        return self.strategy.value
+
     def _set(self, strategy: MessageStrategy, force: bool) -> None:
         if self.strategy_forced:
             return
@@ -232,20 +357,31 @@ class KiraMessageEvent(KiraEvent):
 class KiraMessageBatchEvent(KiraEvent):
     """The messages of one session merged into one turn for the model."""
 
-    __slots__ = ("messages", "session", "capabilities", "tool_attachments", "push", "role")
+    __slots__ = ("messages", "session", "capabilities", "tool_attachments", "push", "role", "_adapter", "timestamp",
+                 "_event_id", "_message_types")
 
     def __init__(
         self,
-        messages: list[KiraMessageEvent],
-        session: Session,
+        messages: list[KiraMessageEvent] | list[KiraIMMessage] = (),  # type: ignore[assignment]
+        session: Session | None = None,
         *,
         capabilities: frozenset[str] | None = None,
         push: dict[str, Any] | None = None,
         role: str | None = None,
+        adapter: AdapterInfo | None = None,
+        message_types: list[str] | None = None,
+        timestamp: float | None = None,
     ) -> None:
+        """`messages` are message events (a KiraAI-style list of `KiraIMMessage` is wrapped into events);
+        `session` defaults to the last message's. `adapter`, `message_types` and `timestamp` are KiraAI's fields."""
         self.is_stopped = False
         self.stopped_by = None
-        self.messages = messages
+        events = [m if isinstance(m, KiraMessageEvent) else KiraMessageEvent(m, adapter=adapter) for m in messages]
+        if session is None:
+            if not events:
+                raise TypeError("a KiraMessageBatchEvent needs its session, or at least one message")
+            session = events[-1].session
+        self.messages = events
         self.session = session
         #: The element types the session's adapter can send (None: all); the built-in tags offered follow it.
         self.capabilities = capabilities
@@ -255,6 +391,44 @@ class KiraMessageBatchEvent(KiraEvent):
         self.push = push
         #: The persona this turn speaks as; role-scoped tools are offered only to it (None: global tools only).
         self.role = role
+        self._adapter = adapter
+        self._message_types = list(message_types) if message_types is not None else None
+        self.timestamp = timestamp if timestamp is not None else time.time()
+        self._event_id: str | None = None
+
+    @property
+    def adapter(self) -> AdapterInfo:
+        """The adapter of the batch's session (KiraAI's `event.adapter`)."""
+        if self._adapter is None:
+            self._adapter = AdapterInfo.named(self.session.adapter_name)
+        return self._adapter
+
+    @property
+    def event_id(self) -> str:
+        """A unique id of this batch (KiraAI's), made when first read."""
+        if self._event_id is None:
+            self._event_id = uuid.uuid4().hex
+        return self._event_id
+
+    @property
+    def message_types(self) -> list[str]:
+        """The element types the session's adapter can send (KiraAI's name; from its capabilities)."""
+        if self._message_types is not None:
+            return self._message_types
+        return sorted(self.capabilities) if self.capabilities is not None else list(ELEMENT_TYPES)
+
+    @message_types.setter
+    def message_types(self, value: list[str]) -> None:
+        self._message_types = list(value)
+
+    @property
+    def self_id(self) -> str:
+        """The bot's own account id, from the last message."""
+        return self.messages[-1].self_id if self.messages else ""
+
+    def is_group_message(self) -> bool:
+        """True when the batch's session is a group."""
+        return self.session.is_group
 
     @property
     def sid(self) -> str:
@@ -330,15 +504,39 @@ class KiraExceptionEvent(KiraEvent):
 
 
 class KiraCustomEvent(KiraEvent):
-    """An event a plugin defines and dispatches itself with `ctx.dispatch_custom(name, data)`."""
+    """An event a plugin defines and dispatches itself with `ctx.dispatch_custom(name, data)` (KiraAI:
+    `ctx.emit_custom_event(event_name, payload)`; `event_name`, `payload` and `source_plugin` are its names)."""
 
-    __slots__ = ("name", "data")
+    __slots__ = ("name", "data", "source_plugin", "timestamp")
 
-    def __init__(self, name: str, data: Any = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        data: Any = None,
+        *,
+        event_name: str | None = None,
+        payload: Any = None,
+        source_plugin: str = "",
+        timestamp: float | None = None,
+    ) -> None:
         self.is_stopped = False
         self.stopped_by = None
-        self.name = name
-        self.data = data
+        if (name is None) == (event_name is None):
+            raise TypeError("a custom event needs its name: KiraCustomEvent(name) or KiraCustomEvent(event_name=...)")
+        self.name = name if name is not None else event_name
+        self.data = data if payload is None else payload
+        self.source_plugin = source_plugin
+        self.timestamp = timestamp if timestamp is not None else time.time()
+
+    @property
+    def event_name(self) -> str:
+        """KiraAI's name for `name`."""
+        return self.name
+
+    @property
+    def payload(self) -> Any:
+        """KiraAI's name for `data`."""
+        return self.data
 
     def __repr__(self) -> str:
         return f"KiraCustomEvent({self.name!r}, {self.data!r})"

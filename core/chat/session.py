@@ -1,10 +1,12 @@
-"""Who a message comes from and where it belongs: `User`, `Group` and `Session` (sid `adapter_name:dm|gm:id`)."""
+"""Who a message comes from and where it belongs: `User`, `Group`, `Session` (sid `adapter_name:dm|gm:id`) and
+`AdapterInfo`, the platform connection it came through as KiraAI describes it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["User", "Group", "Session", "SessionIdError"]
+__all__ = ["User", "Group", "Session", "SessionIdError", "AdapterInfo"]
 
 
 class SessionIdError(ValueError):
@@ -34,6 +36,10 @@ class Session:
     adapter_name: str
     session_type: str  # "dm" or "gm"
     session_id: str
+    # KiraAI's session info (`session_mgr.get_session_info`); not part of the session's identity.
+    session_title: str | None = field(default=None, compare=False)
+    session_description: str | None = field(default=None, compare=False)
+    timestamp: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.session_type not in ("dm", "gm"):
@@ -59,3 +65,24 @@ class Session:
 
     def __str__(self) -> str:
         return self.sid
+
+
+@dataclass(slots=True)
+class AdapterInfo:
+    """The adapter a message came through, in KiraAI's shape (`event.adapter`): its `name` (the first part of
+    session ids), `platform` (the adapter type), whether it is `enabled`, and its `config` (the adapter options).
+
+    `adapter_id` is the configured id; hookchat names adapters by `name`, so the two are the same here.
+    """
+
+    enabled: bool = True
+    adapter_id: str = ""
+    name: str = ""
+    platform: str = ""
+    description: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def named(cls, name: str, platform: str = "", config: dict[str, Any] | None = None) -> AdapterInfo:
+        """The info of the adapter called `name` (platform defaults to the name when not known)."""
+        return cls(True, name, name, platform or name, "", dict(config or {}))

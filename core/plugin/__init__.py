@@ -7,7 +7,9 @@ Everything a plugin author imports lives here; the modules starting with `_` are
 
 from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
-from core.plugin._events import EventType, Priority, priority_name
+from core.plugin._events import EventType, Priority, custom_event_name, priority_name
+from core.plugin._ids import check_plugin_id, module_name_for
+from core.plugin._kira import KiraRuntime, NotSupportedHere, PluginConfig, wants_whole_output
 from core.plugin._loader import (
     ENTRY_POINT_GROUP,
     KIRA_API_VERSION,
@@ -17,6 +19,7 @@ from core.plugin._loader import (
     PluginStatus,
 )
 from core.plugin._decorators import on, register, register_tool
+from core.plugin._web import PageMenu, PluginPage, PluginPageSource, WebDeclaration, web_declarations
 from core.services import PluginConfigError
 from core.utils import signals
 from core.utils.log import get_logger, logger
@@ -31,8 +34,19 @@ __all__ = [
     "HookRegistrationError",
     "HookTimeout",
     "KIRA_API_VERSION",
+    "KiraRuntime",
+    "NotSupportedHere",
+    "PluginConfig",
+    "check_plugin_id",
+    "custom_event_name",
+    "module_name_for",
     "Manifest",
     "OwnedRegistry",
+    "PageMenu",
+    "PluginPage",
+    "PluginPageSource",
+    "WebDeclaration",
+    "web_declarations",
     "PluginConfigError",
     "PluginContext",
     "PluginLoadError",
@@ -47,4 +61,5 @@ __all__ = [
     "register",
     "register_tool",
     "signals",
+    "wants_whole_output",
 ]

@@ -7,10 +7,12 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from core.chat import KiraCustomEvent
 from core.plugin._events import custom_event_name
+from core.plugin._ids import check_plugin_id
+from core.plugin._kira import KiraContextMixin, PluginConfig
 from core.services import (
     PluginContextServicesMixin,
     PluginHost,
@@ -32,16 +34,25 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    plugin_id: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    plugin_id: str
     display_name: str = ""
     version: str = "0.0.0"
     author: str = ""
     description: str = ""
     core_version: str = ""
 
+    @field_validator("plugin_id")
+    @classmethod
+    def _usable_id(cls, value: str) -> str:
+        return check_plugin_id(value)
 
-class PluginContext(PluginContextServicesMixin):
+
+class PluginContext(PluginContextServicesMixin, KiraContextMixin):
     """Everything the framework gives one plugin: its id, logger, config, directories and owned background tasks.
+
+    `config` is the plugin's settings; for plugins written for KiraAI it also answers the application's config in
+    KiraAI's shape (`ctx.config["bot_config"]...`), and KiraAI's managers and context methods are here too
+    (`ctx.adapter_mgr`, `ctx.get_llm_client()`, ...: see docs/kira-compat.md).
 
     Tasks started with `spawn()` belong to the plugin: they are cancelled when it is disabled, unloaded or reloaded.
     """
@@ -60,8 +71,9 @@ class PluginContext(PluginContextServicesMixin):
         self.manifest = manifest or Manifest(plugin_id=plugin_id)
         self.plugin_dir = plugin_dir
         self.data_dir = data_dir or Path("data") / "plugin_data" / plugin_id
-        self.config: dict[str, Any] = config if config is not None else {}
         self.manager = manager
+        kira = manager.kira if manager is not None else None
+        self.config: PluginConfig = PluginConfig(config or {}, kira.config if kira is not None else None, plugin_id)
         self.logger: PluginLogger = get_plugin_logger(plugin_id)
         self.services: PluginServices | None = None  # made on first use by core.services
         self.bound = False  # set once the loader acted on the plugin's declarations

@@ -6,15 +6,20 @@ on the function; tools and tags carry their declaration, which the plugin manage
 
 from __future__ import annotations
 
+import collections.abc
 import difflib
+import functools
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pluggy
 
+from core.chat import MessageChains
 from core.plugin._events import EventType, custom_event_name
+from core.plugin._web import PageMenu, declare_web
 from core.services import LLM_TOOL_ATTR, LlmToolMeta
 from core.tag import validate_tag_name
 from core.utils.tool_utils import validate_tool_rules
@@ -47,6 +52,8 @@ class HookMeta:
     event: str
     priority: int
     deadline: float | None
+    #: `after_xml_parse` only: the hook takes the whole step's `MessageChains` at once (KiraAI's form).
+    whole_output: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,7 @@ class TagMeta:
 
     name: str
     description: str
+    root: bool = False
 
 
 def _hook(event: str, priority: int, deadline: float | None) -> Callable[[F], F]:
@@ -64,10 +72,55 @@ def _hook(event: str, priority: int, deadline: float | None) -> Callable[[F], F]
         raise ValueError(f"hook deadline must be a positive number of seconds, not {deadline!r}")
 
     def decorate(fn: F) -> F:
-        setattr(fn, HOOK_ATTR, HookMeta(event, int(priority), deadline))
+        whole = False
+        if event == EventType.AFTER_XML_PARSE.value:
+            whole = _takes_whole_output(fn)
+            if not whole and inspect.iscoroutinefunction(fn):
+                fn = _per_chain(fn)  # type: ignore[assignment]
+        setattr(fn, HOOK_ATTR, HookMeta(event, int(priority), deadline, whole))
         return hookimpl(specname=event)(fn)
 
     return decorate
+
+
+def _takes_whole_output(fn: Callable[..., Any]) -> bool:
+    """Whether an `after_xml_parse` hook is written for KiraAI's runtime (a list of chains, one per `<msg>`) rather
+    than seed 003's `(event, chain: MessageChain)`. Its third parameter decides: annotated `list[...]` (or any
+    sequence) means the list, `MessageChain` the chain; without annotation a plural name (`chains`, `actions`,
+    `chain_list`) means the list, and so does taking it only through `*args`, as KiraAI's handlers do."""
+    params = list(inspect.signature(fn).parameters.values())
+    if len(params) < 3 or params[2].kind is inspect.Parameter.VAR_POSITIONAL:
+        return True
+    third = params[2]
+    if third.kind is inspect.Parameter.VAR_KEYWORD:
+        return True
+    annotation = third.annotation
+    if annotation is not inspect.Parameter.empty:
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+        origin = typing.get_origin(annotation)
+        if origin is not None and isinstance(origin, type) and issubclass(origin, collections.abc.Sequence):
+            return True
+        text = str(text).replace(" ", "").lower()
+        return text.startswith(("list", "typing.list", "sequence", "messagechains")) or "list[" in text
+    name = third.name.lower()
+    return name not in ("chain", "message_chain", "msg_chain", "message") and (name.endswith("s") or "list" in name)
+
+
+def _per_chain(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Adapt a seed-003 `after_xml_parse` hook to the dispatch, which passes the step's `MessageChains`: call it
+    once per chain, in order, until a hook stops the event. Called directly with one chain, it passes it on."""
+
+    @functools.wraps(fn)
+    async def each_chain(self: Any, event: Any, chains: Any = None, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(chains, MessageChains):
+            await fn(self, event, chains, *args, **kwargs)
+            return
+        for chain in list(chains):
+            if event.is_stopped:
+                return
+            await fn(self, event, chain, *args, **kwargs)
+
+    return each_chain
 
 
 class _On:
@@ -97,7 +150,12 @@ class _On:
         return _hook(EventType.LLM_RESPONSE.value, priority, deadline)
 
     def after_xml_parse(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """Once per parsed outgoing message, before it is sent: `(event, chain: MessageChain)`, mutable."""
+        """Once per parsed outgoing message, before it is sent: `(event, chain: MessageChain)`, mutable.
+
+        A hook written for KiraAI's runtime, `(event, chains: list[MessageChain], ...)`, instead gets the step's
+        whole output at once as `MessageChains`; which form a hook takes is read off its signature (see
+        docs/kira-compat.md).
+        """
         return _hook(EventType.AFTER_XML_PARSE.value, priority, deadline)
 
     def tool_result(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
@@ -149,7 +207,8 @@ on = _On()
 
 
 class _Register:
-    """`@register.tool(...)` and `@register.tag(...)`: declare a plugin method as a model tool or an output tag."""
+    """`@register.tool(...)` and `@register.tag(...)`: declare a plugin method as a model tool or an output tag;
+    `@register.page/api/ws/static/widget(...)`: KiraAI's web declarations, recorded for the web console."""
 
     def tool(
         self,
@@ -175,16 +234,43 @@ class _Register:
 
         return decorate
 
-    def tag(self, name: str, description: str) -> Callable[[F], F]:
-        """Declare `async def method(self, value, **attrs) -> list[BaseMessageElement]` as an output tag handler."""
+    def tag(self, name: str, description: str, parent: str | None = "msg") -> Callable[[F], F]:
+        """Declare `async def method(self, value, **attrs) -> list[BaseMessageElement]` as an output tag handler.
+
+        `parent=None` (KiraAI's way) makes a root tag, which may also stand alone outside `<msg>`.
+        """
         validate_tag_name(name)
 
         def decorate(fn: F) -> F:
             _require_async(fn, "@register.tag")
-            setattr(fn, TAG_ATTR, TagMeta(name, description))
+            setattr(fn, TAG_ATTR, TagMeta(name, description, root=parent is None))
             return fn
 
         return decorate
+
+
+    # -- KiraAI's web declarations: recorded on the method for the web console (see core.plugin._web) ----------
+
+    def page(self, route: str, auth: bool = True, menu: PageMenu | dict[str, Any] | None = None) -> Callable[[F], F]:
+        """Declare a web console page at `/page/plugin/<plugin_id><route>`; the method returns a `PluginPage`."""
+        return declare_web("page", route, auth, menu=menu)
+
+    def api(self, method: str, path: str, auth: bool = True, **kwargs: Any) -> Callable[[F], F]:
+        """Declare an HTTP endpoint at `/api/plugin/<plugin_id><path>`; `kwargs` go to the route as in FastAPI."""
+        return declare_web("api", path, auth, method=method, route_options=kwargs)
+
+    def ws(self, path: str, auth: bool = True) -> Callable[[F], F]:
+        """Declare a WebSocket endpoint at `/ws/plugin/<plugin_id><path>`."""
+        return declare_web("ws", path, auth)
+
+    def static(self, path: str, directory: str, html: bool = False) -> Callable[[F], F]:
+        """Declare a static directory (relative to the plugin's folder) at `/page/plugin/<plugin_id><path>`."""
+        return declare_web("static", path, False, directory=directory, html=html)
+
+    def widget(self, label: str | dict[str, str], icon: str = "Box", color: str = "blue", order: int = 100,
+               size: str = "small") -> Callable[[F], F]:
+        """Declare an overview widget; the (sync) method returns its text or, for `size="wide"`, HTML."""
+        return declare_web("widget", "", False, label=label, icon=icon, color=color, order=order, size=size)
 
 
 def _require_async(fn: Callable[..., Any], what: str) -> None:

@@ -198,7 +198,7 @@ class HookEngine(pluggy.PluginManager):
             meta: HookMeta | None = getattr(fn, HOOK_ATTR, None)
             priority = meta.priority if meta else 0
             deadline = meta.deadline if meta and meta.deadline else self.default_deadline
-            code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+            code = getattr(inspect.unwrap(getattr(fn, "__func__", fn)), "__code__", None)  # a wrapped hook's own line
             line = code.co_firstlineno if code else 0
             entry = HookEntry(fn, impl.plugin_name, getattr(fn, "__name__", repr(fn)), event, priority, deadline)
             keyed.append(((-priority, self._load_order.get(impl.plugin_name, math.inf), line), entry))

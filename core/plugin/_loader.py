@@ -32,6 +32,8 @@ from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._engine import HookEngine
 from core.plugin._events import EventType
 from core.plugin._decorators import TAG_ATTR, TagMeta
+from core.plugin._ids import module_name_for
+from core.plugin._kira import KiraRuntime
 from core.services import PluginConfigError, PluginHost, bind_plugin, validate_config
 from core.tag import FunctionTag
 from core.utils.declarations import declared
@@ -150,6 +152,7 @@ class PluginLoader:
         config_source: str = "the configuration",
         init_timeout: float = 30.0,
         app: PluginHost | None = None,
+        kira: KiraRuntime | None = None,
     ) -> None:
         self.engine = engine or HookEngine()
         self.plugin_dirs = [Path(p) for p in plugin_dirs]
@@ -163,6 +166,8 @@ class PluginLoader:
         self.config_source = config_source
         self.init_timeout = init_timeout
         self.app = app
+        #: What KiraAI-style plugins reach through `ctx.adapter_mgr`, `ctx.config["bot_config"]`, ... (the app's).
+        self.kira = kira
         self.tools: OwnedRegistry[BaseTool] = OwnedRegistry("tool")
         self.tags: OwnedRegistry[Any] = OwnedRegistry("tag")
         self._sources: dict[str, PluginSource] = {}
@@ -282,7 +287,7 @@ class PluginLoader:
                 config=cfg,
                 manager=self,
             )
-            instance = _construct(plugin_class, ctx, cfg)
+            instance = _construct(plugin_class, ctx, ctx.config)  # one object: in-place config updates reach cfg
             with anyio.fail_after(self.init_timeout):
                 await instance.initialize()
             self.engine.register(instance, name=plugin_id)
@@ -397,7 +402,8 @@ class PluginLoader:
         if declared_tags:
             for name, fn in declared_tags:
                 tag_meta: TagMeta = getattr(fn, TAG_ATTR)
-                tag = FunctionTag(tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx)
+                tag = FunctionTag(tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx,
+                                  root=tag_meta.root)
                 self.tags.add(tag_meta.name.lower(), tag, ctx.plugin_id)  # tag names match in any case
 
     # -- introspection --------------------------------------------------------------------------------------------
@@ -520,7 +526,7 @@ def _import_folder(source: PluginSource) -> tuple[type, list[str]]:
     entry = next((name for name in ENTRY_MODULES if (folder / name).is_file()), None)
     if entry is None:
         raise PluginLoadError(f"{folder} has no entry module ({', '.join(ENTRY_MODULES)})")
-    package = f"{_MODULE_ROOT}.{re.sub(r'[^0-9A-Za-z_]', '_', source.plugin_id)}"
+    package = f"{_MODULE_ROOT}.{module_name_for(source.plugin_id)}"
     if _MODULE_ROOT not in sys.modules:
         root = types.ModuleType(_MODULE_ROOT)
         root.__path__ = []

@@ -11,12 +11,16 @@ from core.provider.llm import (
     ToolCall,
     ToolResult,
 )
+from core.provider.model_client import LLMModelClient, ModelInfo, ModelType
 
 __all__ = [
     "ChatMessage",
     "LLMProvider",
     "LLMRequest",
+    "LLMModelClient",
     "LLMResponse",
+    "ModelInfo",
+    "ModelType",
     "ProviderError",
     "StreamEvent",
     "TokenUsage",

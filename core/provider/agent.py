@@ -31,12 +31,13 @@ from core.chat import (
     KiraMessageBatchEvent,
     KiraStepResult,
     MessageChain,
+    MessageChains,
     Session,
     TurnResult,
 )
 from core.chat.message_elements import Text
-from core.plugin import HookEngine
-from core.prompt_manager import Prompt, default_system_prompt
+from core.plugin import HookEngine, wants_whole_output
+from core.prompt_manager import Prompt, UserPrompt, default_system_prompt
 from core.provider.llm import (
     ChatMessage,
     ContextOverflowError,
@@ -142,15 +143,17 @@ class AgentLoop:
             self._finish_request(req, tag_set, last)
             cut = self._fit_to_window(req, len(history), first_step=step == 0)
             if step == 0:
-                turn.append(ChatMessage("user", req.user_prompt))
+                turn.append(ChatMessage("user", req.user_prompt.persisted_text))  # persist=False parts stay out
                 if cut:
                     notice = MessageChain([Text(self.settings.cut_text.format(kept=cut))])
                     sent_all.extend((await self._send(batch, notice, result)).chain)
             step_sent: list[KiraIMSentResult] = []
             # Stream only when no plugin needs the whole response before anything is sent (an `llm_response`
             # hook may rewrite or stop it); otherwise the stages keep their documented order.
+            whole_output = wants_whole_output(self.engine)  # a KiraAI-style after_xml_parse hook needs all of it
             streaming = (
                 self.settings.stream and self.provider.supports_streaming and not self.engine.chain("llm_response")
+                and not whole_output
             )
             try:
                 for attempt in (1, 2):
@@ -167,7 +170,7 @@ class AgentLoop:
                         # History left in the request: all but this turn's own messages (none yet on step 0).
                         self._fit_to_window(req, len(req.messages) - (len(turn) if step else 0), first_step=step == 0)
                         if step == 0:
-                            turn[0] = ChatMessage("user", req.user_prompt)
+                            turn[0] = ChatMessage("user", req.user_prompt.persisted_text)
                 self._learn_ratio(req, resp)
             except ProviderError as exc:
                 logger.error("model call failed for %s: %s", batch.sid, exc)
@@ -183,7 +186,7 @@ class AgentLoop:
             if not batch.is_stopped:
                 await dispatch("llm_response", batch, resp)
             if not batch.is_stopped and not streaming:
-                await self._deliver(batch, resp, tag_set, result, step_sent)
+                await self._deliver(batch, resp, tag_set, result, step_sent, whole_output)
             resp.step = KiraStepResult(raw_output=resp.text_response, sent=step_sent, step=step)
             sent_all.extend(e for r in step_sent for e in r.chain)
             if batch.is_stopped:
@@ -213,19 +216,21 @@ class AgentLoop:
         return result
 
     @staticmethod
-    def _user_prompt(batch: KiraMessageBatchEvent) -> str:
+    def _user_prompt(batch: KiraMessageBatchEvent) -> UserPrompt:
+        """One part per message, its `message_str` (which a hook may have rewritten), after `[sender]` in a batch."""
         if len(batch.messages) == 1:
-            return batch.messages[0].message_repr
-        lines = []
+            return UserPrompt([Prompt(batch.messages[0].message_str, "message", "core")])
+        parts = []
         for m in batch.messages:
             who = m.sender.nickname or m.sender.user_id
-            lines.append(f"[{who}] {m.message_repr}")
-        return "\n".join(lines)
+            parts.append(Prompt(f"[{who}] {m.message_str}", "message", "core"))
+        return UserPrompt(parts)
 
     # -- requests -------------------------------------------------------------------------------------------------
 
     def _build_request(
-        self, batch: KiraMessageBatchEvent, history: list[ChatMessage], turn: list[ChatMessage], user_prompt: str
+        self, batch: KiraMessageBatchEvent, history: list[ChatMessage], turn: list[ChatMessage],
+        user_prompt: UserPrompt | str,
     ) -> tuple[LLMRequest, TagSet]:
         tool_set = ToolSet(visible_tools(self.tools, batch.role))
         tag_set = TagSet()
@@ -249,7 +254,8 @@ class AgentLoop:
         reply = req.max_tokens or self.provider.max_tokens or window // 4
         budget = window - reply
         ratio = self.chars_per_token
-        fixed = (len(req.render_system()) + len(req.user_prompt) + _tools_chars(req)) / ratio + 16
+        text = str(req.user_prompt)
+        fixed = (len(req.render_system()) + len(text) + _tools_chars(req)) / ratio + 16
         sizes = [_message_chars(m) / ratio + 8 for m in req.messages]
         dropped, total = 0, fixed + sum(sizes)
         while total > budget and dropped < history_len:
@@ -262,13 +268,13 @@ class AgentLoop:
             logger.info("history of this session cut by %d message(s) to fit the model's %d-token window", dropped,
                         window)
             del req.messages[:dropped]
-        if total <= budget or not first_step or not req.user_prompt:
+        if total <= budget or not first_step or not text:
             return None
-        room = budget - (total - len(req.user_prompt) / ratio)
+        room = budget - (total - len(text) / ratio)
         kept = max(0, int(room * ratio) - len(_CUT_MARK))
-        if kept >= len(req.user_prompt):
+        if kept >= len(text):
             return None
-        req.user_prompt = req.user_prompt[:kept] + _CUT_MARK
+        req.user_prompt = text[:kept] + _CUT_MARK
         return kept
 
     def _learn_ratio(self, req: LLMRequest, resp: LLMResponse) -> None:
@@ -320,13 +326,17 @@ class AgentLoop:
 
     async def _deliver(
         self, batch: KiraMessageBatchEvent, resp: LLMResponse, tag_set: TagSet, result: TurnResult,
-        step_sent: list[KiraIMSentResult],
+        step_sent: list[KiraIMSentResult], whole_output: bool = False,
     ) -> None:
-        """Parse the step's whole output into messages and emit each."""
+        """Parse the step's whole output into messages and emit each (all at once for KiraAI-style hooks)."""
         if not resp.text_response.strip():
             return
-        for chain in await parse_output(resp.text_response, tag_set, batch, on_error=self._tag_failed(batch)):
-            if not await self._emit(batch, chain, result, step_sent):
+        chains = await parse_output(resp.text_response, tag_set, batch, on_error=self._tag_failed(batch))
+        if whole_output:
+            await self._emit(batch, chains, result, step_sent)
+            return
+        for chain in chains:
+            if not await self._emit(batch, [chain], result, step_sent):
                 return
 
     async def _stream_model(
@@ -347,7 +357,7 @@ class AgentLoop:
                 if item.response is not None:
                     resp = item.response
                 for chain in await parser.feed(item.text) if item.text else ():
-                    if not await self._emit(batch, chain, result, step_sent):
+                    if not await self._emit(batch, [chain], result, step_sent):
                         return resp or LLMResponse(text_response="".join(text))
                 if draft is not None and item.text:
                     unsent = _after_last_message(unsent + item.text)
@@ -360,7 +370,7 @@ class AgentLoop:
         finally:
             await stream.aclose()
         for chain in await parser.close():
-            if not await self._emit(batch, chain, result, step_sent):
+            if not await self._emit(batch, [chain], result, step_sent):
                 break
         if resp is None:
             raise ProviderError("the model's stream ended without a final response")
@@ -369,16 +379,21 @@ class AgentLoop:
         return resp
 
     async def _emit(
-        self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult,
+        self, batch: KiraMessageBatchEvent, chains: list[MessageChain], result: TurnResult,
         step_sent: list[KiraIMSentResult],
     ) -> bool:
-        """`after_xml_parse`, then send unless emptied; False once a hook stopped the turn."""
-        await self.engine.dispatch("after_xml_parse", batch, chain)
+        """`after_xml_parse` for these messages, then send each one not emptied, in order; False once a hook
+        stopped the turn. Seed-003 hooks see each chain, KiraAI-style hooks the `MessageChains`."""
+        parsed = MessageChains(chains)
+        await self.engine.dispatch("after_xml_parse", batch, parsed)
         if batch.is_stopped:
             return False
-        if chain:
-            step_sent.append(await self._send(batch, chain, result))
-        return not batch.is_stopped
+        for chain in parsed:
+            if chain:
+                step_sent.append(await self._send(batch, chain, result))
+            if batch.is_stopped:
+                return False
+        return True
 
     async def _send(self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult) -> KiraIMSentResult:
         sent = await self.send(batch.session, chain, batch)
@@ -519,5 +534,5 @@ def _tools_chars(req: LLMRequest) -> int:
 
 
 def _request_chars(req: LLMRequest) -> int:
-    return (len(req.render_system()) + len(req.user_prompt) + _tools_chars(req)
+    return (len(req.render_system()) + len(str(req.user_prompt)) + _tools_chars(req)
             + sum(_message_chars(m) for m in req.messages))

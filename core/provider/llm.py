@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel, Field
+
 from core.chat import BaseMessageElement, KiraStepResult
-from core.prompt_manager import Prompt, default_system_prompt, render_system_prompt
+from core.prompt_manager import Prompt, UserPrompt, default_system_prompt, render_system_prompt
 from core.utils.tool_utils import ToolCall, ToolSet
 
 __all__ = [
     "ChatMessage",
+    "OpenAIMessage",
     "ToolCall",
     "ToolResult",
     "TokenUsage",
@@ -59,7 +62,7 @@ class ChatMessage:
     """One message of the conversation history, in the roles of the OpenAI chat format."""
 
     role: Literal["system", "user", "assistant", "tool"]
-    content: str = ""
+    content: str = ""  # a list of OpenAI content parts only in requests a plugin builds itself (not in history)
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
@@ -97,6 +100,56 @@ class ChatMessage:
         )
 
 
+class OpenAIMessage(BaseModel):
+    """A chat message in OpenAI's shape, as KiraAI plugins build them (`core.agent.message.OpenAIMessage`).
+
+    `content` may be text or a list of content parts (text and `image_url` parts); `tool_calls` are OpenAI
+    `tool_calls` items as dicts. Put it in `LLMRequest(messages=[...])` for a request of the plugin's own; a plain
+    dict with the same keys works too. Items can be read and written by key as well (`msg["content"]`).
+    """
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[Any] | dict[str, Any] | None = None
+    reasoning_content: str | None = ""
+    tool_calls: list[dict[str, Any]] | None = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The message as a dict, leaving out the fields that are empty (KiraAI's `to_dict`)."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        for key in ("reasoning_content", "tool_calls", "tool_call_id", "name"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out
+
+    def to_openai(self) -> dict[str, Any]:
+        """This message as an OpenAI chat `messages` item (the reasoning text is not sent back)."""
+        out = self.to_dict()
+        out.pop("reasoning_content", None)
+        if out["content"] is None and not out.get("tool_calls"):
+            out["content"] = ""
+        return out
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in type(self).model_fields:
+            raise KeyError(key)
+        setattr(self, key, value)
+
+
+def _as_message(item: ChatMessage | OpenAIMessage | dict[str, Any]) -> ChatMessage | OpenAIMessage:
+    if isinstance(item, ChatMessage | OpenAIMessage):
+        return item
+    if isinstance(item, dict):
+        return OpenAIMessage(**item)
+    raise TypeError(f"request messages are ChatMessage, OpenAIMessage or dict, not {type(item).__name__}")
+
+
 @dataclass(slots=True)
 class TokenUsage:
     """Token counts the provider reported (zero when it reports none)."""
@@ -118,20 +171,30 @@ def _new_tool_set() -> ToolSet:
 class LLMRequest:
     """One request to the model. `llm_request` hooks edit it in place before it is sent.
 
-    `messages` is the history before this turn plus the turn's earlier steps; `user_prompt` is the new user input
-    (the batch's messages); `system_prompt` is a list of named sections (`role`, `persona`, `format`, `tools`,
-    `memory`, `time` ...) joined in order.
+    `messages` is the history before this turn plus the turn's earlier steps (`OpenAIMessage` objects or dicts
+    are accepted too, for a plugin's own requests); `user_prompt` is the new user input, a `UserPrompt`: one
+    `Prompt` per message of the batch, which also reads as the text it renders to, and accepts a `str` (one part);
+    `system_prompt` is a list of named sections (`role`, `persona`, `format`, `tools`, `memory`, `time` ...)
+    joined in order.
     """
 
-    messages: list[ChatMessage] = field(default_factory=list)
+    messages: list[ChatMessage | OpenAIMessage] = field(default_factory=list)
     system_prompt: list[Prompt] = field(default_factory=default_system_prompt)
-    user_prompt: str = ""
+    user_prompt: UserPrompt = field(default_factory=UserPrompt)
     tool_set: ToolSet = field(default_factory=_new_tool_set)
     tool_choice: str = "auto"
     model: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.messages = [_as_message(m) for m in self.messages]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "user_prompt" and not isinstance(value, UserPrompt):
+            value = UserPrompt(value)
+        object.__setattr__(self, name, value)
 
     def get_prompt(self, name: str) -> Prompt | None:
         """The first system prompt section called `name`, or None."""
@@ -152,7 +215,7 @@ class LLMRequest:
             out.append({"role": "system", "content": system})
         out.extend(m.to_openai() for m in self.messages)
         if self.user_prompt:
-            out.append({"role": "user", "content": self.user_prompt})
+            out.append({"role": "user", "content": self.user_prompt.text})
         return out
 
 
@@ -174,10 +237,29 @@ class LLMResponse:
     finish_reason: str = ""
     step: KiraStepResult | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.text_response, str):  # e.g. a `UserPrompt` echoed back: keep the text
+            self.text_response = str(self.text_response)
+
     @property
     def raw_output(self) -> str:
         """The model's output text as it arrived."""
         return self.text_response
+
+    @property
+    def input_tokens(self) -> int:
+        """KiraAI's name for `usage.prompt_tokens`."""
+        return self.usage.prompt_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        """KiraAI's name for `usage.completion_tokens`."""
+        return self.usage.completion_tokens
+
+    @property
+    def time_consumed(self) -> float:
+        """KiraAI's name for `time_cost` (seconds)."""
+        return self.time_cost
 
 
 @dataclass(slots=True)

@@ -71,11 +71,16 @@ class BaseTag:
     name: str = ""
     description: str = ""
     root: bool = False
+    #: KiraAI's way to say `root`: `parent = None` makes a root tag.
+    parent: str | None = "msg"
 
     def __init__(self, ctx: Any = None, **kwargs: Any) -> None:
         self.ctx = ctx
+        self.kwargs = kwargs  # KiraAI keeps the keywords there as well
         for key, value in kwargs.items():
             setattr(self, key, value)
+        if self.parent is None:
+            self.root = True
         validate_tag_name(self.name, where=type(self).__qualname__)
 
     @property
@@ -138,8 +143,16 @@ class TagSet:
         for tag in tags:
             self.register(tag)
 
-    def register(self, tag: BaseTag | type[BaseTag]) -> BaseTag:
-        """Add a tag instance, or a `BaseTag` subclass (instantiated without ctx); returns the instance."""
+    def register(self, tag: BaseTag | type[BaseTag], *more: BaseTag | type[BaseTag]) -> BaseTag:
+        """Add a tag instance, or a `BaseTag` subclass (instantiated without ctx); returns the instance.
+
+        Several tags may be given at once, as KiraAI allows (`register(a, b)`); the first one's instance is returned.
+        """
+        if more:
+            first = self.register(tag)
+            for extra in more:
+                self.register(extra)
+            return first
         if isinstance(tag, type):
             if not issubclass(tag, BaseTag):
                 raise TagDefinitionError(f"{tag!r} is not a BaseTag subclass")
@@ -156,6 +169,18 @@ class TagSet:
     def get(self, name: str) -> BaseTag | None:
         """The tag called `name` (any letter case), or None."""
         return self._tags.get(name.lower())
+
+    def get_all(self) -> list[BaseTag]:
+        """Every tag that may be written inside a `<msg>` block (all of them, root tags included), in order.
+
+        KiraAI's `get_all()` leaves its root tags out, because they cannot appear inside `<msg>` there; here a root
+        tag works in both places, so it is listed in both.
+        """
+        return list(self._tags.values())
+
+    def get_all_root(self) -> list[BaseTag]:
+        """The tags that may also stand alone outside `<msg>` (`root = True`), in order."""
+        return [t for t in self._tags.values() if t.root]
 
     def names(self) -> list[str]:
         """The registered names (lower-cased), in registration order."""

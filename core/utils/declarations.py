@@ -21,7 +21,7 @@ def _functions_of(cls: type) -> list[tuple[int, str, Any]]:
             for name, value in vars(klass).items():
                 seen.setdefault(name, getattr(value, "__func__", value))
         found = sorted(
-            (getattr(getattr(fn, "__code__", None), "co_firstlineno", 0), name, fn)
+            (getattr(getattr(inspect.unwrap(fn), "__code__", None), "co_firstlineno", 0), name, fn)
             for name, fn in seen.items()
             if inspect.isfunction(fn)
         )

@@ -145,7 +145,7 @@ async def test_broken_plugins_are_skipped_with_their_reason_and_the_others_load(
             def on_message(self, event):
                 pass
     ''')
-    write_plugin("e_bad_manifest", answering("x"), manifest={"plugin_id": "spaces are not allowed"})
+    write_plugin("e_bad_manifest", answering("x"), manifest={"plugin_id": "../outside"})
     write_plugin("echo", answering("echo"))
 
     await manager.load_all()

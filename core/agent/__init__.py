@@ -1,0 +1,1 @@
+"""KiraAI's `core.agent` import paths, for plugins written against KiraAI (`core.agent.message`)."""

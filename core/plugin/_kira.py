@@ -1,0 +1,328 @@
+"""KiraAI's side of the plugin context: `ctx.config` answering both the plugin's settings and the application's
+config, the manager objects (`ctx.adapter_mgr`, `ctx.session_mgr`, ...) and the context methods KiraAI documents
+(`get_llm_client`, `get_plugin_inst`, `get_buffer`, `publish_notice`, ...).
+
+The managers themselves are facades the running application provides (`core.kira` implements `KiraRuntime`);
+without an application each one answers every call with `NotSupportedHere`, naming the method.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from core.chat.message_utils import KiraCustomEvent, KiraIMMessage, KiraMessageEvent, MessageChain
+from core.chat.session import Group, Session, SessionIdError, User
+from core.plugin._events import EventType, custom_event_name
+from core.plugin._decorators import HOOK_ATTR, HookMeta
+
+if TYPE_CHECKING:
+    from core.plugin._engine import HookEngine
+    from core.plugin._loader import PluginLoader as PluginManager
+
+__all__ = ["NotSupportedHere", "KiraRuntime", "PluginConfig", "KiraContextMixin", "MANAGER_NAMES",
+           "wants_whole_output"]
+
+#: The manager attributes of KiraAI's `PluginContext`.
+MANAGER_NAMES = (
+    "message_processor",
+    "adapter_mgr",
+    "session_mgr",
+    "provider_mgr",
+    "persona_mgr",
+    "event_bus",
+    "tool_mgr",
+    "sticker_manager",
+)
+
+
+def wants_whole_output(engine: HookEngine) -> bool:
+    """Whether an `after_xml_parse` hook written for KiraAI's runtime is registered: then the agent loop parses a
+    step's whole output before any of it is sent, and hands it to the hooks as one `MessageChains`."""
+    for entry in engine.chain(EventType.AFTER_XML_PARSE.value):
+        meta: HookMeta | None = getattr(entry.fn, HOOK_ATTR, None)
+        if meta is not None and meta.whole_output:
+            return True
+    return False
+
+
+class NotSupportedHere(NotImplementedError):
+    """A KiraAI plugin API hookchat does not provide; the message names the method and says why."""
+
+    def __init__(self, method: str, why: str = "") -> None:
+        self.method = method
+        super().__init__(f"not supported here: {method}" + (f" ({why})" if why else ""))
+
+
+class KiraRuntime(Protocol):
+    """What a running application gives KiraAI-style plugins: the managers and the config in KiraAI's shape."""
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The application's config in KiraAI's shape (`bot_config`, `locale`, `models`, `providers`, ...)."""
+
+    def manager(self, name: str) -> object:
+        """The facade for one of `MANAGER_NAMES`."""
+
+
+class _Absent:
+    """A manager without an application behind it: every method KiraAI has raises `NotSupportedHere`."""
+
+    def __init__(self, name: str, why: str) -> None:
+        self._name = name
+        self._why = why
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise NotSupportedHere(f"{self._name}.{attr}", self._why)
+
+    def __repr__(self) -> str:
+        return f"<{self._name}: {self._why}>"
+
+
+class PluginConfig(dict):
+    """`ctx.config`: the plugin's own settings (a dict, as before), which also answers KiraAI's application keys.
+
+    KiraAI plugins read the application's config through `ctx.config["bot_config"]["bot"]...`, hookchat plugins
+    their settings through `ctx.config["my_key"]`. This dict holds the plugin's settings; a key it lacks is looked
+    up in the application's config in KiraAI's shape (`bot_config`, `locale`, `providers`, `models`, `adapters`,
+    `network`). `[]`, `get`, `in`, attribute access (`ctx.config.bot_config`) and KiraAI's `get_config("a.b.c")`
+    see both; iteration, `len`, `==` and copies see the plugin's settings only. A plugin setting with the same
+    name as an application key wins.
+    """
+
+    def __init__(self, settings: Mapping[str, Any], app_config: Mapping[str, Any] | None, plugin_id: str) -> None:
+        super().__init__(settings)
+        self._app_config: Mapping[str, Any] = app_config if app_config is not None else {}
+        self._plugin_id = plugin_id
+
+    def __missing__(self, key: str) -> Any:
+        try:
+            return self._app_config[key]
+        except KeyError:
+            where = "the application's config" if self._app_config else "the application's config (none is running)"
+            raise KeyError(f"{key!r} is neither a setting of plugin {self._plugin_id!r} nor a key of {where}") from None
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        """The plugin's setting `key`, else the application's, else `default`."""
+        if dict.__contains__(self, key):
+            return dict.__getitem__(self, key)
+        return self._app_config.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in self._app_config
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_"):
+            raise AttributeError(key)
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(f"config has no key {key!r}") from None
+
+    def get_config(self, key: str, default: Any = None, splitter: str = ".") -> Any:
+        """KiraAI's dotted lookup: `get_config("bot_config.agent.max_tool_loop", 5)`; `default` when any part is
+        missing."""
+        value: Any = self
+        for part in key.split(splitter):
+            if isinstance(value, Mapping) and part in value:
+                value = value[part]
+            else:
+                return default
+        return value
+
+    def get_timezone(self) -> ZoneInfo | None:
+        """The `locale.TZ` of the application's config as a `ZoneInfo`; None when unset or unknown."""
+        name = self.get_config("locale.TZ")
+        if not name:
+            return None
+        try:
+            return ZoneInfo(str(name))
+        except (ZoneInfoNotFoundError, ValueError):
+            return None
+
+    def save_config(self) -> None:
+        """KiraAI writes its config file here; hookchat's config is the operator's file."""
+        raise NotSupportedHere("config.save_config", "the configuration is the operator's hookchat.toml")
+
+    def copy(self) -> dict[str, Any]:  # type: ignore[override]
+        """The plugin's settings as a plain dict."""
+        return dict(self)
+
+    # Copies and pickles are of the settings alone: the application's config is live, not data to duplicate.
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return copy.deepcopy(dict(self), memo)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+
+class KiraContextMixin:
+    """KiraAI's `PluginContext` methods and managers, on hookchat's `PluginContext` (which sets `plugin_id`,
+    `manager` and `config`)."""
+
+    plugin_id: str
+    manager: PluginManager | None
+    config: PluginConfig
+
+    # -- the managers ----------------------------------------------------------------------------------------------
+
+    def _kira_manager(self, name: str) -> Any:
+        runtime = self.manager.kira if self.manager is not None else None
+        if runtime is None:
+            return _Absent(name, "no application is running")
+        return runtime.manager(name)
+
+    @property
+    def message_processor(self) -> Any:
+        """KiraAI's message processor: session buffers, flushing a session, sending a chain."""
+        return self._kira_manager("message_processor")
+
+    @property
+    def adapter_mgr(self) -> Any:
+        """KiraAI's adapter manager: `get_adapter(name)` and the adapters' info."""
+        return self._kira_manager("adapter_mgr")
+
+    @property
+    def session_mgr(self) -> Any:
+        """KiraAI's session manager: session info and the session's history (awaited here)."""
+        return self._kira_manager("session_mgr")
+
+    @property
+    def provider_mgr(self) -> Any:
+        """KiraAI's provider manager: the configured model clients."""
+        return self._kira_manager("provider_mgr")
+
+    @property
+    def persona_mgr(self) -> Any:
+        """KiraAI's persona manager: the persona the bot speaks as."""
+        return self._kira_manager("persona_mgr")
+
+    @property
+    def event_bus(self) -> Any:
+        """KiraAI's event bus: `await publish(event)` for message, batch and custom events."""
+        return self._kira_manager("event_bus")
+
+    @property
+    def tool_mgr(self) -> Any:
+        """KiraAI's function tool manager (absent: use `@register.tool` or `self.register_llm_tool`)."""
+        return _Absent("tool_mgr", "register tools with @register.tool or register_llm_tool")
+
+    @property
+    def sticker_manager(self) -> Any:
+        """KiraAI's sticker manager (absent: hookchat has no sticker library)."""
+        return _Absent("sticker_manager", "hookchat has no sticker library")
+
+    # -- the documented context methods ----------------------------------------------------------------------------
+
+    def get_plugin_inst(self, plugin_id: str) -> Any:
+        """The instance of another loaded plugin, or None."""
+        return self.manager.get_plugin(plugin_id) if self.manager is not None else None
+
+    def get_llm_client(self, model_uuid: str | None = None, llm_type: str | None = None) -> Any:
+        """A model client: `llm_type` "default" or "fast", else `model_uuid` as `provider_id:model_id`; None when
+        there is no such model (as in KiraAI)."""
+        provider_mgr = self.provider_mgr
+        if llm_type == "default":
+            return provider_mgr.get_default_llm()
+        if llm_type == "fast":
+            return provider_mgr.get_default_fast_llm()
+        if not model_uuid or ":" not in model_uuid:
+            return None
+        provider_id, _, model_id = model_uuid.partition(":")
+        return provider_mgr.get_model_client(provider_id, model_id)
+
+    def get_default_llm_client(self) -> Any:
+        """The default model's client (`await client.chat(LLMRequest(...))`)."""
+        return self.get_llm_client(llm_type="default")
+
+    def get_default_fast_llm_client(self) -> Any:
+        """The fast model's client; hookchat has one default model, so this is the same client."""
+        return self.get_llm_client(llm_type="fast")
+
+    def get_default_embedding_client(self) -> Any:
+        """KiraAI's embedding client: None here (hookchat has no embedding models), as KiraAI answers when none is
+        configured."""
+        return None
+
+    def get_embedding_client(self, model_uuid: str = "", default: bool = False) -> Any:
+        """None: hookchat has no embedding models."""
+        return None
+
+    def get_buffer(self, sid: str) -> Any:
+        """The message buffer of session `sid` (`get_length()`, `buffer`, `pop()`, `flush()`)."""
+        return self.message_processor.session_buffer.get_buffer(sid)
+
+    async def flush_session_messages(self, sid: str) -> bool:
+        """Turn what session `sid` has buffered into a batch for the model now; False when it had nothing."""
+        return await self.message_processor.flush_session_messages(sid)
+
+    async def send_message_chain(self, session: str, chain: MessageChain) -> Any:
+        """Send `chain` to the session `adapter:dm|gm:id` through its adapter; returns the `KiraIMSentResult`."""
+        return await self.message_processor.send_message_chain(session, chain)
+
+    async def publish_notice(self, session: str, chain: MessageChain, is_mentioned: bool = True) -> None:
+        """Deliver `chain` to session `adapter:dm|gm:id` as an incoming notice (`is_notice=True`), through the whole
+        pipeline like a platform message: the `im_message` hooks choose what happens to it. Raises `ValueError`
+        for a malformed session or an unknown adapter."""
+        try:
+            target = Session.from_sid(session)
+        except SessionIdError as exc:
+            raise ValueError(f"Failed to parse session string {session!r}: {exc}") from None
+        adapter = self.adapter_mgr.get_adapter(target.adapter_name)
+        if adapter is None:
+            raise ValueError(f"Failed to get adapter: {target.adapter_name}")
+        group = Group(target.session_id) if target.is_group else None
+        sender = User(target.session_id if not target.is_group else "unknown", "system")
+        message = KiraIMMessage(
+            chain if isinstance(chain, MessageChain) else MessageChain(chain),
+            sender,
+            target,
+            group,
+            message_id="system_message",
+            is_mentioned=is_mentioned,
+            timestamp=time.time(),
+            self_id=str(adapter.config.get("self_id") or ""),
+            is_notice=True,
+        )
+        event = KiraMessageEvent(message, adapter=adapter.info, message_types=adapter.message_types)
+        await self.event_bus.publish(event)
+
+    async def emit_custom_event(self, event_name: str, payload: dict[str, Any] | None = None) -> KiraCustomEvent:
+        """Dispatch a custom event to `@on.custom_event(event_name=...)` hooks; returns it (KiraAI's name for
+        `dispatch_custom`)."""
+        event = KiraCustomEvent(event_name, payload or {}, source_plugin=self.plugin_id)
+        if self.manager is not None:
+            await self.manager.engine.dispatch(custom_event_name(event_name), event)
+        return event
+
+    def get_lang(self) -> str:
+        """The configured language code (`locale.lang`), "en" when unset."""
+        return self.config.get_config("locale.lang") or "en"
+
+    def get_timezone(self) -> ZoneInfo | None:
+        """The configured time zone (`locale.TZ`), or None: callers fall back to local time."""
+        return self.config.get_timezone()
+
+    async def register_provider(self, path: str) -> None:
+        """KiraAI lets a plugin add a provider type; hookchat's providers come from the operator's config."""
+        raise NotSupportedHere("register_provider", "providers are configured in [[providers]]")
+
+    async def register_adapter(self, path: str) -> None:
+        """KiraAI lets a plugin add an adapter type; hookchat's come from the `hookchat.adapters` entry points."""
+        raise NotSupportedHere("register_adapter", "adapter types come from the hookchat.adapters entry points")
+
+    async def unregister_provider(self, name: str) -> None:
+        """See `register_provider`."""
+        raise NotSupportedHere("unregister_provider", "providers are configured in [[providers]]")
+
+    async def unregister_adapter(self, name: str) -> None:
+        """See `register_adapter`."""
+        raise NotSupportedHere("unregister_adapter", "adapter types come from the hookchat.adapters entry points")

@@ -1,5 +1,6 @@
 """The `hookchat` command: `chat` (terminal chat), `run` (start the configured adapters and the tool registry),
-`plugins` (status and failure reasons), `hooks` (the resolved order per event) and `new-plugin NAME`."""
+`web` (the web console alone), `plugins` (status and failure reasons), `hooks` (the resolved order per event),
+`trace` (the last turns' traces) and `new-plugin NAME`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from core.config import ConfigError, HookchatConfig, load_config
 from core.plugin import priority_name
 from core.provider.local import LocalLlamaProvider, ModelNotInstalledError
 from core.scaffold import write_plugin_skeleton
+from core.trace import Trace, Tracer, default_file, read_json_lines, render_trace
 
 __all__ = ["main"]
 
@@ -26,9 +28,19 @@ def _app(config: HookchatConfig, *, console: ConsoleAdapter | None = None) -> Ho
     return HookChat(config, adapters=[console] if console else [])
 
 
-async def _chat(config: HookchatConfig) -> int:
+async def _chat(config: HookchatConfig, show_traces: bool = False) -> int:
+    if show_traces:
+        config.trace.enabled = True
     console = ConsoleAdapter()
     app = _app(config, console=console)
+
+    def print_trace(_tracer: Tracer, trace: Trace) -> None:
+        if trace.kind == "turn":
+            console.out.write(render_trace(trace.to_dict()) + "\n")
+            console.out.flush()
+
+    if show_traces:
+        app.tracer.finished.connect(print_trace)  # a strong reference lives in this frame until the chat ends
     if isinstance(app.provider, LocalLlamaProvider):
         app.provider.on_progress = lambda text: print(f"[hookchat] {text}", file=sys.stderr, flush=True)
         await app.provider.load()
@@ -99,6 +111,29 @@ async def _hooks(config: HookchatConfig, as_json: bool) -> int:
     return 0
 
 
+def _trace(config: HookchatConfig, count: int, trace_id: str | None, as_json: bool) -> int:
+    path = default_file(Path(config.data.dir), config.trace.file)
+    if path is None:
+        print("hookchat: [trace] file is empty, so no traces are written; set it to read them here",
+              file=sys.stderr)
+        return 2
+    traces = [t for t in read_json_lines(path) if t.get("kind") == "turn" or trace_id]
+    if trace_id:
+        traces = [t for t in traces if t["id"] == trace_id or any(m["id"] == trace_id for m in t["messages"])]
+        if not traces:
+            print(f"hookchat: no trace {trace_id!r} in {path}", file=sys.stderr)
+            return 1
+    traces = traces[-count:]
+    if not traces:
+        print(f"no turn traces in {path} yet", file=sys.stderr)
+        return 0
+    if as_json:
+        print(json.dumps(traces, indent=2, ensure_ascii=False))
+        return 0
+    print("\n\n".join(render_trace(t) for t in traces))
+    return 0
+
+
 def _new_plugin(name: str, root: Path) -> int:
     plugin_id = re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_")
     if not plugin_id or not plugin_id[0].isalpha():
@@ -128,8 +163,13 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("chat", help="chat with the bot in this terminal", parents=[common])
+    chat = sub.add_parser("chat", help="chat with the bot in this terminal", parents=[common])
+    chat.add_argument("--trace", action="store_true", help="print each turn's trace after its reply")
     sub.add_parser("run", help="start the configured adapters and the tool registry", parents=[common])
+    trace = sub.add_parser("trace", help="print the last turns' traces (from the [trace] file)", parents=[common])
+    trace.add_argument("-n", "--count", type=int, default=5, help="how many turns (default 5)")
+    trace.add_argument("--id", dest="trace_id", help="only the trace with this id (a turn's or a message's)")
+    trace.add_argument("--json", action="store_true", help="print JSON")
     for name, text in (("plugins", "list plugins, their status and what they registered"),
                        ("hooks", "show the resolved hook order per event, and the tools and tags offered")):
         cmd = sub.add_parser(name, help=text, parents=[common])
@@ -140,6 +180,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _TraceFormatter(logging.Formatter):
+    """`LEVEL logger: [trace id] message`: the id of the turn (or message) a line was written in, if any."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        trace_id = getattr(record, "trace_id", "")  # a LogRecord extra set by core.trace's record factory
+        return f"{record.levelname} {record.name}: " + (f"[{trace_id}] " if trace_id else "") + record.message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `hookchat` command."""
     args = _parser().parse_args(argv)
@@ -147,14 +195,17 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     if args.command == "new-plugin":
         return _new_plugin(args.name, Path(args.dir))
+    logging.getLogger().handlers[0].setFormatter(_TraceFormatter())
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
     try:
+        if args.command == "trace":
+            return _trace(config, args.count, args.trace_id, args.json)
         if args.command == "chat":
-            return asyncio.run(_chat(config))
+            return asyncio.run(_chat(config, args.trace))
         if args.command == "run":
             return asyncio.run(_run(config))
         if args.command == "plugins":

@@ -50,6 +50,7 @@ from core.services import apply_picture_budget, current_tool_call, visible_tools
 from core.tag import BaseTag, StreamParser, TagSet, parse_output
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
+from core.trace import current_trace
 from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
 
 __all__ = ["AgentLoop", "AgentSettings", "CONCLUDE_PROMPT"]
@@ -117,6 +118,12 @@ class AgentLoop:
 
     async def run_turn(self, batch: KiraMessageBatchEvent) -> TurnResult:
         """Run one turn for `batch`; never raises for a plugin, tool or model failure."""
+        with self.engine.tracer.turn(batch) as trace:  # trace: everything below records into the turn's trace
+            result = await self._run_turn(batch)
+            result.trace_id = trace.id if trace is not None else ""
+            return result
+
+    async def _run_turn(self, batch: KiraMessageBatchEvent) -> TurnResult:
         result = TurnResult(batch)
         dispatch = self.engine.dispatch
         await dispatch("im_batch_message", batch)
@@ -144,12 +151,20 @@ class AgentLoop:
             streaming = (
                 self.settings.stream and self.provider.supports_streaming and not self.engine.chain("llm_response")
             )
+            trace = current_trace()  # trace
+            if trace is not None:
+                tag_set, model_started = self.engine.tracer.traced_tags(tag_set), time.perf_counter_ns()
             try:
                 if streaming:
                     resp = await self._stream_model(batch, req, tag_set, result, step_sent)
                 else:
                     resp = await self._call_model(req)
+                if trace is not None:  # trace
+                    trace.model_call(self.provider.name, req, resp, model_started, streamed=streaming)
             except ProviderError as exc:
+                if trace is not None:  # trace
+                    trace.model_call(self.provider.name, req, None, model_started, streamed=streaming, error=str(exc))
+                    trace.error = str(exc)
                 logger.error("model call failed for %s: %s", batch.sid, exc)
                 result.error = str(exc)
                 sent_all.extend(e for r in step_sent for e in r.chain)  # a stream may have sent part of it
@@ -188,6 +203,8 @@ class AgentLoop:
             await dispatch("final_result", batch, sent_all)
         if self.history is not None and turn:
             await self.history.append_turn(batch.sid, turn)
+            if (trace := current_trace()) is not None:  # trace
+                trace.history(len(turn))
         return result
 
     @staticmethod
@@ -271,6 +288,8 @@ class AgentLoop:
         stream = self.provider.stream(req)
         try:
             async for item in stream:
+                if batch.is_stopped:  # stopped from outside (the web chat's stop button): stop reading
+                    return resp or LLMResponse(text_response="".join(text))
                 text.append(item.text)
                 if item.response is not None:
                     resp = item.response
@@ -311,6 +330,8 @@ class AgentLoop:
     async def _send(self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult) -> KiraIMSentResult:
         sent = await self.send(batch.session, chain, batch)
         result.sent.append(sent)
+        if (trace := current_trace()) is not None:  # trace
+            trace.sent(sent.chain, sent.ok, sent.message_id, sent.error)
         return sent
 
     def _tag_failed(self, batch: KiraMessageBatchEvent) -> Callable[[BaseTag, BaseException], Awaitable[None]]:
@@ -330,8 +351,10 @@ class AgentLoop:
         the model sees. Results keep the order of the calls."""
         results: list[ToolResult | None] = [None] * len(calls)
 
+        run_tool = self._run_tool if current_trace() is None else self._run_tool_traced  # trace
+
         async def run(index: int, call: ToolCall) -> None:
-            results[index] = await self._run_tool(batch, tool_set, call, seen)
+            results[index] = await run_tool(batch, tool_set, call, seen)
 
         async with anyio.create_task_group() as group:
             for index, call in enumerate(calls):
@@ -340,6 +363,19 @@ class AgentLoop:
         for r in done:
             batch.tool_attachments.extend(r.attachments)
         return done
+
+    async def _run_tool_traced(
+        self, batch: KiraMessageBatchEvent, tool_set: ToolSet, call: ToolCall, seen: dict[str, int]
+    ) -> ToolResult:
+        """`_run_tool`, recorded in the turn's trace with its arguments, result and duration."""
+        started = time.perf_counter_ns()
+        result = await self._run_tool(batch, tool_set, call, seen)
+        trace = current_trace()
+        if trace is not None:
+            tool = tool_set.get(call.name)
+            trace.tool_call(call.name, tool.owner if tool is not None else None, call.arguments, started,
+                            result=result.text, is_error=result.is_error)
+        return result
 
     async def _run_tool(
         self, batch: KiraMessageBatchEvent, tool_set: ToolSet, call: ToolCall, seen: dict[str, int]

@@ -34,7 +34,8 @@ def _item_lines(item: dict[str, Any]) -> list[str]:
             lines.extend(f"        {change}" for change in hook["changes"] if not change.startswith("strategy "))
         return lines
     if kind == "model":
-        head = (f"{at}  model {item['provider']}/{item['model']}  {item['duration_ms']:.1f} ms"
+        model = f"{item['provider']}/{item['model']}" if item["model"] else item["provider"]
+        head = (f"{at}  model {model}  {item['duration_ms']:.1f} ms"
                 f"  tokens {item['prompt_tokens']}/{item['completion_tokens']}"
                 + (f"  tools: {', '.join(item['tools'])}" if item["tools"] else ""))
         sections = ", ".join(f"{p['name']}({p['source']})" for p in item["system_prompt"])

@@ -108,6 +108,10 @@ def _chain(event: Any, args: tuple[Any, ...]) -> Any:
     return tuple(e.repr_text() for e in args[0])
 
 
+#: Events whose hooks can change something the trace shows (a strategy, the request, an outgoing chain).
+PROBED_EVENTS = frozenset({"im_message", "message_buffered", "llm_request", "after_xml_parse"})
+
+
 def _probe_for(event_name: str, event: Any, args: tuple[Any, ...]) -> Callable[[Any, tuple[Any, ...]], Any] | None:
     if event_name in ("im_message", "message_buffered") and isinstance(event, KiraMessageEvent):
         return _strategy
@@ -192,69 +196,117 @@ class HookCall:
         }
 
 
-class DispatchSpan:
-    """One dispatch of an event through its hook chain, as the engine runs it: `mark(entry)` before each hook,
-    `end()` after the last. Failures arrive through `failed(entry, error, timed_out)`."""
+class _Extra:
+    """The rarely needed part of a dispatch record: snapshots, failures, a stop, an own trace."""
 
-    __slots__ = ("trace", "event", "start", "marks", "end_at", "end_state", "failures", "probe", "args", "obj",
-                 "owns", "token", "stopped")
+    __slots__ = ("probe", "obj", "args", "states", "end_state", "failures", "stopped", "token")
 
-    def __init__(self, trace: Trace, event_name: str, event: Any, args: tuple[Any, ...]) -> None:
-        self.trace = trace
-        self.event = event_name
-        self.start = _now()
-        self.marks: list[tuple[HookLike, int, Any]] = []
-        self.end_at: int | None = None
+    def __init__(self, probe: Callable[[Any, tuple[Any, ...]], Any] | None, obj: Any, args: tuple[Any, ...]) -> None:
+        self.probe = probe
+        self.obj = obj
+        self.args = args
+        self.states: list[Any] = []
         self.end_state: Any = None
         self.failures: dict[int, tuple[str, str, str | None]] = {}
-        self.probe = _probe_for(event_name, event, args)
-        self.obj = event
-        self.args = args
-        self.owns = False  # True when the span started its own trace (an event outside any turn)
-        self.token: Any = None
         self.stopped = False
+        self.token: Any = None  # the context token of a trace this dispatch started for itself
 
-    def mark(self, entry: HookLike) -> None:
-        """A hook is about to run (and the one before it, if any, has ended)."""
-        probe = self.probe
-        self.marks.append((entry, _now(), probe(self.obj, self.args) if probe is not None else None))
 
-    def failed(self, entry: HookLike, error: BaseException, timed_out: bool) -> None:
-        """`entry` raised or passed its deadline (reported by the engine, possibly after the dispatch moved on)."""
-        for index in range(len(self.marks) - 1, -1, -1):
-            if self.marks[index][0] is entry:
-                tb = None if timed_out else "".join(traceback.format_exception(error))
-                self.failures[index] = ("timed_out" if timed_out else "raised", f"{type(error).__name__}: {error}", tb)
-                return
+class _ProbedRecord(list):
+    """A dispatch record whose event a hook can visibly change: each mark also snapshots the event."""
 
-    def end(self) -> None:
-        """The dispatch is over: every hook that ran has ended."""
-        probe = self.probe
-        self.end_state = probe(self.obj, self.args) if probe is not None else None
-        self.end_at = _now()
-        self.stopped = self.obj.is_stopped
-        self.obj = self.args = None  # keep no event alive in the ring
-        if self.owns:
-            self.trace.tracer._finish_owned(self)
+    __slots__ = ()
+
+    def append(self, at: int) -> None:  # the engine's `mark`
+        extra = self[0][2]
+        extra.states.append(extra.probe(extra.obj, extra.args))
+        list.append(self, at)
+
+
+def new_record(event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
+    """The raw record of one dispatch, kept as cheap as the tracing-on benchmark needs: a list whose first item
+    is the header `[event name, chain, _Extra or None, ended]` and whose other items are clock readings
+    (`time.perf_counter_ns()`): one before each hook (the hooks run in chain order, so reading i belongs to
+    `chain[i]`) and one when the dispatch ended. The engine appends the readings (`record.append(clock())`)."""
+    probe = _probe_for(event_name, event, args)
+    if probe is None:
+        return [[event_name, chain, None, False]]
+    return _ProbedRecord([[event_name, chain, _Extra(probe, event, args), False]])
+
+
+def end_record(record: list[Any], event: Any) -> _Extra | None:
+    """Close a dispatch record: the last clock reading, what the event looked like at the end, whether a hook
+    stopped it. Returns the record's `_Extra` (None when nothing rare happened)."""
+    list.append(record, _now())
+    header = record[0]
+    header[3] = True
+    extra = header[2]
+    if extra is not None:
+        if extra.probe is not None:
+            extra.end_state = extra.probe(extra.obj, extra.args)
+        extra.obj = extra.args = None  # keep no event alive in the ring
+    if event.is_stopped:
+        if extra is None:
+            extra = header[2] = _Extra(None, None, ())
+        extra.stopped = True
+    return extra
+
+
+def record_failure(record: list[Any], entry: HookLike, error: BaseException, timed_out: bool) -> bool:
+    """Note that `entry` raised or passed its deadline; False when `entry` did not run in this dispatch."""
+    header = record[0]
+    chain = header[1]
+    for index in range(len(record) - (2 if header[3] else 1) - 1, -1, -1):
+        if index < len(chain) and chain[index] is entry:
+            if header[2] is None:
+                header[2] = _Extra(None, None, ())
+            tb = None if timed_out else "".join(traceback.format_exception(error))
+            header[2].failures[index] = ("timed_out" if timed_out else "raised", f"{type(error).__name__}: {error}",
+                                         tb)
+            return True
+    return False
+
+
+class DispatchSpan:
+    """One dispatch of an event through its hook chain, read from its raw record: `hooks()` and `to_dict()`."""
+
+    def __init__(self, trace: Trace, record: list[Any]) -> None:
+        self.trace = trace
+        self.event, self.chain, self.extra, self.ended = record[0]
+        readings: list[int] = record[1:]
+        # Before each hook one reading, and one at the end (missing while running, or when cancelled).
+        self.times = readings[:-1] if self.ended else readings
+        self.end_at: int | None = readings[-1] if self.ended else None
 
     def hooks(self) -> list[HookCall]:
         """The hooks that ran, in order."""
         base = self.trace.started_ns
         end = self.end_at if self.end_at is not None else self.trace.ended_ns or _now()
+        extra = self.extra
+        probe = extra.probe if extra is not None else None
+        states = extra.states if extra is not None and probe is not None else None
+        failures = extra.failures if extra is not None else {}
+        stopped = extra.stopped if extra is not None else False
         calls: list[HookCall] = []
-        last = len(self.marks) - 1
-        for i, (entry, at, state) in enumerate(self.marks):
-            until, after = (self.marks[i + 1][1], self.marks[i + 1][2]) if i < last else (end, self.end_state)
+        times = self.times
+        last = len(times) - 1
+        for i, at in enumerate(times):
+            entry = self.chain[i]
+            until = times[i + 1] if i < last else end
+            if states is not None:
+                after = states[i + 1] if i < last else extra.end_state  # type: ignore[union-attr]
+                changes, strategy = _changes(probe, states[i], after)
+            else:
+                changes, strategy = [], None
             file, line = _where(entry.fn)
-            changes, strategy = _changes(self.probe, state, after)
             call = HookCall(entry.event, entry.plugin_id, entry.hook_name, file, line, entry.priority, entry.deadline,
                             (at - base) / 1e6, (until - at) / 1e6, strategy=strategy, changes=changes)
-            failure = self.failures.get(i)
+            failure = failures.get(i)
             if failure is not None:
                 call.outcome, call.error, call.traceback = failure
             elif i == last and self.end_at is None:
                 call.outcome = "cancelled"
-            elif i == last and self.stopped:
+            elif i == last and stopped:
                 call.outcome = "stopped"
             calls.append(call)
         return calls
@@ -262,14 +314,15 @@ class DispatchSpan:
     def to_dict(self) -> dict[str, Any]:
         """The dispatch as a timeline item."""
         base = self.trace.started_ns
+        start = self.times[0] if self.times else base
         end = self.end_at if self.end_at is not None else self.trace.ended_ns or _now()
         hooks = self.hooks()
         stopped_by = next((f"{h.plugin_id}.{h.function}" for h in hooks if h.outcome == "stopped"), None)
         return {
             "type": "event",
             "event": self.event,
-            "start_ms": round((self.start - base) / 1e6, 3),
-            "duration_ms": round((end - self.start) / 1e6, 3),
+            "start_ms": round((start - base) / 1e6, 3),
+            "duration_ms": round((end - start) / 1e6, 3),
             "hooks": [h.to_dict() for h in hooks],
             "stopped_by": stopped_by,
         }
@@ -294,7 +347,7 @@ class Trace:
         self.outcome = "running"
         self.error: str | None = None
         self.messages: list[Trace] = []
-        self.spans: list[DispatchSpan] = []
+        self.records: list[list[Any]] = []  # raw dispatch records (see `new_record`)
         self.items: list[dict[str, Any]] = []  # model calls, tool calls, tags, sends, history, with start_ms
         self.logs: list[dict[str, Any]] = []
         self.dropped = 0
@@ -311,20 +364,24 @@ class Trace:
         """Milliseconds since the trace started (now, or at `at_ns`, a `time.perf_counter_ns()` reading)."""
         return round(((at_ns if at_ns is not None else _now()) - self.started_ns) / 1e6, 3)
 
-    def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...]) -> DispatchSpan:
-        """Open the span of one dispatch (the engine calls this when tracing is on)."""
-        span = DispatchSpan(self, event_name, event, args)
-        if len(self.spans) < MAX_ITEMS:
-            self.spans.append(span)
+    def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
+        """Open the record of one dispatch through `chain` (the engine calls this when tracing is on)."""
+        record = new_record(event_name, event, args, chain)
+        if len(self.records) < MAX_ITEMS:
+            self.records.append(record)
         else:
             self.dropped += 1
-        return span
+        return record
+
+    @property
+    def spans(self) -> list[DispatchSpan]:
+        """The dispatches of this trace, in the order they started."""
+        return [DispatchSpan(self, record) for record in self.records]
 
     def hook_failed(self, entry: HookLike, error: BaseException, timed_out: bool) -> None:
         """Record that `entry` raised or timed out, on the newest open span that ran it."""
-        for span in reversed(self.spans):
-            if span.event == entry.event and any(m[0] is entry for m in span.marks):
-                span.failed(entry, error, timed_out)
+        for record in reversed(self.records):
+            if record[0][0] == entry.event and record_failure(record, entry, error, timed_out):
                 return
 
     def add(self, kind: str, started_ns: int | None = None, **data: Any) -> None:

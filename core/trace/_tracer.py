@@ -23,7 +23,7 @@ from core.chat.message_elements import BaseMessageElement
 from core.chat.message_utils import KiraMessageBatchEvent, KiraMessageEvent, MessageStrategy
 from core.tag import BaseTag, TagSet
 from core.trace._sinks import JsonLinesSink, OtelSink, TraceRing
-from core.trace._spans import DispatchSpan, HookLike, Trace, _now
+from core.trace._spans import MAX_ITEMS, PROBED_EVENTS, HookLike, Trace, _now, end_record, new_record
 
 __all__ = ["Tracer", "current_trace", "current_trace_id", "default_file", "install_log_context", "MAX_PENDING_MESSAGES"]
 
@@ -129,6 +129,7 @@ class Tracer:
         self.otel = OtelSink(otel_provider) if otel else None
         self.finished = blinker.Signal("trace finished")
         self._pending: OrderedDict[int, tuple[KiraMessageEvent, Trace]] = OrderedDict()
+        self._owned: dict[int, tuple[Trace, contextvars.Token[Trace | None]]] = {}  # dispatches with their own trace
         if enabled:
             install_log_context()
 
@@ -219,20 +220,38 @@ class Tracer:
 
     # -- the engine's side ----------------------------------------------------------------------------------------
 
-    def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...]) -> DispatchSpan:
-        """The span of one dispatch, in the current trace; outside any trace the event gets a trace of its own."""
+    def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
+        """The record of one dispatch of `event` through `chain` (see `new_record`), in the current trace; outside
+        any trace the event gets a trace of its own. The engine appends `clock()` to the record before each hook,
+        and calls `dispatched(record, event)` at the end. (Written flat: it runs once per traced dispatch.)"""
         trace = _current.get()
-        if trace is not None and trace.ended_ns is None:
-            return trace.dispatch(event_name, event, args)
-        trace = self.begin("event", event_name)
-        span = trace.dispatch(event_name, event, args)
-        span.owns = True
-        span.token = _current.set(trace)
-        return span
+        if trace is None or trace.ended_ns is not None:
+            trace = self.begin("event", event_name)
+            record = trace.dispatch(event_name, event, args, chain)
+            self._owned[id(record)] = (trace, _current.set(trace))
+            return record
+        record = new_record(event_name, event, args, chain) if event_name in PROBED_EVENTS else [
+            [event_name, chain, None, False]]
+        records = trace.records
+        if len(records) < MAX_ITEMS:
+            records.append(record)
+        else:
+            trace.dropped += 1
+        return record
 
-    def _finish_owned(self, span: DispatchSpan) -> None:
-        _current.reset(span.token)
-        self.finish(span.trace, "stopped" if span.stopped else "completed")
+    def dispatched(self, record: list[Any], event: Any) -> None:
+        """The dispatch of `record` is over (the engine calls this after its last hook)."""
+        header = record[0]
+        if header[2] is None and not event.is_stopped and not self._owned:
+            list.append(record, _now())
+            header[3] = True
+            return
+        end_record(record, event)
+        owned = self._owned.pop(id(record), None)
+        if owned is not None:
+            trace, token = owned
+            _current.reset(token)
+            self.finish(trace, "stopped" if event.is_stopped else "completed")
 
     def hook_failed(self, entry: HookLike, error: BaseException, timed_out: bool) -> None:
         """The engine reports a hook that raised or passed its deadline."""

@@ -177,6 +177,11 @@ class HookChat:
         self._started = True
         await self.plugins.dispatch_loaded(None)
 
+    @property
+    def started(self) -> bool:
+        """True between a successful `start()` and `aclose()`."""
+        return self._started
+
     async def aclose(self) -> None:
         """Fire `shutdown`, stop turns, adapters and plugins, close history, the provider and the engine."""
         if self._started:

@@ -17,12 +17,20 @@ from core.plugin._loader import (
     PluginStatus,
 )
 from core.plugin._decorators import on, register, register_tool
+from core.plugin._pages import API_ATTR, PAGE_ATTR, ApiMeta, PageMenu, PageMeta, PageSource, PluginPage
 from core.services import PluginConfigError
 from core.utils import signals
 from core.utils.log import get_logger, logger
 from core.utils.registry import OwnedRegistry
 
 __all__ = [
+    "API_ATTR",
+    "ApiMeta",
+    "PAGE_ATTR",
+    "PageMenu",
+    "PageMeta",
+    "PageSource",
+    "PluginPage",
     "BasePlugin",
     "ENTRY_POINT_GROUP",
     "EventType",

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import pluggy
 
 from core.plugin._events import EventType, custom_event_name
+from core.plugin._pages import API_ATTR, PAGE_ATTR, PageMenu, api_meta, page_meta
 from core.services import LLM_TOOL_ATTR, LlmToolMeta
 from core.tag import validate_tag_name
 from core.utils.tool_utils import validate_tool_rules
@@ -149,7 +150,32 @@ on = _On()
 
 
 class _Register:
-    """`@register.tool(...)` and `@register.tag(...)`: declare a plugin method as a model tool or an output tag."""
+    """`@register.tool(...)` and `@register.tag(...)`: declare a plugin method as a model tool or an output tag;
+    `@register.page(...)` and `@register.api(...)`: a web page or an HTTP endpoint of the plugin in the console."""
+
+    def page(self, route: str, auth: bool = True, menu: PageMenu | dict[str, Any] | None = None) -> Callable[[F], F]:
+        """Declare a method returning a `PluginPage` as the console page `/page/plugin/<plugin_id><route>`,
+        listed in the console's menu when `menu` is given. Pages stay behind the console's token either way."""
+        meta = page_meta(route, auth, menu)
+
+        def decorate(fn: F) -> F:
+            setattr(fn, PAGE_ATTR, meta)
+            return fn
+
+        return decorate
+
+    def api(self, method: str, path: str, auth: bool = True, **options: Any) -> Callable[[F], F]:
+        """Declare `async def method(self, request)` (or with parameters named after path and query parameters, and
+        `body` for the JSON body) as the endpoint `<METHOD> /api/plugin/<plugin_id><path>`; it returns JSON data,
+        a str or a Starlette response."""
+        meta = api_meta(method, path, auth, options)
+
+        def decorate(fn: F) -> F:
+            _require_async(fn, "@register.api")
+            setattr(fn, API_ATTR, meta)
+            return fn
+
+        return decorate
 
     def tool(
         self,

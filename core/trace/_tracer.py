@@ -130,6 +130,7 @@ class Tracer:
         self.finished = blinker.Signal("trace finished")
         self._pending: OrderedDict[int, tuple[KiraMessageEvent, Trace]] = OrderedDict()
         self._owned: dict[int, tuple[Trace, contextvars.Token[Trace | None]]] = {}  # dispatches with their own trace
+        self._running: dict[str, Trace] = {}  # turns in progress, readable before they finish
         if enabled:
             install_log_context()
 
@@ -152,6 +153,7 @@ class Tracer:
         """Close `trace` with `outcome` and hand it to the ring, the file and OpenTelemetry."""
         if trace.ended_ns is not None:
             return
+        self._running.pop(trace.id, None)
         trace.ended_ns = _now()
         trace.outcome = outcome
         trace.error = error
@@ -205,6 +207,7 @@ class Tracer:
             if found is not None and found[0] is message:
                 found[1].ended_ns = found[1].ended_ns or _now()
                 trace.messages.append(found[1])
+        self._running[trace.id] = trace
         token = _current.set(trace)
         try:
             yield trace
@@ -271,8 +274,9 @@ class Tracer:
     # -- reading --------------------------------------------------------------------------------------------------
 
     def get(self, trace_id: str) -> Trace | None:
-        """A finished trace kept in the ring, by id (a message's trace is found inside its turn too)."""
-        return self.store.get(trace_id)
+        """A trace by id: a turn still running, or a finished one kept in the ring (a message's id finds the turn
+        that adopted it)."""
+        return self._running.get(trace_id) or self.store.get(trace_id)
 
     def recent(self, limit: int = 20, kind: str | None = None) -> list[Trace]:
         """The newest finished traces, newest first (only `kind` when given)."""

@@ -10,7 +10,7 @@ const el = (tag, attrs = {}, ...children) => {
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else if (value !== undefined && value !== null && value !== false) node.setAttribute(key, value === true ? "" : value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child !== null && child !== undefined) node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
   return node;
@@ -202,6 +202,9 @@ function timelineItem(item, total) {
 
 views.trace = async (id) => {
   const t = await api(`/api/traces/${encodeURIComponent(id)}`);
+  if (t.outcome === "running") {  // a turn still in progress: show what it did so far, and look again soon
+    setTimeout(() => { if (location.hash === `#trace/${id}`) views.trace(id); }, 400);
+  }
   $("#trace-title").textContent = `${t.kind} ${t.id}`;
   $("#trace-summary").textContent = `${t.sid || ""}  "${t.name}"  ${t.outcome}  ${t.duration_ms.toFixed(1)} ms` + (t.error ? `  (${t.error})` : "");
   const total = t.duration_ms;
@@ -231,13 +234,15 @@ views.hooks = async () => {
 
 async function pluginAction(id, action) {
   $("#plugin-message").textContent = `${action} ${id}...`;
+  let text;
   try {
     const s = await api(`/api/plugins/${encodeURIComponent(id)}/${action}`, { method: "POST" });
-    $("#plugin-message").textContent = `${id}: ${action} -> ${s.state}${s.reason ? ": " + s.reason : ""}`;
+    text = `${id}: ${action} -> ${s.state}${s.reason ? ": " + s.reason : ""}`;
   } catch (err) {
-    $("#plugin-message").textContent = `${id}: ${err.message}`;
+    text = `${id}: ${err.message}`;
   }
   await views.plugins();
+  $("#plugin-message").textContent = text;  // after the table shows the new state
 }
 
 views.plugins = async () => {
@@ -328,9 +333,9 @@ $("#plugin-config-save").addEventListener("click", async () => {
   const message = $("#plugin-config-message");
   try {
     const result = await api(`/api/plugins/${encodeURIComponent(config.plugin)}/config`, { method: "PUT", body: JSON.stringify({ values }) });
+    await views.plugins();
     message.className = "ok";
     message.textContent = `saved: ${config.plugin} is ${result.status.state} with the new settings`;
-    await views.plugins();
   } catch (err) {
     message.className = "bad";
     message.textContent = `not saved: ${err.message}`;

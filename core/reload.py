@@ -50,6 +50,7 @@ class PluginReloader:
         self.events: deque[ReloadEvent] = deque(maxlen=200)
         self._tasks = TaskOwner("the plugin reloader")
         self._stop = asyncio.Event()
+        self._ready = asyncio.Event()
         self._lock = asyncio.Lock()
 
     @property
@@ -63,7 +64,12 @@ class PluginReloader:
             _log.warning("--reload: none of the plugin directories exists; nothing to watch")
             return
         self._stop.clear()
+        self._ready.clear()
         self._tasks.spawn(self._watch(), name="watch")
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout=10)  # a change made from now on is seen
+        except TimeoutError:
+            _log.warning("--reload: the file watcher is slow to start; early changes may be missed")
         _log.info("--reload: watching %s", ", ".join(map(str, self.roots)))
 
     async def stop(self) -> None:
@@ -72,8 +78,12 @@ class PluginReloader:
         await self._tasks.aclose()
 
     async def _watch(self) -> None:
+        # yield_on_timeout: the first (empty) round says the watcher is set up; later empty rounds are skipped.
         async for changes in awatch(*self.roots, stop_event=self._stop, debounce=self.debounce_ms,
-                                    recursive=True):
+                                    recursive=True, yield_on_timeout=True, rust_timeout=500):
+            self._ready.set()
+            if not changes:
+                continue
             try:
                 await self.apply(Path(path) for _, path in changes)
             except Exception:  # noqa: BLE001 - the watcher must survive one bad round

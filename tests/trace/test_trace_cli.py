@@ -9,9 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # The bot is given an OpenAI-compatible provider nobody listens for, so each turn ends with the error notice: the
 # trace of a failed model call is what an operator needs most.
-CONFIG = f"""
-[plugins]
-dirs = ["{ROOT / "plugins"}"]
+CONFIG = """
 [[providers]]
 name = "nowhere"
 type = "openai"

@@ -186,10 +186,13 @@ class WebConsole:
                              "default_deadline": self.app.engine.default_deadline})
 
     async def plugins(self, request: Request) -> Response:
+        reloads = {e.plugin_id: e for e in self.reloader.events} if self.reloader is not None else {}
         out = []
         for status in self.app.plugins.statuses():
             item = dict(vars(status))
             item["has_config"] = self.app.plugins.config_schema(status.plugin_id) is not None
+            last = reloads.get(status.plugin_id)
+            item["reload"] = {"at": last.at, "ok": last.ok, "reason": last.reason} if last is not None else None
             out.append(item)
         return JSONResponse(out)
 

@@ -88,7 +88,7 @@ class LogHub(logging.Handler):
         try:
             message = record.getMessage()
             if record.exc_info and record.exc_info[0] is not None:
-                message += "\n" + self.formatter_for_exc().formatException(record.exc_info)
+                message += "\n" + _FORMATTER.formatException(record.exc_info)
         except Exception:  # noqa: BLE001 - a broken format string still shows up, unformatted
             message = str(record.msg)
         name = record.name
@@ -109,11 +109,6 @@ class LogHub(logging.Handler):
                 loop.call_soon_threadsafe(self._publish, entry)
         except RuntimeError:  # the loop closed meanwhile
             pass
-
-    @staticmethod
-    def formatter_for_exc() -> logging.Formatter:
-        """The formatter used for tracebacks."""
-        return _FORMATTER
 
     def _publish(self, entry: LogEntry) -> None:
         for queue in list(self._subscribers):

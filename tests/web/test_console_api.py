@@ -196,3 +196,22 @@ def test_plugin_pages_and_endpoints_live_under_the_plugin_id_while_it_is_loaded(
     assert client.get("/api/overview").json()["pages"] == []
     client.post("/api/plugins/greeter/enable")
     assert client.get("/api/plugin/greeter/status").status_code == 200
+
+
+@pytest.mark.anyio
+async def test_the_plugins_page_says_whether_a_reloaded_plugins_new_code_is_in_effect(tmp_path):
+    from core.reload import PluginReloader
+
+    root = tmp_path / "plugins"
+    root.mkdir()
+    greeter = copy_sample("greeter", root)
+    async with ChatHarness(provider=ScriptedProvider(), config={"plugins": {"dirs": [str(root)]}}) as bot:
+        reloader = PluginReloader(bot.app)
+        async with WebConsole(bot.app, port=0, reloader=reloader) as console:
+            async with httpx.AsyncClient(base_url=console.url) as http:
+                (greeter / "main.py").write_text("broken(\n", encoding="utf-8")
+                await reloader.apply([greeter / "main.py"])
+                listed = {p["plugin_id"]: p for p in (await http.get("/api/plugins")).json()}
+                assert listed["greeter"]["state"] == "error"
+                assert listed["greeter"]["reload"]["ok"] is False and "SyntaxError" in listed["greeter"]["reload"]["reason"]
+                assert (await http.get("/api/overview")).json()["reload"] is True

@@ -7,6 +7,7 @@ turn in progress. See docs/web.md for the protocol.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -17,7 +18,15 @@ import anyio
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from core.adapter import Adapter
-from core.chat import BaseMessageElement, KiraIMMessage, KiraIMSentResult, MessageChain, Session, User
+from core.chat import (
+    BaseMessageElement,
+    KiraIMMessage,
+    KiraIMSentResult,
+    MessageChain,
+    MessageStrategy,
+    Session,
+    User,
+)
 from core.chat.message_elements import At, Emoji, File, Image, MediaError, Record, Reply, Sticker, Text, Video
 from core.trace import current_trace_id
 
@@ -60,14 +69,15 @@ async def element_to_json(element: BaseMessageElement) -> dict[str, Any]:
 class WebChatAdapter(Adapter):
     """Browsers as a chat platform. `endpoint(websocket)` serves one socket (the console mounts it at `/ws/chat`).
 
-    Browser to bot: `{"type": "message", "text": ...}` and `{"type": "stop"}` (stops the session's turn: nothing
-    more is sent, history keeps what happened). Bot to browser: `ready` (the
-    session id), `turn_started`, `message` (each sent message: `elements`, `text`, `trace_id`), `turn_ended`
+    Browser to bot: `{"type": "message", "text": ...}` and `{"type": "stop"}` (cancels the session's turn).
+    Bot to browser: `ready` (the session id), `turn_started`, `draft` (the text of the message being written, so
+    far, when the model streams), `message` (each sent message: `elements`, `text`, `trace_id`), `turn_ended`
     (`trace_id`, `stopped`, `error`) and `error` (a refused frame, with the reason).
     """
 
     name = "web"
     capabilities = frozenset({"text", "image", "at", "reply", "emoji", "file", "record", "video", "sticker"})
+    drafts = True  # a streaming model's text is shown as it is written (`draft` frames)
 
     def __init__(self, name: str | None = None, **options: Any) -> None:
         super().__init__(name, **options)
@@ -96,6 +106,14 @@ class WebChatAdapter(Adapter):
         if not delivered:
             return KiraIMSentResult(chain, session, ok=False, error="the browser went away")
         return KiraIMSentResult(chain, session, ok=True, message_id=message_id)
+
+    async def draft(self, session: Session, text: str) -> None:
+        """The message being written, so far: a `draft` frame to each socket of the session."""
+        for socket in list(self._sockets.get(session.session_id, ())):
+            try:
+                await socket.send_json({"type": "draft", "text": text})
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                self._forget(session.session_id, socket)
 
     def _forget(self, session_id: str, socket: WebSocket) -> None:
         sockets = self._sockets.get(session_id)
@@ -152,12 +170,22 @@ class WebChatAdapter(Adapter):
                                  "error": None, "sent": 0}
         try:
             await websocket.send_json({"type": "turn_started", "turn": turn})
-            result = await self.app.respond(message)
-            if result is None:
-                ended["error"] = "no reply: a plugin discarded the message"
+            received = await self.app.receive(message)
+            future = received.turn
+            if future is None and received.strategy is MessageStrategy.BUFFER:
+                future = self.app.flush(message.session)  # like Enter in a terminal: no debounce wait
+            if future is None:
+                ended["error"] = "no reply: a plugin stopped or discarded the message"
             else:
-                ended.update(stopped=result.stopped, error=result.error, sent=len(result.sent),
-                             trace_id=result.trace_id)
+                await asyncio.wait([future])  # the stop button cancels the turn's future, not this task
+                if future.cancelled():
+                    ended.update(stopped=True, error="stopped")
+                elif future.exception() is not None:
+                    ended["error"] = f"the turn failed: {future.exception()}"
+                else:
+                    result = future.result()
+                    ended.update(stopped=result.stopped, error=result.error, sent=len(result.sent),
+                                 trace_id=result.trace_id)
             await websocket.send_json(ended)
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the browser left; what the turn did is in history and its trace

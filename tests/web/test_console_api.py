@@ -32,6 +32,9 @@ def test_a_web_chat_turn_streams_each_message_with_its_trace_and_renders_element
         assert json.loads(ws.recv(timeout=10)) == {"type": "ready", "session": "s1", "sid": "web:dm:s1"}
         ws.send(json.dumps({"type": "message", "text": "hello"}))
         frames = frames_until(ws, "turn_ended")
+    drafts = [f["text"] for f in frames if f["type"] == "draft"]
+    assert drafts and drafts[0] and "one".startswith(drafts[0].strip()), "the text shows while it is written"
+    frames = [f for f in frames if f["type"] != "draft"]
     kinds = [f["type"] for f in frames]
     assert kinds == ["turn_started", "message", "message", "turn_ended"]
     first, second, ended = frames[1], frames[2], frames[3]
@@ -104,8 +107,9 @@ def test_hooks_plugins_sessions_and_logs(live_console):
     hooks = client.get("/api/hooks").json()
     events = [e["event"] for e in hooks["events"]]
     assert events.index("im_message") < events.index("message_buffered") < events.index("llm_request")
-    assert hooks["events"][0]["hooks"][0] == {"plugin_id": "chat", "function": "choose_strategy", "priority": 100,
-                                              "deadline": 10.0}
+    first = hooks["events"][0]["hooks"]
+    assert {"plugin_id": "chat", "function": "choose_strategy", "priority": 100, "deadline": 10.0} in first
+    assert [h["priority"] for h in first] == sorted((h["priority"] for h in first), reverse=True)
     assert client.post("/api/plugins/greeter/disable").json()["state"] == "disabled"
     assert "greeter" in client.get("/api/hooks").json()["disabled"]
     assert client.post("/api/plugins/greeter/enable").json()["state"] == "loaded"

@@ -77,6 +77,11 @@ function setTurn(running) {
   $("#chat-state").textContent = running ? "the bot is answering..." : "";
 }
 
+function dropDraft() {
+  if (chat.draft) chat.draft.remove();
+  chat.draft = null;
+}
+
 function connect(session) {
   if (chat.socket) chat.socket.close();
   $("#chat-log").replaceChildren();
@@ -94,9 +99,15 @@ function connect(session) {
       refreshSessions(frame.session);
     } else if (frame.type === "turn_started") {
       setTurn(true);
+    } else if (frame.type === "draft") {  // the message being written, replaced by the message once sent
+      if (!chat.draft) chat.draft = addBubble("bot draft", "");
+      chat.draft.textContent = frame.text;
+      $("#chat-log").scrollTop = $("#chat-log").scrollHeight;
     } else if (frame.type === "message") {
+      dropDraft();
       addBubble("bot", frame.elements.map(renderElement), traceLink(frame.trace_id));
     } else if (frame.type === "turn_ended") {
+      dropDraft();
       setTurn(false);
       const note = frame.stopped ? "stopped" : frame.error ? frame.error : frame.sent ? null : "(nothing to send)";
       const bubble = note ? addBubble("note", note, traceLink(frame.trace_id)) : null;

@@ -288,8 +288,6 @@ class AgentLoop:
         stream = self.provider.stream(req)
         try:
             async for item in stream:
-                if batch.is_stopped:  # stopped from outside (the web chat's stop button): stop reading
-                    return resp or LLMResponse(text_response="".join(text))
                 text.append(item.text)
                 if item.response is not None:
                     resp = item.response

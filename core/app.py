@@ -38,6 +38,7 @@ from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
 from core.utils.path_utils import set_data_path
 from core.utils.signals import message_sent, send
+from core.trace import Tracer, default_file
 
 __all__ = ["HookChat", "build_provider"]
 
@@ -92,7 +93,17 @@ class HookChat:
         self.clock: Clock = clock or LoopClock()
         limits, deadlines = self.config.limits, self.config.deadlines
         self.data_dir = Path(self.config.data.dir)
-        self.engine = HookEngine(default_deadline=deadlines.hook_default, stall_threshold=deadlines.stall_threshold)
+        traces = self.config.trace
+        self.tracer = Tracer(
+            enabled=traces.enabled,
+            ring_size=traces.ring_size,
+            file=default_file(self.data_dir, traces.file),
+            max_file_bytes=traces.max_file_bytes,
+            otel=traces.otel,
+        )
+        self.engine = HookEngine(
+            default_deadline=deadlines.hook_default, stall_threshold=deadlines.stall_threshold, tracer=self.tracer
+        )
         self.plugins = PluginLoader(
             self.engine,
             plugin_dirs=list(self.config.plugins.dirs),
@@ -170,6 +181,11 @@ class HookChat:
         self._started = True
         await self.plugins.dispatch_loaded(None)
 
+    @property
+    def started(self) -> bool:
+        """True between a successful `start()` and `aclose()`."""
+        return self._started
+
     async def aclose(self) -> None:
         """Fire `shutdown`, stop turns, adapters and plugins, close history, the provider and the engine."""
         if self._started:
@@ -190,6 +206,7 @@ class HookChat:
             await self.history.close()
         await self.provider.aclose()
         await self.engine.aclose()
+        self.tracer.close()
 
     async def __aenter__(self) -> HookChat:
         await self.start()

@@ -1,14 +1,17 @@
 """The `hookchat` command: `chat` (terminal chat), `run` (start the configured adapters and the tool registry),
-`plugins` (status and failure reasons), `hooks` (the resolved order per event) and `new-plugin NAME`."""
+`web` (the web console alone), `plugins` (status and failure reasons), `hooks` (the resolved order per event),
+`trace` (the last turns' traces) and `new-plugin NAME`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import re
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from core.adapter import AdapterError, build_adapters
@@ -18,6 +21,9 @@ from core.config import ConfigError, HookchatConfig, load_config
 from core.plugin import priority_name
 from core.provider.local import LocalLlamaProvider, ModelNotInstalledError
 from core.scaffold import write_plugin_skeleton
+from core.reload import PluginReloader
+from core.trace import OtelNotInstalledError, Trace, Tracer, default_file, read_json_lines, render_trace
+from core.web import WebConsole, WebConsoleError
 
 __all__ = ["main"]
 
@@ -26,26 +32,61 @@ def _app(config: HookchatConfig, *, console: ConsoleAdapter | None = None) -> Ho
     return HookChat(config, adapters=[console] if console else [])
 
 
-async def _chat(config: HookchatConfig) -> int:
+@contextlib.asynccontextmanager
+async def _serving(app: HookChat, *, reload: bool, web: bool, host: str | None = None,
+                   port: int | None = None) -> AsyncIterator[WebConsole | None]:
+    """Run `app`, with the plugin reloader (`--reload`) and the web console when asked; stop them in reverse."""
+    reloader = PluginReloader(app) if reload else None
+    console = WebConsole(app, host=host, port=port, reloader=reloader) if web else None  # before start: adds the chat
+    async with app:
+        if reloader is not None:
+            await reloader.start()
+        try:
+            if console is not None:
+                await console.start()
+                print(f"[hookchat] web console on {console.url}", file=sys.stderr, flush=True)
+            try:
+                yield console
+            finally:
+                if console is not None:
+                    await console.stop()
+        finally:
+            if reloader is not None:
+                await reloader.stop()
+
+
+async def _chat(config: HookchatConfig, show_traces: bool = False, reload: bool = False) -> int:
+    if show_traces:
+        config.trace.enabled = True
     console = ConsoleAdapter()
     app = _app(config, console=console)
+
+    def print_trace(_tracer: Tracer, trace: Trace) -> None:
+        if trace.kind == "turn":
+            console.out.write(render_trace(trace.to_dict()) + "\n")
+            console.out.flush()
+
+    if show_traces:
+        app.tracer.finished.connect(print_trace)  # a strong reference lives in this frame until the chat ends
     if isinstance(app.provider, LocalLlamaProvider):
         app.provider.on_progress = lambda text: print(f"[hookchat] {text}", file=sys.stderr, flush=True)
         await app.provider.load()
-    async with app:  # a plugin that failed to load is logged (stderr) with its reason
+    # A plugin that failed to load is logged (stderr) with its reason.
+    async with _serving(app, reload=reload, web=False):
         print(f"[hookchat] chatting with {getattr(app.provider, 'model_name', app.provider.name)}; "
               "/help for commands, /quit or Ctrl-D to leave", file=sys.stderr, flush=True)
         await console.repl()
     return 0
 
 
-async def _run(config: HookchatConfig) -> int:
+async def _run(config: HookchatConfig, reload: bool = False) -> int:
     try:
         adapters = build_adapters(config)
     except AdapterError as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
-    async with HookChat(config, adapters=adapters, serve_tools=True) as app:
+    app = HookChat(config, adapters=adapters, serve_tools=True)
+    async with _serving(app, reload=reload, web=config.web.enabled):
         server = app.tool_server
         if server is not None:
             print(f"[hookchat] tool registry on {server.url}", file=sys.stderr)
@@ -54,6 +95,12 @@ async def _run(config: HookchatConfig) -> int:
             await console.repl()
         else:
             await asyncio.Event().wait()
+    return 0
+
+
+async def _web(config: HookchatConfig, host: str | None, port: int | None, reload: bool) -> int:
+    async with _serving(HookChat(config), reload=reload, web=True, host=host, port=port):
+        await asyncio.Event().wait()  # until Ctrl-C
     return 0
 
 
@@ -99,6 +146,29 @@ async def _hooks(config: HookchatConfig, as_json: bool) -> int:
     return 0
 
 
+def _trace(config: HookchatConfig, count: int, trace_id: str | None, as_json: bool) -> int:
+    path = default_file(Path(config.data.dir), config.trace.file)
+    if path is None:
+        print("hookchat: [trace] file is empty, so no traces are written; set it to read them here",
+              file=sys.stderr)
+        return 2
+    traces = [t for t in read_json_lines(path) if t.get("kind") == "turn" or trace_id]
+    if trace_id:
+        traces = [t for t in traces if t["id"] == trace_id or any(m["id"] == trace_id for m in t["messages"])]
+        if not traces:
+            print(f"hookchat: no trace {trace_id!r} in {path}", file=sys.stderr)
+            return 1
+    traces = traces[-count:]
+    if not traces:
+        print(f"no turn traces in {path} yet", file=sys.stderr)
+        return 0
+    if as_json:
+        print(json.dumps(traces, indent=2, ensure_ascii=False))
+        return 0
+    print("\n\n".join(render_trace(t) for t in traces))
+    return 0
+
+
 def _new_plugin(name: str, root: Path) -> int:
     plugin_id = re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_")
     if not plugin_id or not plugin_id[0].isalpha():
@@ -128,8 +198,19 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("chat", help="chat with the bot in this terminal", parents=[common])
-    sub.add_parser("run", help="start the configured adapters and the tool registry", parents=[common])
+    chat = sub.add_parser("chat", help="chat with the bot in this terminal", parents=[common])
+    chat.add_argument("--trace", action="store_true", help="print each turn's trace after its reply")
+    run = sub.add_parser("run", help="start the configured adapters, the tool registry and ([web]) the web console",
+                         parents=[common])
+    web = sub.add_parser("web", help="start the web console alone (chat in the browser)", parents=[common])
+    web.add_argument("--host", help="address to bind (default: [web] host, 127.0.0.1)")
+    web.add_argument("--port", type=int, help="port (default: [web] port, 8780)")
+    for cmd in (chat, run, web):
+        cmd.add_argument("--reload", action="store_true", help="reload a plugin when its files change")
+    trace = sub.add_parser("trace", help="print the last turns' traces (from the [trace] file)", parents=[common])
+    trace.add_argument("-n", "--count", type=int, default=5, help="how many turns (default 5)")
+    trace.add_argument("--id", dest="trace_id", help="only the trace with this id (a turn's or a message's)")
+    trace.add_argument("--json", action="store_true", help="print JSON")
     for name, text in (("plugins", "list plugins, their status and what they registered"),
                        ("hooks", "show the resolved hook order per event, and the tools and tags offered")):
         cmd = sub.add_parser(name, help=text, parents=[common])
@@ -140,29 +221,44 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _TraceFormatter(logging.Formatter):
+    """`LEVEL logger: [trace id] message`: the id of the turn (or message) a line was written in, if any."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        trace_id = getattr(record, "trace_id", "")  # a LogRecord extra set by core.trace's record factory
+        return f"{record.levelname} {record.name}: " + (f"[{trace_id}] " if trace_id else "") + record.message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `hookchat` command."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "new-plugin":
         return _new_plugin(args.name, Path(args.dir))
+    # Records down to INFO are made (the web console shows them); the terminal shows INFO only with -v.
+    terminal = logging.getLogger().handlers[0]
+    terminal.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    terminal.setFormatter(_TraceFormatter())
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
     try:
+        if args.command == "trace":
+            return _trace(config, args.count, args.trace_id, args.json)
         if args.command == "chat":
-            return asyncio.run(_chat(config))
+            return asyncio.run(_chat(config, args.trace, args.reload))
         if args.command == "run":
-            return asyncio.run(_run(config))
+            return asyncio.run(_run(config, args.reload))
+        if args.command == "web":
+            return asyncio.run(_web(config, args.host, args.port, args.reload))
         if args.command == "plugins":
             return asyncio.run(_plugins(config, args.json))
         return asyncio.run(_hooks(config, args.json))
     except KeyboardInterrupt:
         return 130
-    except ModelNotInstalledError as exc:
+    except (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError) as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
 

@@ -36,12 +36,15 @@ __all__ = [
     "AdaptersConfig",
     "ServerConfig",
     "MediaConfig",
+    "TraceConfig",
+    "WebConfig",
     "ConfigError",
     "load_config",
     "DEFAULT_CONFIG_PATH",
     "CONFIG_PATH_ENV",
     "API_KEY_ENV",
     "SERVER_TOKEN_ENV",
+    "WEB_TOKEN_ENV",
 ]
 
 DEFAULT_CONFIG_PATH = Path("hookchat.toml")
@@ -52,6 +55,8 @@ API_KEY_ENV = "HOOKCHAT_API_KEY"
 """Environment variable holding the default provider's API key when nothing more specific gives one."""
 SERVER_TOKEN_ENV = "HOOKCHAT_SERVER_TOKEN"
 """Default name of the environment variable holding the HTTP tool registry's bearer token."""
+WEB_TOKEN_ENV = "HOOKCHAT_WEB_TOKEN"
+"""Default name of the environment variable holding the web console's token."""
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _MIB = 1024 * 1024
@@ -266,6 +271,40 @@ class MediaConfig(_Section):
     allowed_dirs: list[_ResolvedPath] = []
 
 
+class TraceConfig(_Section):
+    """`[trace]`: per-turn traces of every hook, model call, tool call, tag and send (see docs/tracing.md).
+
+    `ring_size` finished traces are kept in memory; `file` (relative to the data directory; "" for none) gets each
+    as one JSON line, moved to `<file>.1` at `max_file_bytes`; `otel = true` exports them as OpenTelemetry spans
+    (needs `opentelemetry-sdk`, configured as its documentation says).
+    """
+
+    enabled: bool = True
+    ring_size: int = Field(default=200, gt=0, le=100_000)
+    file: str = "traces.jsonl"
+    max_file_bytes: int = Field(default=10 * _MIB, gt=0)
+    otel: bool = False
+
+
+class WebConfig(_Section):
+    """`[web]`: the web console (`hookchat run` serves it when `enabled`; `hookchat web` always does).
+
+    Bound to loopback by default. Bound to any other address it needs a token: from the variable named by
+    `token_env` (or `token`); browsers pass it once as `?token=...` and keep it in a cookie.
+    """
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8780, ge=0, le=65535)
+    token_env: str = Field(default=WEB_TOKEN_ENV, pattern=_ENV_NAME)
+    token: SecretStr | None = None
+
+    @property
+    def is_loopback(self) -> bool:
+        """Whether `host` only accepts connections from this machine."""
+        return self.host in ("127.0.0.1", "::1", "localhost") or self.host.startswith("127.")
+
+
 class HookchatConfig(_Section):
     """The whole configuration. Every section has defaults, so an empty file (or none) is a working config.
 
@@ -286,6 +325,8 @@ class HookchatConfig(_Section):
     #: `[kira]`: values laid over the KiraAI-shaped config that KiraAI plugins read (`ctx.config["bot_config"]`,
     #: `["locale"]`, ...), for what hookchat has no setting of its own for; free-form, see docs/kira-compat.md.
     kira: dict[str, Any] = {}
+    trace: TraceConfig = Field(default_factory=dict)
+    web: WebConfig = Field(default_factory=dict)
     #: The file this config was read from (None: the defaults, or built in code); messages about it name it.
     _source: Path | None = PrivateAttr(default=None)
 
@@ -399,3 +440,5 @@ def _apply_env_secrets(config: HookchatConfig, env: Mapping[str, str], file: Pat
         raise ConfigError(f"{file or 'config'}: {key}: {reason}", path=file, issues=[(key, reason)])
     if env.get(config.server.token_env):
         config.server.token = SecretStr(env[config.server.token_env])
+    if env.get(config.web.token_env):
+        config.web.token = SecretStr(env[config.web.token_env])

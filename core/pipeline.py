@@ -153,6 +153,10 @@ class MessagePipeline:
     async def receive(self, message: KiraIMMessage) -> Received:
         """Run one incoming message through `im_message` and its strategy."""
         event = KiraMessageEvent(message)
+        with self.engine.tracer.message(event):  # trace: the message's hooks, until a turn adopts it
+            return await self._receive(event, message)
+
+    async def _receive(self, event: KiraMessageEvent, message: KiraIMMessage) -> Received:
         await self.engine.dispatch(_IM_MESSAGE, event)
         if event.is_stopped:
             return Received(event, None)

@@ -19,6 +19,7 @@ class TurnResult:
     sent: list[KiraIMSentResult] = field(default_factory=list)
     stopped: bool = False
     error: str | None = None
+    trace_id: str = ""  # the turn's trace (see core.trace), when tracing is on
 
     @property
     def chains(self) -> list[MessageChain]:

@@ -28,6 +28,7 @@ import pluggy
 from core.chat import KiraExceptionEvent
 from core.plugin._events import EventType, event_arguments, pipeline_order
 from core.plugin._decorators import HOOK_ATTR, PROJECT, HookMeta
+from core.trace import Tracer
 from core.utils.declarations import declared
 from core.utils.log import logger
 from core.utils.signals import hook_failed, loop_stalled, send
@@ -35,6 +36,7 @@ from core.utils.signals import hook_failed, loop_stalled, send
 __all__ = ["HookEngine", "HookEntry", "HookRegistrationError", "HookTimeout"]
 
 _EXCEPTION = EventType.EXCEPTION.value
+_clock = time.perf_counter_ns
 _IMPL_ATTR = PROJECT + "_impl"  # where pluggy's HookimplMarker stores its options on a function
 
 
@@ -121,8 +123,12 @@ class HookEngine(pluggy.PluginManager):
     is how long the event loop may be blocked before the stall watchdog reports it.
     """
 
-    def __init__(self, *, default_deadline: float = 10.0, stall_threshold: float = 0.5) -> None:
+    def __init__(
+        self, *, default_deadline: float = 10.0, stall_threshold: float = 0.5, tracer: Tracer | None = None
+    ) -> None:
         super().__init__(PROJECT)
+        #: Records each dispatch into the current trace when `tracer.enabled` (off: one attribute check).
+        self.tracer = tracer if tracer is not None else Tracer(enabled=False)
         self.default_deadline = default_deadline
         self.stall_threshold = stall_threshold
         self._chains: dict[str, tuple[HookEntry, ...]] = {}
@@ -222,6 +228,9 @@ class HookEngine(pluggy.PluginManager):
         if record is None or record.task is not task:
             record = self._new_record(task)
         outer = record.entry
+        tracer = self.tracer
+        span = tracer.dispatch(event_name, event, args, chain) if tracer.enabled else None  # trace
+        mark = span.append if span is not None else None  # one clock reading before each hook
         # A call with spread arguments costs more than the hooks themselves; most events pass 0 or 2 arguments.
         arity = len(args)
         if arity == 2:
@@ -231,6 +240,8 @@ class HookEngine(pluggy.PluginManager):
                 if event.is_stopped:
                     break
                 record.entry = entry
+                if mark is not None:  # trace
+                    mark(_clock())
                 try:
                     if arity == 0:
                         await entry.fn(event)
@@ -261,6 +272,8 @@ class HookEngine(pluggy.PluginManager):
         while record.swallowed and record.entry is None:
             entry = record.swallowed.pop(0)
             await self._report(entry, HookTimeout(f"hook passed its {entry.deadline:g} s deadline"), event)
+        if span is not None:  # trace
+            tracer.dispatched(span, event)
 
     def _new_record(self, task: asyncio.Task[Any] | None) -> _Dispatch:
         """The first dispatch of a task: give it a watchdog record (and make sure the watchdogs run on its loop)."""
@@ -280,6 +293,8 @@ class HookEngine(pluggy.PluginManager):
 
     async def _report(self, entry: HookEntry, error: BaseException, event: Any) -> None:
         timed_out = isinstance(error, HookTimeout)
+        if self.tracer.enabled:  # trace
+            self.tracer.hook_failed(entry, error, timed_out)
         tb = "".join(traceback.format_exception(error)) if not timed_out else ""
         logger.error(
             "plugin %r hook %s (%s) %s: %s%s",

@@ -336,6 +336,29 @@ class PluginLoader:
                 return self._fail(plugin_id, str(exc), str(source.path))
         return await self.load(plugin_id)
 
+    def source(self, plugin_id: str) -> PluginSource | None:
+        """Where the plugin comes from (its folder, entry point or class), or None when unknown."""
+        return self._sources.get(plugin_id)
+
+    def config_schema(self, plugin_id: str) -> dict[str, Any] | None:
+        """The plugin's `schema.json` as read (None when it has none or is unknown)."""
+        source = self._sources.get(plugin_id)
+        return source.schema if source is not None else None
+
+    def check_config(self, plugin_id: str, values: dict[str, Any]) -> dict[str, Any]:
+        """The `cfg` the plugin would get with the operator's `values`; raises `PluginConfigError` naming the
+        field when they do not fit its schema (nothing is changed)."""
+        return validate_config(plugin_id, self.config_schema(plugin_id), values)
+
+    async def configure(self, plugin_id: str, values: dict[str, Any]) -> PluginStatus:
+        """Check `values` (`PluginConfigError` when they do not fit: the old settings stay), make them the
+        plugin's settings, and reload it if loaded, so the new `cfg` applies without restarting the app."""
+        self.check_config(plugin_id, values)
+        self.plugin_config[plugin_id] = dict(values)
+        if plugin_id in self._loaded:
+            return await self.reload(plugin_id)
+        return self._status.get(plugin_id) or self._fail(plugin_id, f"no plugin {plugin_id!r}")
+
     async def shutdown(self) -> None:
         """Stop every loaded plugin, in reverse load order."""
         for pid in sorted(self._loaded, reverse=True):

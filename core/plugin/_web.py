@@ -110,8 +110,8 @@ class WebDeclaration:
 
 
 def _route(path: object, what: str) -> str:
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError(f"{what} path must be a string starting with '/', not {path!r}")
+    if not isinstance(path, str) or not path.startswith("/") or ".." in path.split("/"):
+        raise ValueError(f"{what} path must be a string starting with '/', without '..', not {path!r}")
     return path
 
 

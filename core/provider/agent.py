@@ -52,6 +52,7 @@ from core.services import apply_picture_budget, current_tool_call, visible_tools
 from core.tag import BaseTag, StreamParser, TagSet, parse_output
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
+from core.trace import current_trace
 from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
 
 __all__ = ["AgentLoop", "AgentSettings", "CONCLUDE_PROMPT"]
@@ -122,6 +123,12 @@ class AgentLoop:
 
     async def run_turn(self, batch: KiraMessageBatchEvent) -> TurnResult:
         """Run one turn for `batch`; never raises for a plugin, tool or model failure."""
+        with self.engine.tracer.turn(batch) as trace:  # trace: everything below records into the turn's trace
+            result = await self._run_turn(batch)
+            result.trace_id = trace.id if trace is not None else ""
+            return result
+
+    async def _run_turn(self, batch: KiraMessageBatchEvent) -> TurnResult:
         result = TurnResult(batch)
         dispatch = self.engine.dispatch
         await dispatch("im_batch_message", batch)
@@ -155,6 +162,9 @@ class AgentLoop:
                 self.settings.stream and self.provider.supports_streaming and not self.engine.chain("llm_response")
                 and not whole_output
             )
+            trace = current_trace()  # trace
+            if trace is not None:
+                tag_set, model_started = self.engine.tracer.traced_tags(tag_set), time.perf_counter_ns()
             try:
                 for attempt in (1, 2):
                     try:
@@ -172,7 +182,12 @@ class AgentLoop:
                         if step == 0:
                             turn[0] = ChatMessage("user", req.user_prompt.persisted_text)
                 self._learn_ratio(req, resp)
+                if trace is not None:  # trace
+                    trace.model_call(self.provider.name, req, resp, model_started, streamed=streaming)
             except ProviderError as exc:
+                if trace is not None:  # trace
+                    trace.model_call(self.provider.name, req, None, model_started, streamed=streaming, error=str(exc))
+                    trace.error = str(exc)
                 logger.error("model call failed for %s: %s", batch.sid, exc)
                 result.error = str(exc)
                 sent_all.extend(e for r in step_sent for e in r.chain)  # a stream may have sent part of it
@@ -213,6 +228,8 @@ class AgentLoop:
             await dispatch("final_result", batch, sent_all)
         if self.history is not None and turn:
             await self.history.append_turn(batch.sid, turn)
+            if (trace := current_trace()) is not None:  # trace
+                trace.history(len(turn))
         return result
 
     @staticmethod
@@ -398,6 +415,8 @@ class AgentLoop:
     async def _send(self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult) -> KiraIMSentResult:
         sent = await self.send(batch.session, chain, batch)
         result.sent.append(sent)
+        if (trace := current_trace()) is not None:  # trace
+            trace.sent(sent.chain, sent.ok, sent.message_id, sent.error)
         return sent
 
     def _tag_failed(self, batch: KiraMessageBatchEvent) -> Callable[[BaseTag, BaseException], Awaitable[None]]:
@@ -417,8 +436,10 @@ class AgentLoop:
         the model sees. Results keep the order of the calls."""
         results: list[ToolResult | None] = [None] * len(calls)
 
+        run_tool = self._run_tool if current_trace() is None else self._run_tool_traced  # trace
+
         async def run(index: int, call: ToolCall) -> None:
-            results[index] = await self._run_tool(batch, tool_set, call, seen)
+            results[index] = await run_tool(batch, tool_set, call, seen)
 
         async with anyio.create_task_group() as group:
             for index, call in enumerate(calls):
@@ -427,6 +448,19 @@ class AgentLoop:
         for r in done:
             batch.tool_attachments.extend(r.attachments)
         return done
+
+    async def _run_tool_traced(
+        self, batch: KiraMessageBatchEvent, tool_set: ToolSet, call: ToolCall, seen: dict[str, int]
+    ) -> ToolResult:
+        """`_run_tool`, recorded in the turn's trace with its arguments, result and duration."""
+        started = time.perf_counter_ns()
+        result = await self._run_tool(batch, tool_set, call, seen)
+        trace = current_trace()
+        if trace is not None:
+            tool = tool_set.get(call.name)
+            trace.tool_call(call.name, tool.owner if tool is not None else None, call.arguments, started,
+                            result=result.text, is_error=result.is_error)
+        return result
 
     async def _run_tool(
         self, batch: KiraMessageBatchEvent, tool_set: ToolSet, call: ToolCall, seen: dict[str, int]

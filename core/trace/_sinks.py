@@ -1,0 +1,199 @@
+"""Where finished traces go: the bounded in-memory ring, a JSON-lines file written by a thread of its own (no file
+I/O on the event loop), and OpenTelemetry spans when the SDK is installed and asked for."""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from core.trace._spans import Trace
+
+__all__ = ["TraceRing", "JsonLinesSink", "OtelSink", "read_json_lines", "OtelNotInstalledError"]
+
+_log = logging.getLogger("hookchat.trace")
+
+
+class TraceRing:
+    """The last `size` finished traces, by id (messages adopted by a turn are found by their own id too)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(1, size)
+        self._traces: deque[Trace] = deque()
+        self._by_id: dict[str, Trace] = {}
+
+    def add(self, trace: Trace) -> None:
+        """Keep `trace`; the oldest one goes when the ring is full."""
+        self._traces.append(trace)
+        self._by_id[trace.id] = trace
+        for child in trace.messages:
+            self._by_id[child.id] = trace
+        while len(self._traces) > self.size:
+            old = self._traces.popleft()
+            self._by_id.pop(old.id, None)
+            for child in old.messages:
+                self._by_id.pop(child.id, None)
+
+    def get(self, trace_id: str) -> Trace | None:
+        """The trace with this id (for a message's id: the turn that holds it), or None."""
+        return self._by_id.get(trace_id)
+
+    def recent(self, limit: int = 20, kind: str | None = None) -> list[Trace]:
+        """The newest traces first, at most `limit`, only of `kind` when given."""
+        out: list[Trace] = []
+        for trace in reversed(self._traces):
+            if kind is None or trace.kind == kind:
+                out.append(trace)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def __len__(self) -> int:
+        return len(self._traces)
+
+
+class JsonLinesSink:
+    """Appends each finished trace as one JSON line to `path`; at `max_bytes` the file moves to `<path>.1`.
+
+    A daemon thread owned by the sink does the serialising and writing; `close()` drains it and joins it.
+    """
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self._queue: queue.SimpleQueue[Trace | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def write(self, trace: Trace) -> None:
+        """Queue `trace` for writing."""
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="hookchat-trace-writer", daemon=True)
+                    self._thread.start()
+        self._queue.put(trace)
+
+    def _run(self) -> None:
+        while True:
+            trace = self._queue.get()
+            if trace is None:
+                return
+            try:
+                line = json.dumps(trace.to_dict(), ensure_ascii=False, default=str) + "\n"
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                if self.path.exists() and self.path.stat().st_size + len(line) > self.max_bytes:
+                    self.path.replace(self.path.with_name(self.path.name + ".1"))
+                with self.path.open("a", encoding="utf-8") as f:
+                    f.write(line)
+            except Exception:  # noqa: BLE001 - a full disk must not stop the bot; say so and go on
+                _log.exception("could not write trace %s to %s", trace.id, self.path)
+
+    def close(self) -> None:
+        """Write what is queued, then stop the thread."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(timeout=10)
+
+
+def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The traces written to `path` (and its rotated `<path>.1`), oldest first; the last `limit` when given.
+
+    A line that is not JSON (a crash mid-write) is skipped, with a warning naming the file and line.
+    """
+    out: list[dict[str, Any]] = []
+    for file in (path.with_name(path.name + ".1"), path):
+        if not file.is_file():
+            continue
+        with file.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    _log.warning("%s:%d is not a JSON trace; skipped", file, number)
+    return out[-limit:] if limit else out
+
+
+class OtelNotInstalledError(RuntimeError):
+    """`[trace] otel = true` but the `opentelemetry-sdk` package is not installed."""
+
+
+class OtelSink:
+    """Exports each finished trace as OpenTelemetry spans: one root span per trace, a child per dispatch (with a
+    child per hook), per model call, tool call, tag and send. Uses `provider` (a `TracerProvider`), else the
+    globally configured one: configure its exporters as the SDK documents (for example `OTEL_EXPORTER_*`)."""
+
+    def __init__(self, provider: Any = None) -> None:
+        try:
+            from opentelemetry import trace as otel  # optional dependency: imported only when asked for
+        except ImportError as exc:
+            raise OtelNotInstalledError(
+                "[trace] otel = true needs the OpenTelemetry SDK: pip install opentelemetry-sdk"
+            ) from exc
+        self._otel = otel
+        self._provider = provider
+        self._tracer = (provider or otel.get_tracer_provider()).get_tracer("hookchat")
+
+    def export(self, trace: Trace) -> None:
+        """Send `trace` as spans (the SDK's span processor does the exporting)."""
+        try:
+            self._export(trace)
+        except Exception:  # noqa: BLE001 - an exporter problem must not break a turn
+            _log.exception("could not export trace %s to OpenTelemetry", trace.id)
+
+    def _export(self, trace: Trace) -> None:
+        data = trace.to_dict()
+        # perf_counter readings become wall-clock nanoseconds by anchoring the trace's start to its wall time.
+        base = int(trace.started_at.timestamp() * 1e9)
+        end = base + int(data["duration_ms"] * 1e6)
+        otel = self._otel
+        root = self._tracer.start_span(
+            f"hookchat.{trace.kind}", start_time=base,
+            attributes={"hookchat.trace_id": trace.id, "hookchat.name": trace.name, "hookchat.sid": trace.sid or "",
+                        "hookchat.outcome": trace.outcome},
+        )
+        ctx = otel.set_span_in_context(root)
+
+        def at(ms: float) -> int:
+            return base + int(ms * 1e6)
+
+        for item in data["timeline"]:
+            kind = item["type"]
+            name = f"hookchat.{kind}" + (f" {item['event']}" if kind == "event" else
+                                          f" {item['name']}" if "name" in item else "")
+            attrs = {f"hookchat.{k}": v for k, v in item.items()
+                     if isinstance(v, (str, int, float, bool)) and k not in ("start_ms", "duration_ms")}
+            span = self._tracer.start_span(name, context=ctx, start_time=at(item["start_ms"]), attributes=attrs)
+            if kind == "event":
+                inner = otel.set_span_in_context(span)
+                for hook in item["hooks"]:
+                    hook_span = self._tracer.start_span(
+                        f"hook {hook['plugin_id']}.{hook['function']}", context=inner,
+                        start_time=at(hook["start_ms"]),
+                        attributes={"hookchat.plugin_id": hook["plugin_id"], "hookchat.outcome": hook["outcome"],
+                                    "hookchat.priority": hook["priority"], "code.filepath": hook["file"],
+                                    "code.lineno": hook["line"]},
+                    )
+                    if hook["error"]:
+                        hook_span.set_status(otel.Status(otel.StatusCode.ERROR, hook["error"]))
+                    hook_span.end(end_time=at(hook["start_ms"] + hook["duration_ms"]))
+            if item.get("error") or item.get("is_error"):
+                span.set_status(otel.Status(otel.StatusCode.ERROR, str(item.get("error") or "tool error")))
+            span.end(end_time=at(item["start_ms"] + item["duration_ms"]))
+        if trace.outcome == "error":
+            root.set_status(otel.Status(otel.StatusCode.ERROR, trace.error or "error"))
+        root.end(end_time=max(end, base))
+
+    def close(self) -> None:
+        """Flush the provider this sink was given (a global one is the operator's to shut down)."""
+        if self._provider is not None and hasattr(self._provider, "force_flush"):
+            self._provider.force_flush()
+
+

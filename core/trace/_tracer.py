@@ -1,0 +1,298 @@
+"""The tracer: which trace is current (a context variable, so every task of a turn sees its turn), starting and
+finishing traces, the per-turn trace id in log records, and where finished traces go (the ring, a JSON-lines
+file, OpenTelemetry).
+
+The engine asks `tracer.enabled` once per dispatch; with tracing off nothing else runs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import secrets
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import blinker
+
+from core.chat.message_elements import BaseMessageElement
+from core.chat.message_utils import KiraMessageBatchEvent, KiraMessageEvent, MessageStrategy
+from core.tag import BaseTag, TagSet
+from core.trace._sinks import JsonLinesSink, OtelSink, TraceRing
+from core.trace._spans import MAX_ITEMS, PROBED_EVENTS, HookLike, Trace, _now, end_record, new_record
+
+__all__ = ["Tracer", "current_trace", "current_trace_id", "default_file", "install_log_context", "MAX_PENDING_MESSAGES"]
+
+_current: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("hookchat_trace", default=None)
+
+#: Messages waiting in a buffer for their turn keep their trace open; past this many, the oldest are closed.
+MAX_PENDING_MESSAGES = 1_000
+
+
+def current_trace() -> Trace | None:
+    """The trace of the turn (or message, or event) this code runs in; None when tracing is off or outside one."""
+    trace = _current.get()
+    return trace if trace is not None and trace.ended_ns is None else None
+
+
+def current_trace_id() -> str:
+    """The current trace's id, or "" (what log records carry as `trace_id`)."""
+    trace = _current.get()
+    return trace.id if trace is not None else ""
+
+
+_log_factory_installed = False
+
+
+def install_log_context() -> None:
+    """Give every log record a `trace_id` attribute (the current trace's id, or ""), and copy the lines written
+    during a trace into it. Installed once per process, by the first enabled tracer; harmless when tracing is off
+    (records then carry "")."""
+    global _log_factory_installed
+    if _log_factory_installed:
+        return
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        trace = _current.get()
+        if trace is None:
+            record.trace_id = ""
+            return record
+        record.trace_id = trace.id
+        if trace.ended_ns is None:
+            try:
+                message = record.getMessage()
+            except Exception:  # noqa: BLE001 - a bad format string is logging's to report, not ours
+                message = str(record.msg)
+            trace.log(record.levelname, record.name, message)
+        return record
+
+    logging.setLogRecordFactory(factory)
+    _log_factory_installed = True
+
+
+class _TracedTag(BaseTag):
+    """A tag of one traced request: runs the real tag and records the occurrence in the trace."""
+
+    def __init__(self, inner: BaseTag, trace: Trace) -> None:  # no super().__init__: the name was checked already
+        self.inner = inner
+        self.trace = trace
+        self.ctx = inner.ctx
+        self.name = inner.name
+        self.description = inner.description
+        self.root = inner.root
+
+    @property
+    def owner(self) -> str | None:
+        """The plugin of the real tag."""
+        return self.inner.owner
+
+    async def handle(self, value: str, **kwargs: Any) -> list[Any]:
+        started = _now()
+        try:
+            result = await self.inner.handle(value, **kwargs)
+        except Exception as exc:
+            self.trace.tag(self.name, self.inner.owner, value, kwargs, started, error=f"{type(exc).__name__}: {exc}")
+            raise
+        elements = result if isinstance(result, list) else [result] if result is not None else []
+        self.trace.tag(self.name, self.inner.owner, value, kwargs, started,
+                       elements=[e for e in elements if isinstance(e, BaseMessageElement)])
+        return result
+
+
+class Tracer:
+    """Records traces when `enabled`; keeps the last `ring_size` finished ones in `store`, and writes each to
+    `file` (JSON lines, rotated at `max_file_bytes`) and to OpenTelemetry (`otel=True`) when asked.
+
+    `finished` is a blinker signal sent with the trace (`trace=`) each time one is stored. A tracer that is not
+    enabled costs one attribute check per dispatch and records nothing.
+    """
+
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        ring_size: int = 200,
+        file: Path | str | None = None,
+        max_file_bytes: int = 10 * 1024 * 1024,
+        otel: bool = False,
+        otel_provider: Any = None,
+    ) -> None:
+        self.enabled = enabled
+        self.store = TraceRing(ring_size)
+        self.file = JsonLinesSink(Path(file), max_file_bytes) if file else None
+        self.otel = OtelSink(otel_provider) if otel else None
+        self.finished = blinker.Signal("trace finished")
+        self._pending: OrderedDict[int, tuple[KiraMessageEvent, Trace]] = OrderedDict()
+        self._owned: dict[int, tuple[Trace, contextvars.Token[Trace | None]]] = {}  # dispatches with their own trace
+        self._running: dict[str, Trace] = {}  # turns in progress, readable before they finish
+        if enabled:
+            install_log_context()
+
+    # -- traces ---------------------------------------------------------------------------------------------------
+
+    def begin(self, kind: str, name: str, sid: str | None = None) -> Trace:
+        """A new trace (not yet current: see `activate`)."""
+        return Trace(self, f"{kind[0]}{secrets.token_hex(6)}", kind, name, sid)
+
+    @contextmanager
+    def activate(self, trace: Trace | None) -> Iterator[Trace | None]:
+        """Make `trace` current in this context (and the tasks started from it) for the duration of the block."""
+        token = _current.set(trace)
+        try:
+            yield trace
+        finally:
+            _current.reset(token)
+
+    def finish(self, trace: Trace, outcome: str, error: str | None = None) -> None:
+        """Close `trace` with `outcome` and hand it to the ring, the file and OpenTelemetry."""
+        if trace.ended_ns is not None:
+            return
+        self._running.pop(trace.id, None)
+        trace.ended_ns = _now()
+        trace.outcome = outcome
+        trace.error = error
+        self.store.add(trace)
+        if self.file is not None:
+            self.file.write(trace)
+        if self.otel is not None:
+            self.otel.export(trace)
+        if self.finished.receivers:
+            self.finished.send(self, trace=trace)
+
+    @contextmanager
+    def message(self, event: KiraMessageEvent) -> Iterator[Trace | None]:
+        """The trace of one incoming message, current while its `im_message` (and `message_buffered`) hooks run.
+
+        A message that goes on to a turn keeps its trace open until the turn adopts it (`turn`); a discarded or
+        stopped one is finished here.
+        """
+        if not self.enabled:
+            yield None
+            return
+        trace = self.begin("message", event.message_repr[:80], event.sid)
+        token = _current.set(trace)
+        try:
+            yield trace
+        except BaseException as exc:
+            self.finish(trace, "error", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            _current.reset(token)
+        if event.is_stopped:
+            self.finish(trace, "stopped")
+        elif event.strategy is MessageStrategy.DISCARD:
+            self.finish(trace, "discarded")
+        else:
+            trace.outcome = event.strategy.value
+            self._pending[id(event)] = (event, trace)
+            while len(self._pending) > MAX_PENDING_MESSAGES:
+                _, (_, old) = self._pending.popitem(last=False)
+                self.finish(old, "dropped", "the message waited too long for a turn")
+
+    @contextmanager
+    def turn(self, batch: KiraMessageBatchEvent) -> Iterator[Trace | None]:
+        """The trace of one turn, current for everything the turn runs; it adopts its messages' traces."""
+        if not self.enabled:
+            yield None
+            return
+        trace = self.begin("turn", batch.message_repr[:80], batch.sid)
+        for message in batch.messages:
+            found = self._pending.pop(id(message), None)
+            if found is not None and found[0] is message:
+                found[1].ended_ns = found[1].ended_ns or _now()
+                trace.messages.append(found[1])
+        self._running[trace.id] = trace
+        token = _current.set(trace)
+        try:
+            yield trace
+        except BaseException as exc:
+            _current.reset(token)
+            self.finish(trace, "cancelled" if not isinstance(exc, Exception) else "error",
+                        f"{type(exc).__name__}: {exc}")
+            raise
+        _current.reset(token)
+        if trace.ended_ns is None:
+            outcome = "stopped" if batch.is_stopped else "error" if trace.error else "completed"
+            self.finish(trace, outcome, trace.error)
+
+    # -- the engine's side ----------------------------------------------------------------------------------------
+
+    def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
+        """The record of one dispatch of `event` through `chain` (see `new_record`), in the current trace; outside
+        any trace the event gets a trace of its own. The engine appends `clock()` to the record before each hook,
+        and calls `dispatched(record, event)` at the end. (Written flat: it runs once per traced dispatch.)"""
+        trace = _current.get()
+        if trace is None or trace.ended_ns is not None:
+            trace = self.begin("event", event_name)
+            record = trace.dispatch(event_name, event, args, chain)
+            self._owned[id(record)] = (trace, _current.set(trace))
+            return record
+        record = new_record(event_name, event, args, chain) if event_name in PROBED_EVENTS else [
+            [event_name, chain, None, False]]
+        records = trace.records
+        if len(records) < MAX_ITEMS:
+            records.append(record)
+        else:
+            trace.dropped += 1
+        return record
+
+    def dispatched(self, record: list[Any], event: Any) -> None:
+        """The dispatch of `record` is over (the engine calls this after its last hook)."""
+        header = record[0]
+        if header[2] is None and not event.is_stopped and not self._owned:
+            list.append(record, _now())
+            header[3] = True
+            return
+        end_record(record, event)
+        owned = self._owned.pop(id(record), None)
+        if owned is not None:
+            trace, token = owned
+            _current.reset(token)
+            self.finish(trace, "stopped" if event.is_stopped else "completed")
+
+    def hook_failed(self, entry: HookLike, error: BaseException, timed_out: bool) -> None:
+        """The engine reports a hook that raised or passed its deadline."""
+        trace = _current.get()
+        if trace is not None:
+            trace.hook_failed(entry, error, timed_out)
+
+    # -- the agent loop's side ------------------------------------------------------------------------------------
+
+    def traced_tags(self, tag_set: TagSet) -> TagSet:
+        """A copy of `tag_set` whose tags record each occurrence in the current trace (the set itself if none)."""
+        trace = current_trace()
+        if trace is None:
+            return tag_set
+        return TagSet([_TracedTag(tag, trace) for tag in tag_set])
+
+    # -- reading --------------------------------------------------------------------------------------------------
+
+    def get(self, trace_id: str) -> Trace | None:
+        """A trace by id: a turn still running, or a finished one kept in the ring (a message's id finds the turn
+        that adopted it)."""
+        return self._running.get(trace_id) or self.store.get(trace_id)
+
+    def recent(self, limit: int = 20, kind: str | None = None) -> list[Trace]:
+        """The newest finished traces, newest first (only `kind` when given)."""
+        return self.store.recent(limit, kind)
+
+    def close(self) -> None:
+        """Flush and close the file and OpenTelemetry exports."""
+        if self.file is not None:
+            self.file.close()
+        if self.otel is not None:
+            self.otel.close()
+
+
+def default_file(data_dir: Path, name: str) -> Path | None:
+    """The JSON-lines file `[trace] file` names, relative to the data directory; None for ""."""
+    if not name:
+        return None
+    path = Path(os.path.expanduser(name))
+    return path if path.is_absolute() else data_dir / path

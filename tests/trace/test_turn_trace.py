@@ -1,0 +1,154 @@
+"""The trace of one turn: each hook with its plugin and outcome, what hooks changed, the model call, the tool
+call, the tag, the sends and the history write, one trace id in the turn's log lines; and tracing on or off gives
+the same replies."""
+
+import asyncio
+import logging
+
+import pytest
+
+from core.chat.message_elements import Text
+from core.plugin import BasePlugin, Priority, on, register
+from core.prompt_manager import Prompt
+from core.testing import ChatHarness, ScriptedProvider, ToolCall
+from core.trace import read_json_lines, render_trace
+
+pytestmark = pytest.mark.anyio
+
+
+class Probe(BasePlugin):
+    @on.im_message(priority=Priority.HIGH)
+    async def now(self, event, *_):
+        event.trigger(force=True)
+
+    @on.llm_request()
+    async def add_context(self, event, req, tag_set, *_):
+        req.system_prompt.append(Prompt("The user likes short answers.", "probe_context", "probe"))
+
+    @on.llm_request(priority=Priority.LOW)
+    async def broken(self, event, req, tag_set, *_):
+        raise RuntimeError("boom in broken")
+
+    @on.step_result(deadline=0.05)
+    async def slow(self, event, resp, *_):
+        if resp.tool_calls:
+            await asyncio.sleep(5)
+
+    @register.tool("lookup", "Look a word up", {"type": "object", "properties": {"word": {"type": "string"}},
+                                                 "required": ["word"]})
+    async def lookup(self, event, *_, word: str):
+        return f"{word} means hello"
+
+    @register.tag("shout", "Say it loudly")
+    async def shout(self, value: str, **kwargs):
+        return [Text(value.upper())]
+
+
+class Censor(BasePlugin):
+    @on.after_xml_parse()
+    async def no_secrets(self, event, chain, *_):
+        if "secret" in chain.plain_text:
+            event.stop()
+
+
+def script() -> list:
+    return [[ToolCall("lookup", {"word": "hi"}, id="call_1")],
+            "<msg>hello <shout>world</shout></msg><msg>the secret is 42</msg>"]
+
+
+def calls_of(trace, function):
+    return [c for c in trace.hook_calls() if c.function == function]
+
+
+async def test_a_turn_records_every_hook_with_its_plugin_and_outcome(caplog):
+    caplog.set_level(logging.INFO, logger="hookchat")
+    async with ChatHarness(plugins=[Probe, Censor], provider=ScriptedProvider(script())) as bot:
+        chains = await bot.send("what does hi mean?")
+        trace = bot.app.tracer.recent(1, kind="turn")[0]
+    assert [c.plain_text for c in chains] == ["hello WORLD"], "the stopped second message is not sent"
+    assert trace.outcome == "stopped" and trace.sid == "test:dm:user"
+
+    [message] = trace.messages
+    [now] = [c for c in message.hook_calls() if c.function == "now"]
+    assert (now.plugin_id, now.event, now.priority) == ("probe", "im_message", Priority.HIGH)
+    assert now.strategy == {"strategy": "trigger", "force": True}
+    assert now.file.endswith("test_turn_trace.py") and now.line > 0
+
+    added = calls_of(trace, "add_context")
+    assert added[0].outcome == "returned"
+    assert any("prompt section 'probe_context' added (source 'probe')" in c for c in added[0].changes)
+
+    broken = calls_of(trace, "broken")[0]
+    assert (broken.plugin_id, broken.outcome) == ("probe", "raised")
+    assert "RuntimeError: boom in broken" in broken.error and "boom in broken" in broken.traceback
+
+    slow = calls_of(trace, "slow")
+    assert [c.outcome for c in slow] == ["timed_out"], "only the step with tool calls sleeps; the stop ends the rest"
+
+    censor = calls_of(trace, "no_secrets")
+    assert [(c.plugin_id, c.outcome) for c in censor] == [("censor", "returned"), ("censor", "stopped")]
+    assert not calls_of(trace, "final_result"), "a stopped turn runs no final_result"
+
+    data = trace.to_dict()
+    items = data["timeline"]
+    [tool] = [i for i in items if i["type"] == "tool"]
+    assert (tool["name"], tool["plugin_id"], tool["arguments"], tool["result"], tool["is_error"]) == (
+        "lookup", "probe", {"word": "hi"}, "hi means hello", False)
+    [tag] = [i for i in items if i["type"] == "tag"]
+    assert (tag["name"], tag["plugin_id"], tag["value"], tag["elements"]) == ("shout", "probe", "world", ["WORLD"])
+    models = [i for i in items if i["type"] == "model"]
+    assert [m["provider"] for m in models] == ["scripted", "scripted"]
+    assert models[0]["tools"] == ["lookup"] and models[0]["tool_calls"] == [{"name": "lookup",
+                                                                             "arguments": {"word": "hi"}}]
+    sections = {(p["name"], p["source"]) for p in models[0]["system_prompt"]}
+    assert ("probe_context", "probe") in sections and ("role", "core") in sections
+    assert [i["text"] for i in items if i["type"] == "send"] == ["hello WORLD"]
+    assert [i["messages"] for i in items if i["type"] == "history"] == [4]
+    stages = [i["event"] for i in items if i["type"] == "event"]
+    assert stages[0] == "llm_request" and stages.count("after_xml_parse") == 2, "events with hooks, in order"
+
+    failure_logs = [r for r in caplog.records if "boom in broken" in r.getMessage()]
+    assert failure_logs and all(r.trace_id == trace.id for r in failure_logs), "the turn's log lines carry its id"
+    assert any("boom in broken" in line["message"] for line in data["logs"])
+
+    text = render_trace(data)
+    assert "probe.broken" in text and "raised" in text and "timed_out" in text and "stopped by censor.no_secrets" in text
+
+
+async def test_tracing_on_and_off_give_the_same_replies(tmp_path):
+    replies = {}
+    for enabled in (True, False):
+        async with ChatHarness(plugins=[Probe, Censor], provider=ScriptedProvider(script()),
+                               config={"trace": {"enabled": enabled}}) as bot:
+            replies[enabled] = [c.plain_text for c in await bot.send("what does hi mean?")]
+            kept = bot.app.tracer.recent()
+        assert bool(kept) is enabled, "tracing off records nothing"
+    assert replies[True] == replies[False] == ["hello WORLD"]
+
+
+async def test_finished_traces_are_written_as_json_lines(tmp_path):
+    provider = ScriptedProvider(["<msg>one</msg>", "<msg>two</msg>"])
+    async with ChatHarness(provider=provider, config={"data": {"dir": str(tmp_path)}}) as bot:
+        await bot.send("first")
+        await bot.send("second")
+        ids = [t.id for t in reversed(bot.app.tracer.recent(kind="turn"))]
+    written = [t for t in read_json_lines(tmp_path / "traces.jsonl") if t["kind"] == "turn"]
+    assert [t["id"] for t in written] == ids
+    assert [t["outcome"] for t in written] == ["completed", "completed"]
+
+
+async def test_the_ring_keeps_only_the_newest_traces():
+    provider = ScriptedProvider([f"<msg>{i}</msg>" for i in range(5)])
+    async with ChatHarness(provider=provider, config={"trace": {"ring_size": 3, "file": ""}}) as bot:
+        for i in range(5):
+            await bot.send(f"message {i}")
+        kept = bot.app.tracer.recent(10)
+    assert len(kept) == 3
+    assert kept[0].kind == "turn" and kept[0].name == "message 4"
+
+
+async def test_a_discarded_message_gets_a_trace_of_its_own():
+    async with ChatHarness(builtins=()) as bot:  # without the chat plugin every message is discarded
+        assert await bot.send("anyone?") == []
+        [trace] = bot.app.tracer.recent(kind="message")
+    assert trace.outcome == "discarded" and trace.name == "anyone?"

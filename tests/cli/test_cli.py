@@ -86,7 +86,7 @@ def test_an_invalid_config_file_names_the_key_and_the_reason(project):
 
 @pytest.mark.slow
 def test_chat_talks_to_the_embedded_model_through_the_whole_pipeline(project):
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("xllamacpp")
     out = hookchat("chat", cwd=project, stdin="Hello!\n/quit\n", timeout=300)
     assert out.returncode == 0, out.stderr
     assert "loading model" in out.stderr, "a long first start shows progress"

@@ -8,7 +8,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
+import anyio
+
 from core.adapter import ALL_ELEMENTS, Adapter
+from core.builtins import BUILTIN_PLUGINS
 from core.chat import (
     KiraEvent,
     KiraIMMessage,
@@ -22,7 +25,6 @@ from core.chat import (
     SessionBuffers,
     TurnResult,
 )
-from core.builtins import BUILTIN_PLUGINS
 from core.config import HookchatConfig
 from core.history import HistoryStore
 from core.kira import KiraRuntimeImpl
@@ -34,11 +36,11 @@ from core.provider.local import LocalLlamaProvider
 from core.provider.openai_provider import OpenAIProvider
 from core.server import ToolRegistryServer
 from core.services import PushService
+from core.trace import Tracer, default_file
 from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
 from core.utils.path_utils import set_data_path
 from core.utils.signals import message_sent, send
-from core.trace import Tracer, default_file
 
 __all__ = ["HookChat", "build_provider"]
 
@@ -206,7 +208,7 @@ class HookChat:
             await self.history.close()
         await self.provider.aclose()
         await self.engine.aclose()
-        self.tracer.close()
+        await anyio.to_thread.run_sync(self.tracer.close)  # it drains the trace file's writer thread
 
     async def __aenter__(self) -> HookChat:
         await self.start()

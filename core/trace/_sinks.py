@@ -59,46 +59,85 @@ class TraceRing:
 class JsonLinesSink:
     """Appends each finished trace as one JSON line to `path`; at `max_bytes` the file moves to `<path>.1`.
 
-    A daemon thread owned by the sink does the serialising and writing; `close()` drains it and joins it.
+    A daemon thread owned by the sink does the serialising and writing, a batch at a time, with the file kept
+    open; `close()` drains it and joins it. At most `max_queued` traces wait: past that (a disk slower than the
+    bot) the newest are dropped and counted, with one warning, rather than memory growing without bound.
     """
 
-    def __init__(self, path: Path, max_bytes: int) -> None:
+    def __init__(self, path: Path, max_bytes: int, max_queued: int = 10_000) -> None:
         self.path = path
         self.max_bytes = max_bytes
-        self._queue: queue.SimpleQueue[Trace | None] = queue.SimpleQueue()
+        self.max_queued = max_queued
+        self.dropped = 0
+        self._queue: queue.Queue[Trace | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._closed = False
 
     def write(self, trace: Trace) -> None:
-        """Queue `trace` for writing."""
+        """Queue `trace` for writing (dropped, and counted, when `max_queued` traces already wait, or once closed)."""
+        if self._closed:
+            return
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="hookchat-trace-writer", daemon=True)
                     self._thread.start()
+        if self._queue.qsize() >= self.max_queued:
+            if not self.dropped:
+                _log.warning("traces are written slower than they come: dropping them from %s", self.path)
+            self.dropped += 1
+            return
         self._queue.put(trace)
 
     def _run(self) -> None:
-        while True:
-            trace = self._queue.get()
-            if trace is None:
-                return
-            try:
-                line = json.dumps(trace.to_dict(), ensure_ascii=False, default=str) + "\n"
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                if self.path.exists() and self.path.stat().st_size + len(line) > self.max_bytes:
-                    self.path.replace(self.path.with_name(self.path.name + ".1"))
-                with self.path.open("a", encoding="utf-8") as f:
-                    f.write(line)
-            except Exception:  # noqa: BLE001 - a full disk must not stop the bot; say so and go on
-                _log.exception("could not write trace %s to %s", trace.id, self.path)
+        file = None
+        try:
+            while True:
+                batch = [self._queue.get()]
+                while not self._queue.empty() and len(batch) < 1000:
+                    batch.append(self._queue.get_nowait())
+                stop = None in batch
+                lines = [self._line(t) for t in batch if t is not None]
+                try:
+                    file = self._append(file, "".join(line for line in lines if line))
+                except OSError:  # a full disk must not stop the bot; say so and go on
+                    _log.exception("could not write %d trace(s) to %s", len(lines), self.path)
+                    file = None
+                if stop:
+                    return
+        finally:
+            if file is not None:
+                file.close()
+
+    def _line(self, trace: Trace) -> str:
+        try:
+            return json.dumps(trace.to_dict(), ensure_ascii=False, default=str) + "\n"
+        except Exception:  # noqa: BLE001 - one trace that cannot be written is skipped, with its id
+            _log.exception("could not serialise trace %s", trace.id)
+            return ""
+
+    def _append(self, file: Any, text: str) -> Any:
+        if not text:
+            return file
+        if file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            file = self.path.open("a", encoding="utf-8")
+        if file.tell() + len(text) > self.max_bytes and file.tell() > 0:
+            file.close()
+            self.path.replace(self.path.with_name(self.path.name + ".1"))
+            file = self.path.open("a", encoding="utf-8")
+        file.write(text)
+        file.flush()
+        return file
 
     def close(self) -> None:
-        """Write what is queued, then stop the thread."""
+        """Write what is queued, then stop the thread (blocking: call it off the event loop)."""
+        self._closed = True
         thread, self._thread = self._thread, None
         if thread is not None:
             self._queue.put(None)
-            thread.join(timeout=10)
+            thread.join()
 
 
 def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
@@ -132,7 +171,9 @@ class OtelSink:
 
     def __init__(self, provider: Any = None) -> None:
         try:
-            from opentelemetry import trace as otel  # optional dependency: imported only when asked for
+            from opentelemetry import (
+                trace as otel,  # optional dependency: imported only when asked for
+            )
         except ImportError as exc:
             raise OtelNotInstalledError(
                 "[trace] otel = true needs the OpenTelemetry SDK: pip install opentelemetry-sdk"

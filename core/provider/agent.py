@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 import anyio
-from jsonschema import Draft202012Validator
 
 from core.chat import (
     KiraEvent,
@@ -50,6 +49,7 @@ from core.provider.llm import (
 )
 from core.services import apply_picture_budget, current_tool_call, visible_tools
 from core.tag import BaseTag, StreamParser, TagSet, parse_output
+from core.utils.json_schema import UnusableSchemaError, schema_errors
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
 from core.trace import current_trace
@@ -478,26 +478,31 @@ class AgentLoop:
                 json.loads(call.raw_arguments)
             except ValueError:
                 return error(f"error: the arguments are not valid JSON: {call.raw_arguments[:200]!r}")
-        problems = sorted(Draft202012Validator(tool.parameters).iter_errors(call.arguments), key=str)
-        if problems:
-            where = ".".join(map(str, problems[0].absolute_path)) or "arguments"
-            return error(f"error: invalid arguments for {call.name}: {where}: {problems[0].message}")
-        key = f"{call.name}\x00{json.dumps(call.arguments, sort_keys=True, default=str)}"
-        seen[key] = seen.get(key, 0) + 1
-        if seen[key] > MAX_IDENTICAL_CALLS:
-            return error(
-                f"error: {call.name} was already called {MAX_IDENTICAL_CALLS} times with these exact arguments in "
-                "this turn; use the earlier results instead of calling it again"
-            )
         timeout = min(tool.timeout or self.settings.tool_timeout, self.settings.max_tool_timeout)
         current_tool_call.set(call)  # this task only (each call runs in its own task): remote tools read it
         try:
             with anyio.fail_after(timeout):
+                # In a worker thread, under the tool's deadline: a huge or pathological argument cannot block
+                # the loop (patterns are bounded too, see core.utils.json_schema).
+                problems = await anyio.to_thread.run_sync(schema_errors, tool.parameters, call.arguments,
+                                                          abandon_on_cancel=True)
+                if problems:
+                    return error(f"error: invalid arguments for {call.name}: {'; '.join(problems)}")
+                key = f"{call.name}\x00{json.dumps(call.arguments, sort_keys=True, default=str)}"
+                seen[key] = seen.get(key, 0) + 1
+                if seen[key] > MAX_IDENTICAL_CALLS:
+                    return error(
+                        f"error: {call.name} was already called {MAX_IDENTICAL_CALLS} times with these exact "
+                        "arguments in this turn; use the earlier results instead of calling it again"
+                    )
                 output = await tool.invoke(batch, dict(call.arguments))
             result = await apply_picture_budget(to_tool_result(output))
         except TimeoutError:
             logger.error("tool %s (plugin %r) timed out after %g s", call.name, tool.owner, timeout)
             return error(f"error: the tool {call.name} did not answer within {timeout:g} s")
+        except UnusableSchemaError as exc:  # a `$ref` the schema cannot resolve: the tool's fault, not the model's
+            logger.error("tool %s (plugin %r): its parameters schema cannot be used: %s", call.name, tool.owner, exc)
+            return error(f"error: the tool {call.name} cannot be called: its parameters schema is broken")
         except Exception as exc:  # noqa: BLE001 - a tool failure is the model's information, not a crash
             logger.exception("tool %s (plugin %r) raised", call.name, tool.owner)
             return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")

@@ -20,10 +20,15 @@ _log = logging.getLogger("hookchat")
 
 async def call_handler(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call `fn`: awaited when async, in a worker thread when sync (so it cannot block the loop); an awaitable it
-    returns is awaited too."""
+    returns is awaited too.
+
+    A thread cannot be cancelled: when the caller is cancelled (a deadline), a sync `fn` is abandoned in its
+    worker thread, which runs on until `fn` returns, and its result is dropped. The caller logs that leak, since
+    it knows what the handler is (a tool, a tag).
+    """
     if inspect.iscoroutinefunction(fn):
         return await fn(*args, **kwargs)
-    result = await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+    result = await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), abandon_on_cancel=True)
     if inspect.isawaitable(result):
         result = await result
     return result

@@ -335,6 +335,12 @@ class HookchatConfig(_Section):
         """Where this config came from, for messages: the file, or "the default configuration"."""
         return str(self._source) if self._source is not None else "the default configuration"
 
+    @property
+    def file(self) -> Path | None:
+        """The file this config was read from by `load_config` (None: the defaults, or built in code); like the
+        data directory, no output tag ever sends it."""
+        return self._source
+
     @field_validator("providers")
     @classmethod
     def _unique_providers(cls, value: list[ProviderConfig]) -> list[ProviderConfig]:

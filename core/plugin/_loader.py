@@ -147,6 +147,7 @@ class PluginLoader:
         disabled: set[str] | frozenset[str] = frozenset(),
         is_enabled: Callable[[str], bool] | None = None,
         media_roots: list[Path | str] = (),  # type: ignore[assignment]
+        private_paths: list[Path | str] = (),  # type: ignore[assignment]
         entry_points: bool = True,
         builtins: Iterable[str] = (),
         config_source: str = "the configuration",
@@ -160,7 +161,9 @@ class PluginLoader:
         self.plugin_config = dict(plugin_config or {})
         self.disabled_ids = set(disabled)
         self._is_enabled = is_enabled
-        self.media_roots = [Path(p) for p in media_roots] or [self.data_dir]
+        #: Never sendable by a tag: the data directory (history, plugin stores, runtime config) and `private_paths`.
+        self.private_paths = [self.data_dir, *(Path(p) for p in private_paths)]
+        self.media_roots = _public_roots([Path(p) for p in media_roots], self.private_paths)
         self.use_entry_points = entry_points
         self.builtins = tuple(builtins)
         self.config_source = config_source
@@ -471,6 +474,21 @@ class PluginLoader:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------
+
+
+def _public_roots(roots: list[Path], private: list[Path]) -> list[Path]:
+    """The media roots minus those inside a private path (refused with a warning); a root that contains one
+    stays, and the tags' path check refuses the private files inside it."""
+    kept = []
+    for root in roots:
+        real = root.resolve()
+        inside = next((p for p in private if real.is_relative_to(p.resolve())), None)
+        if inside is not None:
+            logger.warning("media directory %s refused: it is inside hookchat's private %s, whose files are never "
+                           "sent", root, inside)
+            continue
+        kept.append(root)
+    return kept
 
 
 def _snake(name: str) -> str:

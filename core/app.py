@@ -39,6 +39,7 @@ from core.utils.log import logger
 from core.utils.path_utils import set_data_path
 from core.utils.signals import message_sent, send
 from core.trace import Tracer, default_file
+from core.utils.tasks import SHUTDOWN_GRACE, wait_or_abandon
 
 __all__ = ["HookChat", "build_provider"]
 
@@ -190,7 +191,11 @@ class HookChat:
     async def aclose(self) -> None:
         """Fire `shutdown`, stop turns, adapters and plugins, close history, the provider and the engine."""
         if self._started:
-            await self.engine.dispatch("shutdown", KiraLifecycleEvent(None))
+            # Bounded: a shutdown hook that ignores its cancellation is abandoned (and reported), and the rest of
+            # the shutdown proceeds without it.
+            budget = sum(entry.deadline for entry in self.engine.chain("shutdown")) * 2 + SHUTDOWN_GRACE
+            shutdown = self.engine.dispatch("shutdown", KiraLifecycleEvent(None))
+            await wait_or_abandon(shutdown, budget, "the shutdown hooks")
         self._started = False
         if self.tool_server is not None:  # first: the remote registrations it stored stay stored
             await self.tool_server.stop()

@@ -458,6 +458,8 @@ class PluginLoader:
         status.tasks = len(loaded.ctx.tasks) if loaded else 0
         source = self._sources.get(plugin_id)
         status.warnings = list(source.warnings) if source is not None else []
+        if loaded and plugin_id in self.engine.faulty:  # a hook ignored its cancellation: its hooks are off
+            status.state, status.reason = "error", self.engine.faulty[plugin_id]
         return status
 
     def statuses(self) -> list[PluginStatus]:

@@ -4,6 +4,7 @@ any chunking of the output gives the same messages as parsing it whole. Its text
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -12,7 +13,7 @@ from typing import Any
 
 from core.chat import BaseMessageElement, MessageChain
 from core.chat.message_elements import Text
-from core.tag._tags import BaseTag, TagSet, _current_event
+from core.tag._tags import BaseTag, TagSet, TagTimeout, _current_event
 
 __all__ = ["StreamParser", "parse_output", "parse_stream", "decode_references", "OnTagError"]
 
@@ -499,9 +500,14 @@ class StreamParser:
                         continue
                     tag, value, attrs = op
                     try:
-                        # `**attrs` of an empty dict passes nothing, but costs a slower call on the hot path
-                        _add_elements(chain, await (tag.handle(value, **attrs) if attrs else tag.handle(value)), tag)
+                        # Every handler under its tag's deadline: a hung handler would hold its session (and a turn
+                        # slot) for ever. `**attrs` of an empty dict passes nothing, but costs a slower call.
+                        async with asyncio.timeout(tag.timeout) as deadline:
+                            elements = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
+                        _add_elements(chain, elements, tag)
                     except Exception as exc:
+                        if isinstance(exc, TimeoutError) and deadline.expired():
+                            exc = TagTimeout(f"tag <{tag.name}> did not finish within {tag.timeout:g} s")
                         await self._report(tag, exc)
                         if value and not value.isspace():
                             chain.append(Text(value))

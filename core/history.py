@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from core.provider.llm import ChatMessage
 from core.utils.sqlite import SqliteOpenError, SqliteWorker
+from core.utils.text import valid_text
 
 __all__ = ["HistoryStore", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
 
@@ -74,7 +75,8 @@ def _encode(messages: list[ChatMessage]) -> str:
     for m in messages:
         if not isinstance(m, ChatMessage):
             raise TypeError(f"history messages must be ChatMessage, not {type(m).__name__}")
-    return json.dumps([m.to_dict() for m in messages], ensure_ascii=False, separators=(",", ":"))
+    # valid_text: a lone surrogate would make the insert raise UnicodeEncodeError and lose the whole turn.
+    return valid_text(json.dumps([m.to_dict() for m in messages], ensure_ascii=False, separators=(",", ":")))
 
 
 def _decode(text: str) -> list[ChatMessage]:

@@ -9,6 +9,7 @@ message into one batch. `event.stop()` drops the message and nothing later runs 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -26,10 +27,22 @@ from core.plugin import HookEngine
 from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
 from core.utils.tasks import TaskOwner
+from core.utils.text import valid_text
 
 __all__ = ["TurnScheduler", "MessagePipeline"]
 
 _IM_MESSAGE = "im_message"
+
+
+def _make_valid(message: KiraIMMessage) -> None:
+    """Replace lone surrogates in the message's text fields (elements, sender's name) in place: a platform may
+    deliver one, and it would otherwise break the history insert and every send that echoes it."""
+    for element in message.chain:
+        for name, value in getattr(element, "__dict__", {}).items():
+            if isinstance(value, str) and not value.isascii():
+                setattr(element, name, valid_text(value))
+    if message.sender.nickname and not message.sender.nickname.isascii():
+        message.sender = dataclasses.replace(message.sender, nickname=valid_text(message.sender.nickname))
 _MESSAGE_BUFFERED = "message_buffered"
 
 
@@ -151,7 +164,8 @@ class MessagePipeline:
         self._capabilities = capabilities
 
     async def receive(self, message: KiraIMMessage) -> Received:
-        """Run one incoming message through `im_message` and its strategy."""
+        """Run one incoming message through `im_message` and its strategy (its text made valid Unicode first)."""
+        _make_valid(message)
         event = KiraMessageEvent(message)
         with self.engine.tracer.message(event):  # trace: the message's hooks, until a turn adopts it
             return await self._receive(event, message)

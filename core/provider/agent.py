@@ -53,6 +53,7 @@ from core.utils.json_schema import UnusableSchemaError, schema_errors
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
 from core.trace import current_trace
+from core.utils.text import valid_text
 from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
 
 __all__ = ["AgentLoop", "AgentSettings", "CONCLUDE_PROMPT"]
@@ -198,6 +199,7 @@ class AgentLoop:
                 notice = MessageChain([Text(self.settings.error_text.format(reason=exc))])
                 sent_all.extend((await self._send(batch, notice, result)).chain)
                 break
+            _make_valid(resp)
             if not batch.is_stopped:
                 await dispatch("llm_response", batch, resp)
             if not batch.is_stopped and not streaming:
@@ -527,6 +529,19 @@ def to_tool_result(output: Any) -> ToolResult:
     if output is None:
         return ToolResult(text="")
     return ToolResult(text=_json(output))
+
+
+def _make_valid(resp: LLMResponse) -> None:
+    """The model's output as valid Unicode (a lone surrogate from a `\\ud83d` escape or a cut stream is replaced),
+    so history stores it and tool names and arguments can be encoded."""
+    resp.text_response = valid_text(resp.text_response)
+    for call in resp.tool_calls:
+        call.name = valid_text(call.name)
+        if call.raw_arguments is not None and not call.raw_arguments.isascii():
+            call.raw_arguments = valid_text(call.raw_arguments)
+            arguments = json.dumps(call.arguments, ensure_ascii=False)
+            if valid_text(arguments) is not arguments:
+                call.arguments = json.loads(valid_text(arguments))
 
 
 def _json(value: Any) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from core.chat import BaseMessageElement, MessageChain
 from core.chat.message_elements import Text
 from core.tag._tags import BaseTag, TagSet, TagTimeout, _current_event
+from core.utils.text import valid_text
 
 __all__ = ["StreamParser", "parse_output", "parse_stream", "decode_references", "OnTagError"]
 
@@ -30,9 +31,6 @@ _STRUCTURAL = ("msg", *_HIDDEN)
 _REF = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|amp|lt|gt|quot|apos);")
 _REF_MAX = 10
 _NAMED = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
-
-# A surrogate code point: half of a character split across chunks (joined again), or alone (replaced by U+FFFD).
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _SLICE = 1 << 16  # parse_output feeds long outputs in slices of this many characters
 
@@ -97,14 +95,6 @@ def _ref(m: re.Match[str]) -> str:
     if code == 0 or 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
         return ref
     return chr(code)
-
-
-def _whole_characters(text: str) -> str:
-    """`text` with each surrogate pair joined into its character and each lone surrogate replaced by U+FFFD, so it
-    can be encoded (stored, sent) without `UnicodeEncodeError`."""
-    if _SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def decode_references(text: str) -> str:
@@ -274,7 +264,7 @@ class StreamParser:
         self._high_surrogate = ""
         if chunk and "\ud800" <= chunk[-1] <= "\udbff":  # a pair's first half: its second may come next
             chunk, self._high_surrogate = chunk[:-1], chunk[-1]
-        return _whole_characters(chunk)
+        return valid_text(chunk)
 
     def _receive(self, chunk: str) -> bool:
         """Take a chunk in; False while it cannot finish the construct being waited for."""

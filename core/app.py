@@ -112,6 +112,7 @@ class HookChat:
             plugin_config=dict(self.config.plugins.config),
             is_enabled=self.config.plugins.is_enabled,
             media_roots=list(self.config.media.allowed_dirs),
+            init_timeout=deadlines.plugin_start,
             private_paths=[self.config.file] if self.config.file is not None else [],
             entry_points=entry_points,
             builtins=builtins,

@@ -125,7 +125,7 @@ class HookEngine(pluggy.PluginManager):
     """
 
     def __init__(
-        self, *, default_deadline: float = 10.0, stall_threshold: float = 0.5, tracer: Tracer | None = None
+        self, *, default_deadline: float = 10.0, stall_threshold: float = 0.1, tracer: Tracer | None = None
     ) -> None:
         super().__init__(PROJECT)
         #: Records each dispatch into the current trace when `tracer.enabled` (off: one attribute check).

@@ -196,7 +196,8 @@ class AgentLoop:
                     turn.append(ChatMessage("assistant", _sent_text(step_sent)))
                 elif step == 0:
                     turn.clear()  # nothing happened: a failed first call leaves no trace that could wedge the session
-                notice = MessageChain([Text(self.settings.error_text.format(reason=exc))])
+                # `exc.public`, never `exc`: the user sees no server text, URL or key (the log above has them).
+                notice = MessageChain([Text(self.settings.error_text.format(reason=exc.public))])
                 sent_all.extend((await self._send(batch, notice, result)).chain)
                 break
             _make_valid(resp)

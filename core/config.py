@@ -109,6 +109,28 @@ class DataConfig(_Section):
 
     dir: _ResolvedPath = Path("data")
 
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        if isinstance(value, str) and (not value.strip() or "\x00" in value):
+            raise ValueError("must name a directory (it is empty or contains a NUL character)")
+        return value
+
+    @field_validator("dir")
+    @classmethod
+    def _usable_dir(cls, value: Path) -> Path:
+        """The directory exists, or can be created: no part of it is a file, and its nearest existing parent is
+        writable (hookchat creates it at start-up)."""
+        existing = value
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            where = "it" if existing == value else str(existing)
+            raise ValueError(f"{value} cannot be a data directory: {where} is a file, not a directory")
+        if existing != value and not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{value} cannot be created: {existing} is not writable")
+        return value
+
     @property
     def history_path(self) -> Path:
         """The history database file, `<dir>/history.sqlite3`."""
@@ -400,6 +422,9 @@ def _read_toml(file: Path) -> dict[str, Any]:
     try:
         with file.open("rb") as f:
             return tomllib.load(f)
+    except RecursionError:
+        raise ConfigError(f"{file}: TOML nested too deeply (arrays or tables inside each other); flatten it",
+                          path=file) from None
     except tomllib.TOMLDecodeError as exc:
         reason = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)$", reason)

@@ -140,7 +140,8 @@ class HookChat:
             history=self.history,
             drafts=self.drafts_for,
             settings=AgentSettings(
-                max_steps=limits.max_steps, tool_timeout=limits.tool_timeout, max_tool_timeout=limits.max_tool_timeout
+                max_steps=limits.max_steps, tool_timeout=limits.tool_timeout, max_tool_timeout=limits.max_tool_timeout,
+                max_messages=limits.max_messages_per_turn, max_chars=limits.max_chars_per_turn,
             ),
         )
         self.scheduler = TurnScheduler(self.agent.run_turn, limits.max_concurrent_turns)

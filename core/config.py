@@ -217,6 +217,8 @@ class LimitsConfig(_Section):
 
     `history_turns`/`history_tokens` bound the history sent with each request (see History);
     `history_retain_turns` (optional) trims each session's stored history to about that many turns.
+    `max_messages_per_turn`/`max_chars_per_turn` cap what one turn sends; past a cap the rest is dropped and the
+    user told so.
     """
 
     max_concurrent_turns: int = Field(default=64, gt=0)
@@ -227,6 +229,8 @@ class LimitsConfig(_Section):
     max_buffered_sessions: int = Field(default=10_000, gt=0)
     max_tool_timeout: float = Field(default=300.0, gt=0, le=300)
     tool_timeout: float = Field(default=30.0, gt=0)
+    max_messages_per_turn: int = Field(default=20, gt=0)
+    max_chars_per_turn: int = Field(default=20_000, gt=0)
 
     @field_validator("tool_timeout")
     @classmethod

@@ -77,6 +77,9 @@ class AgentSettings:
     cut_text: str = "(Your message was too long for the model: it read the first {kept} characters.)"
     stream: bool = True  # stream when the provider can and no plugin hooks llm_response
     max_tool_timeout: float = MAX_TOOL_TIMEOUT
+    max_messages: int = 20  # messages one turn may send
+    max_chars: int = 20_000  # characters of text one turn may send
+    capped_text: str = "(The rest of this answer was not sent: it was longer than one answer may be.)"
 
 
 class TurnHistory(Protocol):
@@ -207,7 +210,7 @@ class AgentLoop:
                 await self._deliver(batch, resp, tag_set, result, step_sent, whole_output)
             resp.step = KiraStepResult(raw_output=resp.text_response, sent=step_sent, step=step)
             sent_all.extend(e for r in step_sent for e in r.chain)
-            if batch.is_stopped:
+            if batch.is_stopped or result.capped:  # capped: the answer is over, what was sent is what it said
                 if step_sent:
                     turn.append(ChatMessage("assistant", _sent_text(step_sent)))
                 break
@@ -410,6 +413,19 @@ class AgentLoop:
             return False
         for chain in parsed:
             if chain:
+                if result.capped:
+                    return False
+                chars = len(chain.message_repr)
+                if (len(result.sent) >= self.settings.max_messages
+                        or result.chars_sent + chars > self.settings.max_chars):
+                    # A model (or a prompt injection) writing 100,000 <msg> blocks must not become 100,000 messages.
+                    result.capped = True
+                    logger.warning("turn of %s reached its cap (%d messages, %d characters): the rest is not sent",
+                                   batch.sid, self.settings.max_messages, self.settings.max_chars)
+                    notice = MessageChain([Text(self.settings.capped_text)])
+                    step_sent.append(await self._send(batch, notice, result))
+                    return False
+                result.chars_sent += chars
                 step_sent.append(await self._send(batch, chain, result))
             if batch.is_stopped:
                 return False

@@ -5,6 +5,7 @@ It is the `PluginHost` plugins and services see: the one send path, the session 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from core.chat import (
     KiraIMSentResult,
     KiraLifecycleEvent,
     KiraMessageBatchEvent,
+    KiraMessageEvent,
     MessageChain,
     MessageStrategy,
     Received,
@@ -25,8 +27,9 @@ from core.chat import (
 from core.builtins import BUILTIN_PLUGINS
 from core.config import HookchatConfig
 from core.history import HistoryStore
+from core.chat.message_elements import Text
 from core.kira import KiraRuntimeImpl
-from core.pipeline import MessagePipeline, TurnScheduler
+from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
 from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
 from core.provider.agent import AgentLoop, AgentSettings
@@ -147,7 +150,7 @@ class HookChat:
         self.scheduler = TurnScheduler(self.agent.run_turn, limits.max_concurrent_turns)
         self.pipeline = MessagePipeline(
             self.engine, self.scheduler, self.capabilities, max_buffered_sessions=limits.max_buffered_sessions,
-            clock=self.clock,
+            clock=self.clock, inbox=self.history,
         )
         self.push: PushService | None = PushService(self)
         self.tool_server: ToolRegistryServer | None = None
@@ -184,6 +187,40 @@ class HookChat:
             await self.push.start()
         self._started = True
         await self.plugins.dispatch_loaded(None)
+        await self._answer_unfinished()
+
+    async def _answer_unfinished(self) -> None:
+        """After a crash: the messages received and never answered (the inbox) are answered now, one batch per
+        session, or, when older than `[limits] unanswered_max_age`, their senders are told the bot restarted.
+        Never silence: a message whose adapter is gone stays in the inbox, with a warning."""
+        if self.history is None:
+            return
+        now = time.time()
+        max_age = self.config.limits.unanswered_max_age
+        by_session: dict[str, list[KiraMessageEvent]] = {}
+        for inbox_id, sid, received_at, data in await self.history.unfinished():
+            try:
+                message = message_from_inbox(data, received_at)
+            except (KeyError, ValueError, TypeError) as exc:
+                logger.error("unanswered message %d of %s cannot be restored (%s): dropped", inbox_id, sid, exc)
+                await self.history.mark_done([inbox_id])
+                continue
+            if not self.serves(message.session):
+                logger.warning("unanswered message %d of %s kept: no adapter %r serves it", inbox_id, sid,
+                               message.session.adapter_name)
+                continue
+            if now - received_at > max_age:
+                preview = message.message_repr[:80]
+                notice = MessageChain([Text(self.config.limits.unanswered_notice.format(message=preview))])
+                await self.send(message.session, notice)
+                await self.history.mark_done([inbox_id])
+                continue
+            event = KiraMessageEvent(message)
+            event.inbox_id = inbox_id
+            by_session.setdefault(sid, []).append(event)
+        for events in by_session.values():
+            logger.warning("answering %d message(s) of %s left unanswered by a restart", len(events), events[0].sid)
+            self.pipeline.submit(KiraMessageBatchEvent(events, events[0].session))
 
     @property
     def started(self) -> bool:

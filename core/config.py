@@ -230,6 +230,11 @@ class LimitsConfig(_Section):
     max_tool_timeout: float = Field(default=300.0, gt=0, le=300)
     tool_timeout: float = Field(default=30.0, gt=0)
     max_messages_per_turn: int = Field(default=20, gt=0)
+    #: Seconds after which a message left unanswered by a crash is no longer answered at start-up: its sender is
+    #: told the bot restarted instead.
+    unanswered_max_age: float = Field(default=600.0, ge=0)
+    unanswered_notice: str = ("Sorry, I restarted and could not answer your message (\"{message}\"). "
+                              "Please send it again.")
     max_chars_per_turn: int = Field(default=20_000, gt=0)
 
     @field_validator("tool_timeout")

@@ -8,7 +8,7 @@ import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -29,7 +29,15 @@ CREATE TABLE IF NOT EXISTS turns (
     meta TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_sid_id ON turns (sid, id);
+CREATE TABLE IF NOT EXISTS inbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    sid TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    message TEXT NOT NULL
+);
 """
+# The inbox holds every received message whose turn is not stored yet (a row is deleted when it is done), so what
+# it holds after a crash is exactly what was received and not answered.
 # AUTOINCREMENT: a turn id is never reused after a delete, so a plugin holding an old id cannot edit a newer turn.
 
 T = TypeVar("T")
@@ -173,8 +181,10 @@ class HistoryStore:
 
     # -- the pipeline's API ----------------------------------------------------------------------------------------
 
-    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None) -> int:
-        """Append one completed turn of session `sid` in one transaction and return its id.
+    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
+                          *, done: Sequence[int] = ()) -> int:
+        """Append one completed turn of session `sid` in one transaction and return its id; the inbox entries
+        `done` (the messages it answered) are marked done in the same transaction.
 
         The turn is committed when this returns. Raises `TypeError` for a message that is not a `ChatMessage` or meta
         that is not JSON-serialisable, before anything is queued.
@@ -182,11 +192,14 @@ class HistoryStore:
         text = _encode(messages)  # first: it checks the message types
         row = (sid, time.time(), estimate_tokens(messages), text, json.dumps(meta or {}))
         retain, since_trim = self.retain_turns, self._appends_since_trim
+        answered = [(i,) for i in done]
 
         def job(conn: sqlite3.Connection) -> int:
             turn_id = conn.execute(
                 "INSERT INTO turns (sid, created_at, tokens, messages, meta) VALUES (?, ?, ?, ?, ?)", row
             ).lastrowid
+            if answered:
+                conn.executemany("DELETE FROM inbox WHERE id = ?", answered)
             if retain is not None:
                 # Trimming costs a walk over `retain` index entries, so do it once per _TRIM_EVERY appends of the
                 # session, and on its first append since open (a restart must not postpone it for ever). A job the
@@ -298,6 +311,30 @@ class HistoryStore:
         )
 
     # -- the worker ------------------------------------------------------------------------------------------------
+
+    # -- the durable inbox -----------------------------------------------------------------------------------------
+
+    async def record_received(self, sid: str, message: dict[str, Any], received_at: float | None = None) -> int:
+        """Record a received message (`message`: JSON data the app can rebuild it from) before its turn starts;
+        returns its inbox id. Committed when this returns."""
+        row = (sid, time.time() if received_at is None else received_at, valid_text(json.dumps(message)))
+        return await self._submit(
+            lambda conn: conn.execute("INSERT INTO inbox (sid, received_at, message) VALUES (?, ?, ?)", row).lastrowid
+        )
+
+    async def mark_done(self, ids: Sequence[int]) -> None:
+        """Mark inbox entries done without a turn (the message was discarded, stopped, or answered otherwise)."""
+        rows = [(i,) for i in ids]
+        if rows:
+            await self._submit(lambda conn: conn.executemany("DELETE FROM inbox WHERE id = ?", rows))
+
+    async def unfinished(self) -> list[tuple[int, str, float, dict[str, Any]]]:
+        """Inbox entries not done, oldest first: `(id, sid, received_at, message)`; after a crash, the messages
+        received and never answered."""
+        rows = await self._submit(
+            lambda conn: conn.execute("SELECT id, sid, received_at, message FROM inbox ORDER BY id").fetchall()
+        )
+        return [(row[0], row[1], row[2], json.loads(row[3])) for row in rows]
 
     def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._worker is None:

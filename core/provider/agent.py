@@ -6,7 +6,7 @@ tools run) -> tools run concurrently, one `tool_result` per call -> `step_result
 plugin hooks `llm_response`, each message is parsed, passed to `after_xml_parse` and sent as soon as it is
 complete. Steps repeat while the model
 calls tools, at most `max_steps`; the last step withholds tools and tells the model to conclude. `final_result`
-runs exactly once per turn that was not stopped; then the turn is appended to history. `stop()` at any stage ends
+runs exactly once per turn that was not stopped, after the turn is appended to history. `stop()` at any stage ends
 the turn: nothing later runs, nothing more is sent, and history records only what happened.
 """
 
@@ -16,7 +16,7 @@ import html
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -88,8 +88,12 @@ class TurnHistory(Protocol):
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The messages of the session's stored turns, oldest first, within the store's budget."""
 
-    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None) -> int:
-        """Store one turn's messages; returns its id."""
+    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
+                          *, done: Sequence[int] = ()) -> int:
+        """Store one turn's messages, marking the inbox entries `done` (the messages it answered); returns its id."""
+
+    async def mark_done(self, ids: Sequence[int]) -> None:
+        """Mark inbox entries done when their turn stored nothing."""
 
 
 #: The one send path: `send(session, chain, event)` delivers through the session's adapter and fires
@@ -138,6 +142,7 @@ class AgentLoop:
         await dispatch("im_batch_message", batch)
         if batch.is_stopped:
             result.stopped = True
+            await self._store(batch, [])
             return result
         history = await self.history.get_history(batch.sid) if self.history is not None else []
         turn: list[ChatMessage] = []
@@ -230,13 +235,24 @@ class AgentLoop:
             if batch.is_stopped or not calls:
                 break
         result.stopped = batch.is_stopped
+        # Stored before `final_result`: a reply that was sent is in history even if the process dies while those
+        # hooks (a memory plugin, say) still run, and its messages leave the inbox in the same transaction.
+        await self._store(batch, turn)
         if not batch.is_stopped:
             await dispatch("final_result", batch, sent_all)
-        if self.history is not None and turn:
-            await self.history.append_turn(batch.sid, turn)
+        return result
+
+    async def _store(self, batch: KiraMessageBatchEvent, turn: list[ChatMessage]) -> None:
+        """Append the turn to history (if it has messages) and mark the batch's inbox entries done."""
+        if self.history is None:
+            return
+        done = [m.inbox_id for m in batch.messages if m.inbox_id is not None]
+        if turn:
+            await self.history.append_turn(batch.sid, turn, done=done)
             if (trace := current_trace()) is not None:  # trace
                 trace.history(len(turn))
-        return result
+        elif done:
+            await self.history.mark_done(done)
 
     @staticmethod
     def _user_prompt(batch: KiraMessageBatchEvent) -> UserPrompt:

@@ -203,7 +203,7 @@ class HookChat:
                 message = message_from_inbox(data, received_at)
             except (KeyError, ValueError, TypeError) as exc:
                 logger.error("unanswered message %d of %s cannot be restored (%s): dropped", inbox_id, sid, exc)
-                await self.history.mark_done([inbox_id])
+                self.history.mark_done([inbox_id])
                 continue
             if not self.serves(message.session):
                 logger.warning("unanswered message %d of %s kept: no adapter %r serves it", inbox_id, sid,
@@ -213,7 +213,7 @@ class HookChat:
                 preview = message.message_repr[:80]
                 notice = MessageChain([Text(self.config.limits.unanswered_notice.format(message=preview))])
                 await self.send(message.session, notice)
-                await self.history.mark_done([inbox_id])
+                self.history.mark_done([inbox_id])
                 continue
             event = KiraMessageEvent(message)
             event.inbox_id = inbox_id

@@ -8,6 +8,7 @@ import asyncio
 import json
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from core.provider.llm import ChatMessage
 from core.utils.sqlite import SqliteOpenError, SqliteWorker
+from core.utils.log import logger
 from core.utils.text import valid_text
 
 __all__ = ["HistoryStore", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
@@ -30,7 +32,7 @@ CREATE TABLE IF NOT EXISTS turns (
 );
 CREATE INDEX IF NOT EXISTS turns_sid_id ON turns (sid, id);
 CREATE TABLE IF NOT EXISTS inbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT PRIMARY KEY,
     sid TEXT NOT NULL,
     received_at REAL NOT NULL,
     message TEXT NOT NULL
@@ -93,6 +95,11 @@ def _decode(text: str) -> list[ChatMessage]:
 
 def _row_to_turn(row: tuple[Any, ...]) -> Turn:
     return Turn(id=row[0], sid=row[1], created_at=row[2], messages=_decode(row[3]), meta=json.loads(row[4]))
+
+
+def _log_inbox_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        logger.error("the inbox could not be written: %s", fut.exception())
 
 
 def _check_limit(name: str, value: int | None) -> None:
@@ -182,7 +189,7 @@ class HistoryStore:
     # -- the pipeline's API ----------------------------------------------------------------------------------------
 
     async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
-                          *, done: Sequence[int] = ()) -> int:
+                          *, done: Sequence[str] = ()) -> int:
         """Append one completed turn of session `sid` in one transaction and return its id; the inbox entries
         `done` (the messages it answered) are marked done in the same transaction.
 
@@ -314,21 +321,29 @@ class HistoryStore:
 
     # -- the durable inbox -----------------------------------------------------------------------------------------
 
-    async def record_received(self, sid: str, message: dict[str, Any], received_at: float | None = None) -> int:
-        """Record a received message (`message`: JSON data the app can rebuild it from) before its turn starts;
-        returns its inbox id. Committed when this returns."""
-        row = (sid, time.time() if received_at is None else received_at, valid_text(json.dumps(message)))
-        return await self._submit(
-            lambda conn: conn.execute("INSERT INTO inbox (sid, received_at, message) VALUES (?, ?, ?)", row).lastrowid
-        )
+    def record_received(self, sid: str, message: dict[str, Any], received_at: float | None = None) -> str:
+        """Queue the record of a received message (`message`: JSON data the app can rebuild it from) and return
+        its inbox id at once. Not awaited, so receiving never waits for the disk; durable all the same before its
+        turn starts, since jobs run in order and the turn's first query (its history) returns only after the
+        commit that holds this record. A failure is logged."""
+        inbox_id = uuid.uuid4().hex
+        row = (inbox_id, sid, time.time() if received_at is None else received_at, valid_text(json.dumps(message)))
+        self._submit(
+            lambda conn: conn.execute("INSERT INTO inbox (id, sid, received_at, message) VALUES (?, ?, ?, ?)", row)
+        ).add_done_callback(_log_inbox_failure)
+        return inbox_id
 
-    async def mark_done(self, ids: Sequence[int]) -> None:
-        """Mark inbox entries done without a turn (the message was discarded, stopped, or answered otherwise)."""
+    def mark_done(self, ids: Sequence[str]) -> asyncio.Future[None] | None:
+        """Queue marking inbox entries done without a turn (discarded, stopped, or answered otherwise); returns the
+        job's future (None when there is nothing to do), which callers may await. A failure is logged."""
         rows = [(i,) for i in ids]
-        if rows:
-            await self._submit(lambda conn: conn.executemany("DELETE FROM inbox WHERE id = ?", rows))
+        if not rows:
+            return None
+        fut = self._submit(lambda conn: conn.executemany("DELETE FROM inbox WHERE id = ?", rows) and None)
+        fut.add_done_callback(_log_inbox_failure)
+        return fut
 
-    async def unfinished(self) -> list[tuple[int, str, float, dict[str, Any]]]:
+    async def unfinished(self) -> list[tuple[str, str, float, dict[str, Any]]]:
         """Inbox entries not done, oldest first: `(id, sid, received_at, message)`; after a crash, the messages
         received and never answered."""
         rows = await self._submit(

@@ -200,19 +200,19 @@ class MessagePipeline:
         _make_valid(message)
         event = KiraMessageEvent(message)
         if self.inbox is not None:
-            event.inbox_id = await self.inbox.record_received(message.session.sid, inbox_record(message),
-                                                              message.timestamp)
+            sid, record = message.session.sid, inbox_record(message)
+            event.inbox_id = self.inbox.record_received(sid, record, message.timestamp)
         with self.engine.tracer.message(event):  # trace: the message's hooks, until a turn adopts it
             return await self._receive(event, message)
 
     async def _receive(self, event: KiraMessageEvent, message: KiraIMMessage) -> Received:
         await self.engine.dispatch(_IM_MESSAGE, event)
         if event.is_stopped:
-            await self._done(event)
+            self._done(event)
             return Received(event, None)
         strategy = event.strategy
         if strategy is MessageStrategy.DISCARD:
-            await self._done(event)
+            self._done(event)
             return Received(event, strategy)
         if strategy is MessageStrategy.TRIGGER:
             return Received(event, strategy, self._submit([event], message.session))
@@ -222,7 +222,7 @@ class MessagePipeline:
             if event.is_stopped:
                 # A message_buffered hook stopped it: it leaves the buffer and nothing later happens to it.
                 self.buffers.remove(event)
-                await self._done(event)
+                self._done(event)
                 return Received(event, None)
             return Received(event, strategy)
         # FLUSH
@@ -230,10 +230,10 @@ class MessagePipeline:
         messages.append(event)
         return Received(event, strategy, self._submit(messages, message.session))
 
-    async def _done(self, event: KiraMessageEvent) -> None:
+    def _done(self, event: KiraMessageEvent) -> None:
         """A message no turn will answer (discarded, stopped) leaves the inbox: nothing to recover after a crash."""
         if self.inbox is not None and event.inbox_id is not None:
-            await self.inbox.mark_done([event.inbox_id])
+            self.inbox.mark_done([event.inbox_id])
 
     def flush(self, session: Session | str) -> asyncio.Future[TurnResult] | None:
         """Turn everything buffered for `session` into one batch now (the debounce timer calls this)."""

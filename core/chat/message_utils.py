@@ -242,7 +242,7 @@ class KiraMessageEvent(KiraEvent):
         message.session = _session_of(message, adapter)
         self.message = message
         #: Its row in the durable inbox (None without history): marked done when the turn that answers it is stored.
-        self.inbox_id: int | None = None
+        self.inbox_id: str | None = None
         self.message_repr = message.chain.message_repr
         self.strategy = MessageStrategy.DISCARD
         self.strategy_forced = False

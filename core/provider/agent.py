@@ -89,11 +89,11 @@ class TurnHistory(Protocol):
         """The messages of the session's stored turns, oldest first, within the store's budget."""
 
     async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
-                          *, done: Sequence[int] = ()) -> int:
+                          *, done: Sequence[str] = ()) -> int:
         """Store one turn's messages, marking the inbox entries `done` (the messages it answered); returns its id."""
 
-    async def mark_done(self, ids: Sequence[int]) -> None:
-        """Mark inbox entries done when their turn stored nothing."""
+    def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
+        """Mark inbox entries done when their turn stored nothing (an awaitable, or None when there were none)."""
 
 
 #: The one send path: `send(session, chain, event)` delivers through the session's adapter and fires
@@ -252,7 +252,7 @@ class AgentLoop:
             if (trace := current_trace()) is not None:  # trace
                 trace.history(len(turn))
         elif done:
-            await self.history.mark_done(done)
+            await self.history.mark_done(done)  # type: ignore[misc] - not None: `done` is not empty
 
     @staticmethod
     def _user_prompt(batch: KiraMessageBatchEvent) -> UserPrompt:

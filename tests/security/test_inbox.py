@@ -26,7 +26,7 @@ def _record(text: str) -> dict:
 async def _leave_unanswered(data: Path, text: str, age: float) -> None:
     """What a crash leaves: a message recorded in the inbox whose turn never ended."""
     async with HistoryStore(data / "history.sqlite3") as store:
-        await store.record_received(SID, _record(text), time.time() - age)
+        store.record_received(SID, _record(text), time.time() - age)  # committed by the close
 
 
 async def test_the_turn_is_stored_before_final_result_hooks_run(tmp_path: Path) -> None:

@@ -481,6 +481,9 @@ class StreamParser:
         done, self._done = self._done, []
         chains: list[MessageChain] = []
         token = _current_event.set(self._event)
+        # Every handler runs under its tag's deadline (a hung one would hold its session and a turn slot for
+        # ever), without a timer per tag: one `_Deadline` per call, armed only while a handler runs long.
+        deadline = _Deadline()
         try:
             for ops in done:
                 chain = MessageChain()
@@ -489,14 +492,18 @@ class StreamParser:
                         chain.append(Text(op))
                         continue
                     tag, value, attrs = op
+                    deadline.start(tag.timeout)
                     try:
-                        # Every handler under its tag's deadline: a hung handler would hold its session (and a turn
-                        # slot) for ever. `**attrs` of an empty dict passes nothing, but costs a slower call.
-                        async with asyncio.timeout(tag.timeout) as deadline:
-                            elements = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
+                        # `**attrs` of an empty dict passes nothing, but costs a slower call on the hot path
+                        elements = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
+                        deadline.finish()
                         _add_elements(chain, elements, tag)
-                    except Exception as exc:
-                        if isinstance(exc, TimeoutError) and deadline.expired():
+                    except (Exception, asyncio.CancelledError) as caught:
+                        deadline.running = False
+                        exc = caught
+                        if isinstance(caught, asyncio.CancelledError):
+                            if not deadline.absorb():
+                                raise
                             exc = TagTimeout(f"tag <{tag.name}> did not finish within {tag.timeout:g} s")
                         await self._report(tag, exc)
                         if value and not value.isspace():
@@ -504,6 +511,7 @@ class StreamParser:
                 if chain:
                     chains.append(chain)
         finally:
+            deadline.close()
             _current_event.reset(token)
         return chains
 
@@ -517,6 +525,58 @@ class StreamParser:
                 _log.exception("on_error callback failed for tag <%s>", tag.name)
         _log.warning("tag <%s> (plugin %s) failed: %r; its text is sent instead", tag.name, tag.owner, exc,
                      exc_info=exc)
+
+
+class _Deadline:
+    """The deadline of the tag handler running now, in the task that runs it: `start()` costs a clock read; one
+    timer, armed at the first handler and re-armed only while handlers run, cancels a handler that passed its
+    timeout, and `absorb()` tells that cancellation from one coming from outside (which propagates)."""
+
+    __slots__ = ("_loop", "_task", "_timer", "_started", "_limit", "running", "_fired")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._timer: asyncio.TimerHandle | None = None
+        self._started = 0.0
+        self._limit: float | None = None
+        self.running = False
+        self._fired = False
+
+    def start(self, limit: float | None) -> None:
+        self._started, self._limit, self.running = self._loop.time(), limit, True
+        if self._timer is None and limit is not None:
+            self._timer = self._loop.call_at(self._started + limit, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        if not self.running or self._limit is None:
+            return
+        due = self._started + self._limit
+        if self._loop.time() >= due and self._task is not None:
+            self._fired = True
+            self.running = False
+            self._task.cancel()
+        else:
+            self._timer = self._loop.call_at(due, self._check)
+
+    def finish(self) -> None:
+        """The handler returned; if it swallowed this deadline's cancellation, undo the cancel request."""
+        self.running = False
+        if self._fired:
+            self._fired = False
+            if self._task is not None:
+                self._task.uncancel()
+
+    def absorb(self) -> bool:
+        """After a `CancelledError`: True when it was this deadline's (now undone), False when it came from outside."""
+        fired, self._fired = self._fired, False
+        return fired and self._task is not None and self._task.uncancel() == 0
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 async def parse_output(

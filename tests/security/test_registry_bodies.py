@@ -28,7 +28,8 @@ async def test_malformed_bodies_get_400(tmp_path, counting_server) -> None:
             "type": "object", "properties": {"a": {"$ref": f"{counting_server.url}/a.json"}}}),
         "description not a string": registration("typed", "http://127.0.0.1:9/cb", description=["x"]),
     }
-    repaired = b'{"name": "ok_name", "description": "half \\udc00", "callback_url": "http://127.0.0.1:9/cb", "source": "t"}'
+    repaired = (b'{"name": "ok_name", "description": "half \\udc00", "callback_url": "http://127.0.0.1:9/cb", '
+                b'"source": "t"}')
     statuses = {}
     async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
         async with httpx.AsyncClient(base_url=server.url) as http:

@@ -5,6 +5,7 @@ It is the `PluginHost` plugins and services see: the one send path, the session 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from core.chat import (
     KiraIMSentResult,
     KiraLifecycleEvent,
     KiraMessageBatchEvent,
+    KiraMessageEvent,
     MessageChain,
     MessageStrategy,
     Received,
@@ -25,10 +27,11 @@ from core.chat import (
     SessionBuffers,
     TurnResult,
 )
+from core.chat.message_elements import Text
 from core.config import HookchatConfig
 from core.history import HistoryStore
 from core.kira import KiraRuntimeImpl
-from core.pipeline import MessagePipeline, TurnScheduler
+from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
 from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
 from core.provider.agent import AgentLoop, AgentSettings
@@ -41,6 +44,7 @@ from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
 from core.utils.path_utils import set_data_path
 from core.utils.signals import message_sent, send
+from core.utils.tasks import SHUTDOWN_GRACE, wait_or_abandon
 
 __all__ = ["HookChat", "build_provider"]
 
@@ -112,7 +116,9 @@ class HookChat:
             data_dir=self.data_dir,
             plugin_config=dict(self.config.plugins.config),
             is_enabled=self.config.plugins.is_enabled,
-            media_roots=[self.data_dir, *self.config.media.allowed_dirs],
+            media_roots=list(self.config.media.allowed_dirs),
+            init_timeout=deadlines.plugin_start,
+            private_paths=[self.config.file] if self.config.file is not None else [],
             entry_points=entry_points,
             builtins=builtins,
             config_source=self.config.source,
@@ -139,13 +145,14 @@ class HookChat:
             history=self.history,
             drafts=self.drafts_for,
             settings=AgentSettings(
-                max_steps=limits.max_steps, tool_timeout=limits.tool_timeout, max_tool_timeout=limits.max_tool_timeout
+                max_steps=limits.max_steps, tool_timeout=limits.tool_timeout, max_tool_timeout=limits.max_tool_timeout,
+                max_messages=limits.max_messages_per_turn, max_chars=limits.max_chars_per_turn,
             ),
         )
         self.scheduler = TurnScheduler(self.agent.run_turn, limits.max_concurrent_turns)
         self.pipeline = MessagePipeline(
             self.engine, self.scheduler, self.capabilities, max_buffered_sessions=limits.max_buffered_sessions,
-            clock=self.clock,
+            clock=self.clock, inbox=self.history,
         )
         self.push: PushService | None = PushService(self)
         self.tool_server: ToolRegistryServer | None = None
@@ -182,6 +189,40 @@ class HookChat:
             await self.push.start()
         self._started = True
         await self.plugins.dispatch_loaded(None)
+        await self._answer_unfinished()
+
+    async def _answer_unfinished(self) -> None:
+        """After a crash: the messages received and never answered (the inbox) are answered now, one batch per
+        session, or, when older than `[limits] unanswered_max_age`, their senders are told the bot restarted.
+        Never silence: a message whose adapter is gone stays in the inbox, with a warning."""
+        if self.history is None:
+            return
+        now = time.time()
+        max_age = self.config.limits.unanswered_max_age
+        by_session: dict[str, list[KiraMessageEvent]] = {}
+        for inbox_id, sid, received_at, data in await self.history.unfinished():
+            try:
+                message = message_from_inbox(data, received_at)
+            except (KeyError, ValueError, TypeError) as exc:
+                logger.error("unanswered message %d of %s cannot be restored (%s): dropped", inbox_id, sid, exc)
+                self.history.mark_done([inbox_id])
+                continue
+            if not self.serves(message.session):
+                logger.warning("unanswered message %d of %s kept: no adapter %r serves it", inbox_id, sid,
+                               message.session.adapter_name)
+                continue
+            if now - received_at > max_age:
+                preview = message.message_repr[:80]
+                notice = MessageChain([Text(self.config.limits.unanswered_notice.format(message=preview))])
+                await self.send(message.session, notice)
+                self.history.mark_done([inbox_id])
+                continue
+            event = KiraMessageEvent(message)
+            event.inbox_id = inbox_id
+            by_session.setdefault(sid, []).append(event)
+        for events in by_session.values():
+            logger.warning("answering %d message(s) of %s left unanswered by a restart", len(events), events[0].sid)
+            self.pipeline.submit(KiraMessageBatchEvent(events, events[0].session))
 
     @property
     def started(self) -> bool:
@@ -191,7 +232,11 @@ class HookChat:
     async def aclose(self) -> None:
         """Fire `shutdown`, stop turns, adapters and plugins, close history, the provider and the engine."""
         if self._started:
-            await self.engine.dispatch("shutdown", KiraLifecycleEvent(None))
+            # Bounded: a shutdown hook that ignores its cancellation is abandoned (and reported), and the rest of
+            # the shutdown proceeds without it.
+            budget = sum(entry.deadline for entry in self.engine.chain("shutdown")) * 2 + SHUTDOWN_GRACE
+            shutdown = self.engine.dispatch("shutdown", KiraLifecycleEvent(None))
+            await wait_or_abandon(shutdown, budget, "the shutdown hooks")
         self._started = False
         if self.tool_server is not None:  # first: the remote registrations it stored stay stored
             await self.tool_server.stop()

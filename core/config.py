@@ -109,6 +109,28 @@ class DataConfig(_Section):
 
     dir: _ResolvedPath = Path("data")
 
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        if isinstance(value, str) and (not value.strip() or "\x00" in value):
+            raise ValueError("must name a directory (it is empty or contains a NUL character)")
+        return value
+
+    @field_validator("dir")
+    @classmethod
+    def _usable_dir(cls, value: Path) -> Path:
+        """The directory exists, or can be created: no part of it is a file, and its nearest existing parent is
+        writable (hookchat creates it at start-up)."""
+        existing = value
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            where = "it" if existing == value else str(existing)
+            raise ValueError(f"{value} cannot be a data directory: {where} is a file, not a directory")
+        if existing != value and not os.access(existing, os.W_OK | os.X_OK):
+            raise ValueError(f"{value} cannot be created: {existing} is not writable")
+        return value
+
     @property
     def history_path(self) -> Path:
         """The history database file, `<dir>/history.sqlite3`."""
@@ -195,6 +217,8 @@ class LimitsConfig(_Section):
 
     `history_turns`/`history_tokens` bound the history sent with each request (see History);
     `history_retain_turns` (optional) trims each session's stored history to about that many turns.
+    `max_messages_per_turn`/`max_chars_per_turn` cap what one turn sends; past a cap the rest is dropped and the
+    user told so.
     """
 
     max_concurrent_turns: int = Field(default=64, gt=0)
@@ -205,6 +229,13 @@ class LimitsConfig(_Section):
     max_buffered_sessions: int = Field(default=10_000, gt=0)
     max_tool_timeout: float = Field(default=300.0, gt=0, le=300)
     tool_timeout: float = Field(default=30.0, gt=0)
+    max_messages_per_turn: int = Field(default=20, gt=0)
+    #: Seconds after which a message left unanswered by a crash is no longer answered at start-up: its sender is
+    #: told the bot restarted instead.
+    unanswered_max_age: float = Field(default=600.0, ge=0)
+    unanswered_notice: str = ("Sorry, I restarted and could not answer your message (\"{message}\"). "
+                              "Please send it again.")
+    max_chars_per_turn: int = Field(default=20_000, gt=0)
 
     @field_validator("tool_timeout")
     @classmethod
@@ -216,10 +247,12 @@ class LimitsConfig(_Section):
 
 
 class DeadlinesConfig(_Section):
-    """`[deadlines]`: how long a hook may run before it is cancelled, and when the loop counts as stalled."""
+    """`[deadlines]`: how long a hook may run before it is cancelled, when the loop counts as stalled (0.1 s, so
+    a 0.2 s block is reported), and how long one plugin's import or `initialize()` may take at start-up."""
 
     hook_default: float = Field(default=10.0, gt=0)
-    stall_threshold: float = Field(default=0.5, gt=0)
+    stall_threshold: float = Field(default=0.1, gt=0)
+    plugin_start: float = Field(default=30.0, gt=0)
 
 
 class AdapterConfig(_Section):
@@ -335,6 +368,12 @@ class HookchatConfig(_Section):
         """Where this config came from, for messages: the file, or "the default configuration"."""
         return str(self._source) if self._source is not None else "the default configuration"
 
+    @property
+    def file(self) -> Path | None:
+        """The file this config was read from by `load_config` (None: the defaults, or built in code); like the
+        data directory, no output tag ever sends it."""
+        return self._source
+
     @field_validator("providers")
     @classmethod
     def _unique_providers(cls, value: list[ProviderConfig]) -> list[ProviderConfig]:
@@ -392,6 +431,9 @@ def _read_toml(file: Path) -> dict[str, Any]:
     try:
         with file.open("rb") as f:
             return tomllib.load(f)
+    except RecursionError:
+        raise ConfigError(f"{file}: TOML nested too deeply (arrays or tables inside each other); flatten it",
+                          path=file) from None
     except tomllib.TOMLDecodeError as exc:
         reason = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)$", reason)

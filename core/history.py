@@ -8,13 +8,16 @@ import asyncio
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from core.provider.llm import ChatMessage
 from core.utils.sqlite import SqliteOpenError, SqliteWorker
+from core.utils.log import logger
+from core.utils.text import valid_text
 
 __all__ = ["HistoryStore", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
 
@@ -28,7 +31,15 @@ CREATE TABLE IF NOT EXISTS turns (
     meta TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_sid_id ON turns (sid, id);
+CREATE TABLE IF NOT EXISTS inbox (
+    id TEXT PRIMARY KEY,
+    sid TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    message TEXT NOT NULL
+);
 """
+# The inbox holds every received message whose turn is not stored yet (a row is deleted when it is done), so what
+# it holds after a crash is exactly what was received and not answered.
 # AUTOINCREMENT: a turn id is never reused after a delete, so a plugin holding an old id cannot edit a newer turn.
 
 T = TypeVar("T")
@@ -74,7 +85,8 @@ def _encode(messages: list[ChatMessage]) -> str:
     for m in messages:
         if not isinstance(m, ChatMessage):
             raise TypeError(f"history messages must be ChatMessage, not {type(m).__name__}")
-    return json.dumps([m.to_dict() for m in messages], ensure_ascii=False, separators=(",", ":"))
+    # valid_text: a lone surrogate would make the insert raise UnicodeEncodeError and lose the whole turn.
+    return valid_text(json.dumps([m.to_dict() for m in messages], ensure_ascii=False, separators=(",", ":")))
 
 
 def _decode(text: str) -> list[ChatMessage]:
@@ -83,6 +95,11 @@ def _decode(text: str) -> list[ChatMessage]:
 
 def _row_to_turn(row: tuple[Any, ...]) -> Turn:
     return Turn(id=row[0], sid=row[1], created_at=row[2], messages=_decode(row[3]), meta=json.loads(row[4]))
+
+
+def _log_inbox_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        logger.error("the inbox could not be written: %s", fut.exception())
 
 
 def _check_limit(name: str, value: int | None) -> None:
@@ -171,8 +188,10 @@ class HistoryStore:
 
     # -- the pipeline's API ----------------------------------------------------------------------------------------
 
-    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None) -> int:
-        """Append one completed turn of session `sid` in one transaction and return its id.
+    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
+                          *, done: Sequence[str] = ()) -> int:
+        """Append one completed turn of session `sid` in one transaction and return its id; the inbox entries
+        `done` (the messages it answered) are marked done in the same transaction.
 
         The turn is committed when this returns. Raises `TypeError` for a message that is not a `ChatMessage` or meta
         that is not JSON-serialisable, before anything is queued.
@@ -180,11 +199,14 @@ class HistoryStore:
         text = _encode(messages)  # first: it checks the message types
         row = (sid, time.time(), estimate_tokens(messages), text, json.dumps(meta or {}))
         retain, since_trim = self.retain_turns, self._appends_since_trim
+        answered = [(i,) for i in done]
 
         def job(conn: sqlite3.Connection) -> int:
             turn_id = conn.execute(
                 "INSERT INTO turns (sid, created_at, tokens, messages, meta) VALUES (?, ?, ?, ?, ?)", row
             ).lastrowid
+            if answered:
+                conn.executemany("DELETE FROM inbox WHERE id = ?", answered)
             if retain is not None:
                 # Trimming costs a walk over `retain` index entries, so do it once per _TRIM_EVERY appends of the
                 # session, and on its first append since open (a restart must not postpone it for ever). A job the
@@ -296,6 +318,38 @@ class HistoryStore:
         )
 
     # -- the worker ------------------------------------------------------------------------------------------------
+
+    # -- the durable inbox -----------------------------------------------------------------------------------------
+
+    def record_received(self, sid: str, message: dict[str, Any], received_at: float | None = None) -> str:
+        """Queue the record of a received message (`message`: JSON data the app can rebuild it from) and return
+        its inbox id at once. Not awaited, so receiving never waits for the disk; durable all the same before its
+        turn starts, since jobs run in order and the turn's first query (its history) returns only after the
+        commit that holds this record. A failure is logged."""
+        inbox_id = uuid.uuid4().hex
+        row = (inbox_id, sid, time.time() if received_at is None else received_at, valid_text(json.dumps(message)))
+        self._submit(
+            lambda conn: conn.execute("INSERT INTO inbox (id, sid, received_at, message) VALUES (?, ?, ?, ?)", row)
+        ).add_done_callback(_log_inbox_failure)
+        return inbox_id
+
+    def mark_done(self, ids: Sequence[str]) -> asyncio.Future[None] | None:
+        """Queue marking inbox entries done without a turn (discarded, stopped, or answered otherwise); returns the
+        job's future (None when there is nothing to do), which callers may await. A failure is logged."""
+        rows = [(i,) for i in ids]
+        if not rows:
+            return None
+        fut = self._submit(lambda conn: conn.executemany("DELETE FROM inbox WHERE id = ?", rows) and None)
+        fut.add_done_callback(_log_inbox_failure)
+        return fut
+
+    async def unfinished(self) -> list[tuple[str, str, float, dict[str, Any]]]:
+        """Inbox entries not done, oldest first: `(id, sid, received_at, message)`; after a crash, the messages
+        received and never answered."""
+        rows = await self._submit(
+            lambda conn: conn.execute("SELECT id, sid, received_at, message FROM inbox ORDER BY id").fetchall()
+        )
+        return [(row[0], row[1], row[2], json.loads(row[3])) for row in rows]
 
     def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._worker is None:

@@ -9,27 +9,69 @@ message into one batch. `event.stop()` drops the message and nothing later runs 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from core.chat import (
+    Group,
     KiraIMMessage,
     KiraMessageBatchEvent,
     KiraMessageEvent,
+    MessageChain,
     MessageStrategy,
     Received,
     Session,
     SessionBuffers,
     TurnResult,
+    User,
 )
+from core.chat.message_elements import Text
+from core.history import HistoryStore
 from core.plugin import HookEngine
 from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
 from core.utils.tasks import TaskOwner
+from core.utils.text import valid_text
 
-__all__ = ["TurnScheduler", "MessagePipeline"]
+__all__ = ["TurnScheduler", "MessagePipeline", "inbox_record", "message_from_inbox"]
 
 _IM_MESSAGE = "im_message"
+
+
+def inbox_record(message: KiraIMMessage) -> dict[str, object]:
+    """What the inbox keeps of a message: enough to answer it after a restart (its text, sender, session)."""
+    return {
+        "text": message.message_repr, "user_id": message.sender.user_id, "nickname": message.sender.nickname,
+        "adapter": message.session.adapter_name, "type": message.session.session_type,
+        "id": message.session.session_id, "group_id": message.group.group_id if message.group else None,
+        "message_id": message.message_id, "is_mentioned": message.is_mentioned,
+    }
+
+
+def message_from_inbox(data: dict[str, Any], received_at: float) -> KiraIMMessage:
+    """The message an inbox record describes (its content as text), to answer it after a restart."""
+    return KiraIMMessage(
+        MessageChain([Text(str(data.get("text", "")))]),
+        User(str(data.get("user_id", "")), str(data.get("nickname") or "")),
+        Session(str(data["adapter"]), str(data["type"]), str(data["id"])),
+        group=Group(str(data["group_id"])) if data.get("group_id") else None,
+        message_id=str(data.get("message_id") or ""),
+        is_mentioned=bool(data.get("is_mentioned")),
+        timestamp=received_at,
+    )
+
+
+def _make_valid(message: KiraIMMessage) -> None:
+    """Replace lone surrogates in the message's text fields (elements, sender's name) in place: a platform may
+    deliver one, and it would otherwise break the history insert and every send that echoes it."""
+    for element in message.chain:
+        for name, value in getattr(element, "__dict__", {}).items():
+            if isinstance(value, str) and not value.isascii():
+                setattr(element, name, valid_text(value))
+    if message.sender.nickname and not message.sender.nickname.isascii():
+        message.sender = dataclasses.replace(message.sender, nickname=valid_text(message.sender.nickname))
 _MESSAGE_BUFFERED = "message_buffered"
 
 
@@ -144,24 +186,33 @@ class MessagePipeline:
         *,
         max_buffered_sessions: int | None = None,
         clock: Clock | None = None,
+        inbox: HistoryStore | None = None,
     ) -> None:
+        #: Where every received message is recorded before anything happens to it (the history database).
+        self.inbox = inbox
         self.engine = engine
         self.scheduler = scheduler
         self.buffers = SessionBuffers(max_buffered_sessions, clock=(clock or LoopClock()).now)
         self._capabilities = capabilities
 
     async def receive(self, message: KiraIMMessage) -> Received:
-        """Run one incoming message through `im_message` and its strategy."""
+        """Run one incoming message through `im_message` and its strategy (its text made valid Unicode first)."""
+        _make_valid(message)
         event = KiraMessageEvent(message)
+        if self.inbox is not None:
+            sid, record = message.session.sid, inbox_record(message)
+            event.inbox_id = self.inbox.record_received(sid, record, message.timestamp)
         with self.engine.tracer.message(event):  # trace: the message's hooks, until a turn adopts it
             return await self._receive(event, message)
 
     async def _receive(self, event: KiraMessageEvent, message: KiraIMMessage) -> Received:
         await self.engine.dispatch(_IM_MESSAGE, event)
         if event.is_stopped:
+            self._done(event)
             return Received(event, None)
         strategy = event.strategy
         if strategy is MessageStrategy.DISCARD:
+            self._done(event)
             return Received(event, strategy)
         if strategy is MessageStrategy.TRIGGER:
             return Received(event, strategy, self._submit([event], message.session))
@@ -171,12 +222,18 @@ class MessagePipeline:
             if event.is_stopped:
                 # A message_buffered hook stopped it: it leaves the buffer and nothing later happens to it.
                 self.buffers.remove(event)
+                self._done(event)
                 return Received(event, None)
             return Received(event, strategy)
         # FLUSH
         messages = self.buffers.drain(message.session.sid)
         messages.append(event)
         return Received(event, strategy, self._submit(messages, message.session))
+
+    def _done(self, event: KiraMessageEvent) -> None:
+        """A message no turn will answer (discarded, stopped) leaves the inbox: nothing to recover after a crash."""
+        if self.inbox is not None and event.inbox_id is not None:
+            self.inbox.mark_done([event.inbox_id])
 
     def flush(self, session: Session | str) -> asyncio.Future[TurnResult] | None:
         """Turn everything buffered for `session` into one batch now (the debounce timer calls this)."""

@@ -224,7 +224,8 @@ def _session_of(message: KiraIMMessage, adapter: AdapterInfo | None) -> Session:
 class KiraMessageEvent(KiraEvent):
     """One incoming message on its way through the `im_message` hooks, which choose its strategy."""
 
-    __slots__ = ("message", "message_repr", "strategy", "strategy_forced", "_adapter", "message_types", "timestamp")
+    __slots__ = ("message", "message_repr", "strategy", "strategy_forced", "_adapter", "message_types", "timestamp",
+                 "inbox_id")
 
     def __init__(
         self,
@@ -240,6 +241,8 @@ class KiraMessageEvent(KiraEvent):
         self.stopped_by = None
         message.session = _session_of(message, adapter)
         self.message = message
+        #: Its row in the durable inbox (None without history): marked done when the turn that answers it is stored.
+        self.inbox_id: str | None = None
         self.message_repr = message.chain.message_repr
         self.strategy = MessageStrategy.DISCARD
         self.strategy_forced = False

@@ -20,6 +20,10 @@ class TurnResult:
     stopped: bool = False
     error: str | None = None
     trace_id: str = ""  # the turn's trace (see core.trace), when tracing is on
+    #: The turn reached a per-turn cap (messages or characters sent): the rest was not sent, and a notice said so.
+    capped: bool = False
+    #: Characters sent so far (the messages' text), counted against the per-turn cap.
+    chars_sent: int = 0
 
     @property
     def chains(self) -> list[MessageChain]:

@@ -98,7 +98,13 @@ class PluginContext(PluginContextServicesMixin, KiraContextMixin):
     @property
     def allowed_media_roots(self) -> list[Path]:
         """Directories whose files output tags such as `<file>` and `<img>` may send (operator-configured)."""
-        return list(self.manager.media_roots) if self.manager is not None else [self.data_dir]
+        return list(self.manager.media_roots) if self.manager is not None else []
+
+    @property
+    def private_paths(self) -> list[Path]:
+        """hookchat's own files (the data directory with history and plugin stores, the config file): no output
+        tag ever sends them, whatever the media directories say."""
+        return list(self.manager.private_paths) if self.manager is not None else [self.data_dir]
 
     async def dispatch_custom(self, event_name: str, data: Any = None) -> Any:
         """Dispatch the custom event `event_name` to every `@on.custom_event(event_name=...)` hook; returns it."""

@@ -104,7 +104,7 @@ class _Dispatch:
     that moves with every dispatch, the hook the watchdog expired, and expired hooks that swallowed their
     cancellation (reported when the dispatch ends). One per task, kept in a context variable."""
 
-    __slots__ = ("task", "entry", "seq", "seen", "seen_at", "expired", "swallowed", "__weakref__")
+    __slots__ = ("task", "entry", "seq", "seen", "seen_at", "expired", "swallowed", "stuck", "__weakref__")
 
     def __init__(self, task: asyncio.Task[Any] | None) -> None:
         self.task = task
@@ -114,6 +114,7 @@ class _Dispatch:
         self.seen_at = 0.0
         self.expired: HookEntry | None = None
         self.swallowed: list[HookEntry] = []
+        self.stuck: HookEntry | None = None  # the expired hook still runs a deadline later: reported once
 
 
 class HookEngine(pluggy.PluginManager):
@@ -124,7 +125,7 @@ class HookEngine(pluggy.PluginManager):
     """
 
     def __init__(
-        self, *, default_deadline: float = 10.0, stall_threshold: float = 0.5, tracer: Tracer | None = None
+        self, *, default_deadline: float = 10.0, stall_threshold: float = 0.1, tracer: Tracer | None = None
     ) -> None:
         super().__init__(PROJECT)
         #: Records each dispatch into the current trace when `tracer.enabled` (off: one attribute check).
@@ -141,6 +142,8 @@ class HookEngine(pluggy.PluginManager):
         self._stall_thread: threading.Thread | None = None
         self._stop_thread = threading.Event()
         self._beat = time.monotonic()
+        #: Plugins whose hook ignored its cancellation at its deadline, with why: their hooks no longer run.
+        self.faulty: dict[str, str] = {}
 
     # -- registration -------------------------------------------------------------------------------------------
 
@@ -157,6 +160,7 @@ class HookEngine(pluggy.PluginManager):
             if meta is not None:
                 _check_signature(where, getattr(plugin, attr), meta.event)
         registered = super().register(plugin, name)
+        self.faulty.pop(label, None)  # registered afresh (a reload): its hooks run again
         if registered is not None and registered not in self._load_order:
             self._load_order[registered] = self._next_order
             self._next_order += 1
@@ -200,6 +204,8 @@ class HookEngine(pluggy.PluginManager):
             return ()
         keyed = []
         for impl in caller.get_hookimpls():
+            if impl.plugin_name in self.faulty:
+                continue
             fn = impl.function
             meta: HookMeta | None = getattr(fn, HOOK_ATTR, None)
             priority = meta.priority if meta else 0
@@ -363,7 +369,31 @@ class HookEngine(pluggy.PluginManager):
                 ):
                     record.expired = entry
                     record.task.cancel()
+                elif (
+                    entry is not None
+                    and record.expired is entry
+                    and record.stuck is not entry
+                    and now - record.seen_at >= 2 * entry.deadline
+                ):
+                    record.stuck = entry
+                    self._mark_faulty(entry)
             tick = max(0.005, min(tick, min((r.entry.deadline / 4 for r in records if r.entry), default=tick)))
+
+    def mark_faulty(self, plugin_id: str, reason: str) -> None:
+        """Stop running `plugin_id`'s hooks (dispatches already running keep their chain) and remember why."""
+        self.faulty[plugin_id] = reason
+        self._chains = {}
+
+    def _mark_faulty(self, entry: HookEntry) -> None:
+        """A hook swallowed the cancellation of its deadline and still runs a deadline later: say so, and run its
+        plugin's hooks no more (the task stays blocked in it until it returns; shutdown abandons it)."""
+        reason = (f"hook {entry.hook_name} ({entry.event}) ignored its cancellation at its {entry.deadline:g} s "
+                  "deadline and kept running")
+        logger.error("plugin %r is faulty: %s; its hooks will not run again until it is reloaded",
+                     entry.plugin_id, reason)
+        self.mark_faulty(entry.plugin_id, reason)
+        send(hook_failed, self, plugin_id=entry.plugin_id, hook_name=entry.hook_name, event_name=entry.event,
+             error=HookTimeout(reason), timed_out=True)
 
     def _watch_stalls(self) -> None:
         """Runs in a thread: when the loop's heartbeat stops, report the hook the blocked task is running."""

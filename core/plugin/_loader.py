@@ -13,9 +13,10 @@ import inspect
 import json
 import re
 import sys
+import time
 import traceback
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +41,7 @@ from core.utils.declarations import declared
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
 from core.utils.signals import plugin_failed, plugin_loaded, plugin_unloaded, send
+from core.utils.tasks import call_handler
 from core.utils.tool_utils import BaseTool
 
 __all__ = [
@@ -67,6 +69,8 @@ ENTRY_MODULES = ("main.py", "plugin.py", "__init__.py")
 #: KiraAI".
 KIRA_API_VERSION = "2.26.2"
 _MODULE_ROOT = "hookchat_plugins"
+#: Seconds a plugin's import or `initialize()` may take before start-up reports it as slow.
+SLOW_START = 2.0
 
 State = Literal["discovered", "loaded", "disabled", "error"]
 
@@ -147,6 +151,7 @@ class PluginLoader:
         disabled: set[str] | frozenset[str] = frozenset(),
         is_enabled: Callable[[str], bool] | None = None,
         media_roots: list[Path | str] = (),  # type: ignore[assignment]
+        private_paths: list[Path | str] = (),  # type: ignore[assignment]
         entry_points: bool = True,
         builtins: Iterable[str] = (),
         config_source: str = "the configuration",
@@ -160,7 +165,9 @@ class PluginLoader:
         self.plugin_config = dict(plugin_config or {})
         self.disabled_ids = set(disabled)
         self._is_enabled = is_enabled
-        self.media_roots = [Path(p) for p in media_roots] or [self.data_dir]
+        #: Never sendable by a tag: the data directory (history, plugin stores, runtime config) and `private_paths`.
+        self.private_paths = [self.data_dir, *(Path(p) for p in private_paths)]
+        self.media_roots = _public_roots([Path(p) for p in media_roots], self.private_paths)
         self.use_entry_points = entry_points
         self.builtins = tuple(builtins)
         self.config_source = config_source
@@ -277,7 +284,9 @@ class PluginLoader:
         compat: str | None = None
         try:
             compat = _check_core_version(source.manifest)
-            plugin_class, modules = await anyio.to_thread.run_sync(self._import, source)
+            plugin_class, modules = await self._timed(
+                plugin_id, "import", anyio.to_thread.run_sync(self._import, source, abandon_on_cancel=True)
+            )
             cfg = validate_config(plugin_id, source.schema, self.plugin_config.get(plugin_id, {}))
             ctx = PluginContext(
                 plugin_id,
@@ -288,12 +297,13 @@ class PluginLoader:
                 manager=self,
             )
             instance = _construct(plugin_class, ctx, ctx.config)  # one object: in-place config updates reach cfg
-            with anyio.fail_after(self.init_timeout):
-                await instance.initialize()
+            await self._timed(plugin_id, "initialize()", call_handler(instance.initialize))
             self.engine.register(instance, name=plugin_id)
             self._register_declared(instance, ctx)
         except BaseException as exc:
-            if not isinstance(exc, Exception):
+            # Plugin code may raise SystemExit, KeyboardInterrupt or any BaseException: that is this plugin's
+            # failure, never the app's end. Only a cancellation of the loader itself propagates.
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
                 raise
             await self._discard(plugin_id, instance, ctx, modules, terminate=instance is not None)
             unexpected = not isinstance(exc, PluginLoadError | PluginConfigError)
@@ -405,12 +415,37 @@ class PluginLoader:
 
     # -- import and registration ----------------------------------------------------------------------------------
 
+    async def _timed(self, plugin_id: str, stage: str, work: Awaitable[Any]) -> Any:
+        """Await one start-up stage of a plugin under the start-up deadline (`init_timeout`): slower than
+        `SLOW_START` is reported with its time; past the deadline it fails the plugin (a worker thread that does
+        not return is abandoned). Elapsed time is checked after the stage too, since code that blocks the loop
+        cannot be interrupted."""
+        started = time.perf_counter()
+        try:
+            with anyio.fail_after(self.init_timeout):
+                result = await work
+        except TimeoutError:
+            raise PluginLoadError(f"{stage} did not finish within the start-up deadline of {self.init_timeout:g} s; "
+                                  "the plugin was skipped (a worker thread still running it was abandoned)") from None
+        elapsed = time.perf_counter() - started
+        if elapsed > self.init_timeout:
+            raise PluginLoadError(f"{stage} took {elapsed:.1f} s, past the start-up deadline of "
+                                  f"{self.init_timeout:g} s (it blocked the event loop)")
+        if elapsed > SLOW_START:
+            logger.warning("plugin %r: %s took %.1f s; move slow work out of start-up (or into a background "
+                           "task)", plugin_id, stage, elapsed)
+        return result
+
     def _import(self, source: PluginSource) -> tuple[type, list[str]]:
         """Runs in a worker thread: import the plugin's code and find its plugin class."""
         if source.plugin_class is not None:
             return source.plugin_class, []
         if source.entry_point is not None:
-            obj = source.entry_point.load()
+            try:
+                obj = source.entry_point.load()
+            except BaseException as exc:  # noqa: BLE001 - plugin code: SystemExit is its failure, in a thread
+                raise PluginLoadError(f"import of entry point {source.entry_point.value} failed: "
+                                      f"{type(exc).__name__}: {exc}") from exc
             cls = obj if isinstance(obj, type) else _find_plugin_class(obj, source.plugin_id)
             return cls, []
         assert source.path is not None
@@ -455,6 +490,8 @@ class PluginLoader:
         status.tasks = len(loaded.ctx.tasks) if loaded else 0
         source = self._sources.get(plugin_id)
         status.warnings = list(source.warnings) if source is not None else []
+        if loaded and plugin_id in self.engine.faulty:  # a hook ignored its cancellation: its hooks are off
+            status.state, status.reason = "error", self.engine.faulty[plugin_id]
         return status
 
     def statuses(self) -> list[PluginStatus]:
@@ -471,6 +508,21 @@ class PluginLoader:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------
+
+
+def _public_roots(roots: list[Path], private: list[Path]) -> list[Path]:
+    """The media roots minus those inside a private path (refused with a warning); a root that contains one
+    stays, and the tags' path check refuses the private files inside it."""
+    kept = []
+    for root in roots:
+        real = root.resolve()
+        inside = next((p for p in private if real.is_relative_to(p.resolve())), None)
+        if inside is not None:
+            logger.warning("media directory %s refused: it is inside hookchat's private %s, whose files are never "
+                           "sent", root, inside)
+            continue
+        kept.append(root)
+    return kept
 
 
 def _snake(name: str) -> str:
@@ -572,7 +624,7 @@ def _import_folder(source: PluginSource) -> tuple[type, list[str]]:
             spec.loader.exec_module(module)
         if entry != "__init__.py":
             module = importlib.import_module(f"{package}.{entry[:-3]}")
-    except Exception as exc:
+    except BaseException as exc:  # noqa: BLE001 - in a worker thread: SystemExit from plugin code is its failure
         for name in _package_modules(package):
             sys.modules.pop(name, None)
         raise PluginLoadError(f"import of {folder / entry} failed: {_where_it_failed(exc, folder)}"

@@ -6,7 +6,7 @@ tools run) -> tools run concurrently, one `tool_result` per call -> `step_result
 plugin hooks `llm_response`, each message is parsed, passed to `after_xml_parse` and sent as soon as it is
 complete. Steps repeat while the model
 calls tools, at most `max_steps`; the last step withholds tools and tells the model to conclude. `final_result`
-runs exactly once per turn that was not stopped; then the turn is appended to history. `stop()` at any stage ends
+runs exactly once per turn that was not stopped, after the turn is appended to history. `stop()` at any stage ends
 the turn: nothing later runs, nothing more is sent, and history records only what happened.
 """
 
@@ -16,13 +16,12 @@ import html
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 import anyio
-from jsonschema import Draft202012Validator
 
 from core.chat import (
     KiraEvent,
@@ -50,9 +49,11 @@ from core.provider.llm import (
 )
 from core.services import apply_picture_budget, current_tool_call, visible_tools
 from core.tag import BaseTag, StreamParser, TagSet, parse_output
+from core.utils.json_schema import UnusableSchemaError, schema_errors
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
 from core.trace import current_trace
+from core.utils.text import valid_text
 from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
 
 __all__ = ["AgentLoop", "AgentSettings", "CONCLUDE_PROMPT"]
@@ -76,6 +77,9 @@ class AgentSettings:
     cut_text: str = "(Your message was too long for the model: it read the first {kept} characters.)"
     stream: bool = True  # stream when the provider can and no plugin hooks llm_response
     max_tool_timeout: float = MAX_TOOL_TIMEOUT
+    max_messages: int = 20  # messages one turn may send
+    max_chars: int = 20_000  # characters of text one turn may send
+    capped_text: str = "(The rest of this answer was not sent: it was longer than one answer may be.)"
 
 
 class TurnHistory(Protocol):
@@ -84,8 +88,12 @@ class TurnHistory(Protocol):
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The messages of the session's stored turns, oldest first, within the store's budget."""
 
-    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None) -> int:
-        """Store one turn's messages; returns its id."""
+    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
+                          *, done: Sequence[str] = ()) -> int:
+        """Store one turn's messages, marking the inbox entries `done` (the messages it answered); returns its id."""
+
+    def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
+        """Mark inbox entries done when their turn stored nothing (an awaitable, or None when there were none)."""
 
 
 #: The one send path: `send(session, chain, event)` delivers through the session's adapter and fires
@@ -134,6 +142,7 @@ class AgentLoop:
         await dispatch("im_batch_message", batch)
         if batch.is_stopped:
             result.stopped = True
+            await self._store(batch, [])
             return result
         history = await self.history.get_history(batch.sid) if self.history is not None else []
         turn: list[ChatMessage] = []
@@ -195,16 +204,18 @@ class AgentLoop:
                     turn.append(ChatMessage("assistant", _sent_text(step_sent)))
                 elif step == 0:
                     turn.clear()  # nothing happened: a failed first call leaves no trace that could wedge the session
-                notice = MessageChain([Text(self.settings.error_text.format(reason=exc))])
+                # `exc.public`, never `exc`: the user sees no server text, URL or key (the log above has them).
+                notice = MessageChain([Text(self.settings.error_text.format(reason=exc.public))])
                 sent_all.extend((await self._send(batch, notice, result)).chain)
                 break
+            _make_valid(resp)
             if not batch.is_stopped:
                 await dispatch("llm_response", batch, resp)
             if not batch.is_stopped and not streaming:
                 await self._deliver(batch, resp, tag_set, result, step_sent, whole_output)
             resp.step = KiraStepResult(raw_output=resp.text_response, sent=step_sent, step=step)
             sent_all.extend(e for r in step_sent for e in r.chain)
-            if batch.is_stopped:
+            if batch.is_stopped or result.capped:  # capped: the answer is over, what was sent is what it said
                 if step_sent:
                     turn.append(ChatMessage("assistant", _sent_text(step_sent)))
                 break
@@ -224,13 +235,24 @@ class AgentLoop:
             if batch.is_stopped or not calls:
                 break
         result.stopped = batch.is_stopped
+        # Stored before `final_result`: a reply that was sent is in history even if the process dies while those
+        # hooks (a memory plugin, say) still run, and its messages leave the inbox in the same transaction.
+        await self._store(batch, turn)
         if not batch.is_stopped:
             await dispatch("final_result", batch, sent_all)
-        if self.history is not None and turn:
-            await self.history.append_turn(batch.sid, turn)
+        return result
+
+    async def _store(self, batch: KiraMessageBatchEvent, turn: list[ChatMessage]) -> None:
+        """Append the turn to history (if it has messages) and mark the batch's inbox entries done."""
+        if self.history is None:
+            return
+        done = [m.inbox_id for m in batch.messages if m.inbox_id is not None]
+        if turn:
+            await self.history.append_turn(batch.sid, turn, done=done)
             if (trace := current_trace()) is not None:  # trace
                 trace.history(len(turn))
-        return result
+        elif done:
+            await self.history.mark_done(done)  # type: ignore[misc] - not None: `done` is not empty
 
     @staticmethod
     def _user_prompt(batch: KiraMessageBatchEvent) -> UserPrompt:
@@ -407,6 +429,19 @@ class AgentLoop:
             return False
         for chain in parsed:
             if chain:
+                if result.capped:
+                    return False
+                chars = len(chain.message_repr)
+                if (len(result.sent) >= self.settings.max_messages
+                        or result.chars_sent + chars > self.settings.max_chars):
+                    # A model (or a prompt injection) writing 100,000 <msg> blocks must not become 100,000 messages.
+                    result.capped = True
+                    logger.warning("turn of %s reached its cap (%d messages, %d characters): the rest is not sent",
+                                   batch.sid, self.settings.max_messages, self.settings.max_chars)
+                    notice = MessageChain([Text(self.settings.capped_text)])
+                    step_sent.append(await self._send(batch, notice, result))
+                    return False
+                result.chars_sent += chars
                 step_sent.append(await self._send(batch, chain, result))
             if batch.is_stopped:
                 return False
@@ -478,26 +513,31 @@ class AgentLoop:
                 json.loads(call.raw_arguments)
             except ValueError:
                 return error(f"error: the arguments are not valid JSON: {call.raw_arguments[:200]!r}")
-        problems = sorted(Draft202012Validator(tool.parameters).iter_errors(call.arguments), key=str)
-        if problems:
-            where = ".".join(map(str, problems[0].absolute_path)) or "arguments"
-            return error(f"error: invalid arguments for {call.name}: {where}: {problems[0].message}")
-        key = f"{call.name}\x00{json.dumps(call.arguments, sort_keys=True, default=str)}"
-        seen[key] = seen.get(key, 0) + 1
-        if seen[key] > MAX_IDENTICAL_CALLS:
-            return error(
-                f"error: {call.name} was already called {MAX_IDENTICAL_CALLS} times with these exact arguments in "
-                "this turn; use the earlier results instead of calling it again"
-            )
         timeout = min(tool.timeout or self.settings.tool_timeout, self.settings.max_tool_timeout)
         current_tool_call.set(call)  # this task only (each call runs in its own task): remote tools read it
         try:
             with anyio.fail_after(timeout):
+                # In a worker thread, under the tool's deadline: a huge or pathological argument cannot block
+                # the loop (patterns are bounded too, see core.utils.json_schema).
+                problems = await anyio.to_thread.run_sync(schema_errors, tool.parameters, call.arguments,
+                                                          abandon_on_cancel=True)
+                if problems:
+                    return error(f"error: invalid arguments for {call.name}: {'; '.join(problems)}")
+                key = f"{call.name}\x00{json.dumps(call.arguments, sort_keys=True, default=str)}"
+                seen[key] = seen.get(key, 0) + 1
+                if seen[key] > MAX_IDENTICAL_CALLS:
+                    return error(
+                        f"error: {call.name} was already called {MAX_IDENTICAL_CALLS} times with these exact "
+                        "arguments in this turn; use the earlier results instead of calling it again"
+                    )
                 output = await tool.invoke(batch, dict(call.arguments))
             result = await apply_picture_budget(to_tool_result(output))
         except TimeoutError:
             logger.error("tool %s (plugin %r) timed out after %g s", call.name, tool.owner, timeout)
             return error(f"error: the tool {call.name} did not answer within {timeout:g} s")
+        except UnusableSchemaError as exc:  # a `$ref` the schema cannot resolve: the tool's fault, not the model's
+            logger.error("tool %s (plugin %r): its parameters schema cannot be used: %s", call.name, tool.owner, exc)
+            return error(f"error: the tool {call.name} cannot be called: its parameters schema is broken")
         except Exception as exc:  # noqa: BLE001 - a tool failure is the model's information, not a crash
             logger.exception("tool %s (plugin %r) raised", call.name, tool.owner)
             return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")
@@ -522,6 +562,19 @@ def to_tool_result(output: Any) -> ToolResult:
     if output is None:
         return ToolResult(text="")
     return ToolResult(text=_json(output))
+
+
+def _make_valid(resp: LLMResponse) -> None:
+    """The model's output as valid Unicode (a lone surrogate from a `\\ud83d` escape or a cut stream is replaced),
+    so history stores it and tool names and arguments can be encoded."""
+    resp.text_response = valid_text(resp.text_response)
+    for call in resp.tool_calls:
+        call.name = valid_text(call.name)
+        if call.raw_arguments is not None and not call.raw_arguments.isascii():
+            call.raw_arguments = valid_text(call.raw_arguments)
+            arguments = json.dumps(call.arguments, ensure_ascii=False)
+            if valid_text(arguments) is not arguments:
+                call.arguments = json.loads(valid_text(arguments))
 
 
 def _json(value: Any) -> str:

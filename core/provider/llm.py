@@ -30,7 +30,15 @@ __all__ = [
 
 
 class ProviderError(RuntimeError):
-    """The model could not answer (network, HTTP status, timeout, malformed reply). Never stored as the bot's words."""
+    """The model could not answer (network, HTTP status, timeout, malformed reply). Never stored as the bot's words.
+
+    The message is for logs (it may carry the server's text and URLs); `public` is the short reason a chat user
+    may see, which never does.
+    """
+
+    def __init__(self, message: str = "", *, public: str = "the model service failed") -> None:
+        super().__init__(message)
+        self.public = public
 
 
 class ContextOverflowError(ProviderError):

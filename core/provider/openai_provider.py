@@ -4,6 +4,7 @@ and real streaming."""
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
 import logging
@@ -12,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import anyio
 import openai
@@ -234,11 +236,19 @@ class OpenAIProvider(LLMProvider):
             if model != models[-1]:
                 _log.warning(self._redact(f"{self.name}: giving up on model {model!r}: {failures[-1]}"))
         raise ProviderError(self._redact(
-            f"{self.name}: no model at {self.base_url} could answer: " + "; ".join(failures)))
+            f"{self.name}: no model at {self.base_url} could answer: " + "; ".join(failures)),
+            public="the model took too long to answer" if failure.reason.startswith("timed out")
+            else "the model service is unavailable")
 
     def _redact(self, text: str) -> str:
-        """`text` with the API key blotted out, in case a server echoed it back."""
-        return text.replace(self._secret, "***") if self._secret else text
+        """`text` with the API key blotted out, in case a server echoed it back (also URL-encoded or base64)."""
+        if not self._secret:
+            return text
+        secret = self._secret
+        for form in (secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode().rstrip("="),
+                     base64.urlsafe_b64encode(secret.encode()).decode().rstrip("=")):
+            text = text.replace(form, "***")
+        return text
 
 
 @dataclass(slots=True)

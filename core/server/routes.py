@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from core.server._http import HTTPProblem, check_bearer, problem_response, read_json_body
 from core.server.registry import RegistrationError, RemoteToolRegistry
+from core.utils.tool_utils import ToolDefinitionError
 
 __all__ = ["build_registry_app"]
 
@@ -38,8 +39,11 @@ def build_registry_app(registry: RemoteToolRegistry, *, token: Callable[[], str 
             return JSONResponse(await handle(payload))
         except HTTPProblem as problem:
             return problem_response(problem)
-        except RegistrationError as exc:
+        except (RegistrationError, ToolDefinitionError) as exc:
             return problem_response(HTTPProblem(400, str(exc)))
+        except (ValueError, TypeError, RecursionError, UnicodeError) as exc:
+            # Whatever else a body can break is the body's fault: a 400 with the reason, never a 500.
+            return problem_response(HTTPProblem(400, f"malformed request body: {type(exc).__name__}"))
 
     async def register(request: Request) -> JSONResponse:
         async def handle(body: dict[str, Any]) -> dict[str, Any]:

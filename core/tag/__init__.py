@@ -8,6 +8,7 @@ from core.tag._tags import (
     FunctionTag,
     TagDefinitionError,
     TagSet,
+    TagTimeout,
     current_event,
     validate_tag_name,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "FunctionTag",
     "TagSet",
     "TagDefinitionError",
+    "TagTimeout",
     "validate_tag_name",
     "RESERVED_TAG_NAMES",
     "current_event",

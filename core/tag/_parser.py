@@ -4,6 +4,7 @@ any chunking of the output gives the same messages as parsing it whole. Its text
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -12,7 +13,8 @@ from typing import Any
 
 from core.chat import BaseMessageElement, MessageChain
 from core.chat.message_elements import Text
-from core.tag._tags import BaseTag, TagSet, _current_event
+from core.tag._tags import BaseTag, TagSet, TagTimeout, _current_event
+from core.utils.text import valid_text
 
 __all__ = ["StreamParser", "parse_output", "parse_stream", "decode_references", "OnTagError"]
 
@@ -29,9 +31,6 @@ _STRUCTURAL = ("msg", *_HIDDEN)
 _REF = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|amp|lt|gt|quot|apos);")
 _REF_MAX = 10
 _NAMED = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
-
-# A surrogate code point: half of a character split across chunks (joined again), or alone (replaced by U+FFFD).
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _SLICE = 1 << 16  # parse_output feeds long outputs in slices of this many characters
 
@@ -96,14 +95,6 @@ def _ref(m: re.Match[str]) -> str:
     if code == 0 or 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
         return ref
     return chr(code)
-
-
-def _whole_characters(text: str) -> str:
-    """`text` with each surrogate pair joined into its character and each lone surrogate replaced by U+FFFD, so it
-    can be encoded (stored, sent) without `UnicodeEncodeError`."""
-    if _SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def decode_references(text: str) -> str:
@@ -273,7 +264,7 @@ class StreamParser:
         self._high_surrogate = ""
         if chunk and "\ud800" <= chunk[-1] <= "\udbff":  # a pair's first half: its second may come next
             chunk, self._high_surrogate = chunk[:-1], chunk[-1]
-        return _whole_characters(chunk)
+        return valid_text(chunk)
 
     def _receive(self, chunk: str) -> bool:
         """Take a chunk in; False while it cannot finish the construct being waited for."""
@@ -490,6 +481,9 @@ class StreamParser:
         done, self._done = self._done, []
         chains: list[MessageChain] = []
         token = _current_event.set(self._event)
+        # Every handler runs under its tag's deadline (a hung one would hold its session and a turn slot for
+        # ever), without a timer per tag: one `_Deadline` per call, armed only while a handler runs long.
+        deadline = _Deadline()
         try:
             for ops in done:
                 chain = MessageChain()
@@ -498,16 +492,26 @@ class StreamParser:
                         chain.append(Text(op))
                         continue
                     tag, value, attrs = op
+                    deadline.start(tag.timeout)
                     try:
                         # `**attrs` of an empty dict passes nothing, but costs a slower call on the hot path
-                        _add_elements(chain, await (tag.handle(value, **attrs) if attrs else tag.handle(value)), tag)
-                    except Exception as exc:
+                        elements = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
+                        deadline.finish()
+                        _add_elements(chain, elements, tag)
+                    except (Exception, asyncio.CancelledError) as caught:
+                        deadline.running = False
+                        exc = caught
+                        if isinstance(caught, asyncio.CancelledError):
+                            if not deadline.absorb():
+                                raise
+                            exc = TagTimeout(f"tag <{tag.name}> did not finish within {tag.timeout:g} s")
                         await self._report(tag, exc)
                         if value and not value.isspace():
                             chain.append(Text(value))
                 if chain:
                     chains.append(chain)
         finally:
+            deadline.close()
             _current_event.reset(token)
         return chains
 
@@ -521,6 +525,58 @@ class StreamParser:
                 _log.exception("on_error callback failed for tag <%s>", tag.name)
         _log.warning("tag <%s> (plugin %s) failed: %r; its text is sent instead", tag.name, tag.owner, exc,
                      exc_info=exc)
+
+
+class _Deadline:
+    """The deadline of the tag handler running now, in the task that runs it: `start()` costs a clock read; one
+    timer, armed at the first handler and re-armed only while handlers run, cancels a handler that passed its
+    timeout, and `absorb()` tells that cancellation from one coming from outside (which propagates)."""
+
+    __slots__ = ("_loop", "_task", "_timer", "_started", "_limit", "running", "_fired")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._timer: asyncio.TimerHandle | None = None
+        self._started = 0.0
+        self._limit: float | None = None
+        self.running = False
+        self._fired = False
+
+    def start(self, limit: float | None) -> None:
+        self._started, self._limit, self.running = self._loop.time(), limit, True
+        if self._timer is None and limit is not None:
+            self._timer = self._loop.call_at(self._started + limit, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        if not self.running or self._limit is None:
+            return
+        due = self._started + self._limit
+        if self._loop.time() >= due and self._task is not None:
+            self._fired = True
+            self.running = False
+            self._task.cancel()
+        else:
+            self._timer = self._loop.call_at(due, self._check)
+
+    def finish(self) -> None:
+        """The handler returned; if it swallowed this deadline's cancellation, undo the cancel request."""
+        self.running = False
+        if self._fired:
+            self._fired = False
+            if self._task is not None:
+                self._task.uncancel()
+
+    def absorb(self) -> bool:
+        """After a `CancelledError`: True when it was this deadline's (now undone), False when it came from outside."""
+        fired, self._fired = self._fired, False
+        return fired and self._task is not None and self._task.uncancel() == 0
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 async def parse_output(

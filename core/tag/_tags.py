@@ -4,6 +4,7 @@ request offers the model. A tag turns `<name attr="...">value</name>` in the mod
 from __future__ import annotations
 
 import inspect
+import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextvars import ContextVar
@@ -21,6 +22,8 @@ __all__ = [
     "validate_tag_name",
     "current_event",
     "RESERVED_TAG_NAMES",
+    "TagTimeout",
+    "DEFAULT_TAG_TIMEOUT",
 ]
 
 #: Tag names: an ASCII letter or `_`, then letters, digits, `_ . : -`; matched case-insensitively.
@@ -29,7 +32,16 @@ TAG_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.:\-]{0,63}")
 #: Names the parser itself gives meaning to: a plugin cannot register them.
 RESERVED_TAG_NAMES = frozenset({"msg", "think", "reasoning"})
 
+_log = logging.getLogger("hookchat.tag")
+
 _current_event: ContextVar[Any] = ContextVar("hookchat_tag_event", default=None)
+
+#: Seconds one occurrence's handler may run before it is abandoned and the occurrence sent as its text.
+DEFAULT_TAG_TIMEOUT = 10.0
+
+
+class TagTimeout(TimeoutError):
+    """A tag handler ran past the tag's `timeout`; the occurrence degrades to its text, like a handler that raised."""
 
 
 def current_event() -> Any:
@@ -73,6 +85,8 @@ class BaseTag:
     root: bool = False
     #: KiraAI's way to say `root`: `parent = None` makes a root tag.
     parent: str | None = "msg"
+    #: Seconds one call of `handle` may take; past it the call is cancelled and reported like a raise.
+    timeout: float = DEFAULT_TAG_TIMEOUT
 
     def __init__(self, ctx: Any = None, **kwargs: Any) -> None:
         self.ctx = ctx
@@ -124,8 +138,14 @@ class FunctionTag(BaseTag):
         super().__init__(ctx=ctx)
 
     async def handle(self, value: str, **kwargs: Any) -> list[BaseMessageElement]:
-        """Run a sync handler in a worker thread (an async handler replaces this method on the instance)."""
-        result = await anyio.to_thread.run_sync(lambda: self.handler(value, **kwargs))
+        """Run a sync handler in a worker thread (an async handler replaces this method on the instance); at the
+        deadline the thread is abandoned (it runs on until the handler returns) and the leak logged."""
+        try:
+            result = await anyio.to_thread.run_sync(lambda: self.handler(value, **kwargs), abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            _log.warning("tag <%s> (plugin %r): abandoned; its synchronous handler still runs in a worker thread "
+                         "until it returns", self.name, self.owner)
+            raise
         if inspect.isawaitable(result):
             result = await result
         return result

@@ -1,6 +1,7 @@
 """Which local files output tags (`<file>`, `<img>`, `<record>`) may send. The model's output is untrusted: a path
 it names is allowed only when, with `..` and symlinks resolved, it is a regular file inside a directory the operator
-allows, or when it names an attachment a tool returned this turn."""
+allows and not inside hookchat's own private paths (its data directory, config file), or when it names an
+attachment a tool returned this turn."""
 
 from __future__ import annotations
 
@@ -23,8 +24,12 @@ class MediaPathError(PermissionError):
     """A tag named a file it may not send; the message is the reason (logged, never shown to the user)."""
 
 
-def check_media_path(value: str, roots: Iterable[str | os.PathLike[str]]) -> Path:
-    """The real path of the file `value` names, if it lies inside one of `roots`; else raise `MediaPathError`.
+def check_media_path(
+    value: str, roots: Iterable[str | os.PathLike[str]], private: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
+    """The real path of the file `value` names, if it lies inside one of `roots` and is not (inside) one of
+    `private`; else raise `MediaPathError`. `private` (the data directory with history and plugin stores, the
+    config file) wins over `roots`, so a root that contains the data directory still never sends its files.
 
     `value` is an absolute path, a path relative to a root (tried under each root in order) or a `file://` URL.
     Both the roots and the candidate are resolved (symlinks followed, `..` removed) before the containment check,
@@ -50,6 +55,7 @@ def check_media_path(value: str, roots: Iterable[str | os.PathLike[str]]) -> Pat
             continue
     if not real_roots:
         raise MediaPathError("no allowed media directory exists (configure the media roots)")
+    real_private = [Path(p).resolve() for p in private]
     path = Path(text)
     candidates = [path] if path.is_absolute() else [root / path for root in real_roots]
     reason = f"{text!r} does not exist in an allowed media directory"
@@ -61,6 +67,9 @@ def check_media_path(value: str, roots: Iterable[str | os.PathLike[str]]) -> Pat
         if not any(real.is_relative_to(root) for root in real_roots):
             reason = f"{text!r} resolves to {str(real)!r}, outside the allowed media directories"
             continue
+        if any(real.is_relative_to(p) for p in real_private):
+            reason = f"{text!r} resolves to {str(real)!r}, which is hookchat's private data: it is never sent"
+            continue
         if not real.is_file():
             reason = f"{text!r} is not a regular file"
             continue
@@ -68,9 +77,11 @@ def check_media_path(value: str, roots: Iterable[str | os.PathLike[str]]) -> Pat
     raise MediaPathError(reason)
 
 
-async def resolve_media_path(value: str, roots: Iterable[str | os.PathLike[str]]) -> Path:
+async def resolve_media_path(
+    value: str, roots: Iterable[str | os.PathLike[str]], private: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
     """`check_media_path` run in a worker thread, so the event loop never blocks on the file system."""
-    return await anyio.to_thread.run_sync(check_media_path, value, list(roots))
+    return await anyio.to_thread.run_sync(check_media_path, value, list(roots), list(private))
 
 
 def find_attachment(value: str, attachments: Sequence[BaseMessageElement]) -> BaseMessageElement | None:

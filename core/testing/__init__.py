@@ -236,7 +236,10 @@ class ChatHarness:
         if not (data.get("data") or {}).get("dir"):
             self._tmp = tempfile.TemporaryDirectory(prefix="hookchat-test-")
             data.setdefault("data", {})["dir"] = self._tmp.name
-        return HookchatConfig.model_validate(data)
+        config = HookchatConfig.model_validate(data)
+        if isinstance(raw, HookchatConfig):
+            config._source = raw.file  # the file it was read from stays private (never sendable)
+        return config
 
     async def __aenter__(self) -> ChatHarness:
         self.app = HookChat(

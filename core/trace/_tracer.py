@@ -86,6 +86,7 @@ class _TracedTag(BaseTag):
         self.name = inner.name
         self.description = inner.description
         self.root = inner.root
+        self.timeout = inner.timeout  # the real tag's deadline
 
     @property
     def owner(self) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import string
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -26,19 +27,30 @@ def get_logger(name: str, color: str | None = None) -> logging.Logger:
 
 # A %-style conversion: when one is present the message is left to logging's own %-formatting.
 _PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEfFgGcrsa]")
-_BRACES = re.compile(r"\{[0-9]*(?:![rsa])?(?::[^{}]*)?\}")
+_FORMATTER = string.Formatter()
 
 
 def format_braces(msg: object, args: tuple[Any, ...]) -> tuple[object, tuple[Any, ...]]:
     """Apply `{}`-style `args` to `msg` when it uses braces and no `%` conversion; otherwise leave both as they are.
 
-    A message whose placeholders do not fit the arguments is left untouched (logging then shows it as is).
+    A message whose placeholders do not fit the arguments is left untouched (logging then shows it as is), and so
+    is one with any field but `{}`, `{0}` (with `!r` and a plain format spec): no attribute or index access, so
+    text a user wrote never reads the process's objects into a log, even when it ends up as the template.
     """
-    if not args or not isinstance(msg, str) or _PERCENT.search(msg) or not _BRACES.search(msg):
+    if not args or not isinstance(msg, str) or _PERCENT.search(msg) or "{" not in msg:
         return msg, args
     try:
+        fields = list(_FORMATTER.parse(msg))
+    except ValueError:  # unbalanced braces: not a template
+        return msg, args
+    for _, name, spec, _ in fields:
+        # Only `{}`/`{0}` with a plain spec: a field like `{0.__init__.__globals__}` or `{0[key]}` would read
+        # attributes and items of the arguments, and a nested `{:{}}` spec formats twice.
+        if name is not None and (name and not name.isdigit() or "{" in (spec or "")):
+            return "%s" + " %r" * len(args), (msg, *args)  # shown as written, the arguments beside it
+    try:
         return msg.format(*args), ()
-    except (IndexError, KeyError, ValueError, AttributeError):
+    except (IndexError, KeyError, ValueError, AttributeError, TypeError):
         return msg, args
 
 

@@ -13,17 +13,25 @@ from typing import Any
 
 import anyio
 
-__all__ = ["call_handler", "cancel_and_wait", "TaskOwner"]
+__all__ = ["call_handler", "cancel_and_wait", "wait_or_abandon", "TaskOwner", "SHUTDOWN_GRACE"]
 
 _log = logging.getLogger("hookchat")
+
+#: Seconds a cancelled task (or a shutdown stage) gets to end before it is abandoned with a log line.
+SHUTDOWN_GRACE = 5.0
 
 
 async def call_handler(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call `fn`: awaited when async, in a worker thread when sync (so it cannot block the loop); an awaitable it
-    returns is awaited too."""
+    returns is awaited too.
+
+    A thread cannot be cancelled: when the caller is cancelled (a deadline), a sync `fn` is abandoned in its
+    worker thread, which runs on until `fn` returns, and its result is dropped. The caller logs that leak, since
+    it knows what the handler is (a tool, a tag).
+    """
     if inspect.iscoroutinefunction(fn):
         return await fn(*args, **kwargs)
-    result = await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+    result = await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), abandon_on_cancel=True)
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -45,6 +53,28 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise
+
+
+async def wait_or_abandon(coro: Coroutine[Any, Any, Any], timeout: float, what: str) -> bool:
+    """Run `coro` as a task and wait up to `timeout` seconds; past that, cancel it and wait `SHUTDOWN_GRACE` more,
+    and if it still runs (it ignores cancellation), abandon it with a log line naming `what`. For shutdown
+    stages that run code the framework does not own. True when it ended in time; a cancellation of the caller
+    propagates (and cancels the task)."""
+    task = asyncio.get_running_loop().create_task(coro, name=what)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=SHUTDOWN_GRACE)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        _log.error("%s did not end %g s after its cancellation: abandoned, still running", what, SHUTDOWN_GRACE)
+        return False
+    if not task.cancelled() and task.exception() is not None:
+        _log.error("%s failed", what, exc_info=task.exception())
+    return not task.cancelled()
 
 
 class TaskOwner:
@@ -94,12 +124,17 @@ class TaskOwner:
         while self._tasks:
             await asyncio.wait(list(self._tasks))
 
-    async def aclose(self) -> None:
-        """Refuse new tasks, then cancel and await every running one (their failures are already logged). A
-        cancellation of the caller propagates."""
+    async def aclose(self, grace: float = SHUTDOWN_GRACE) -> None:
+        """Refuse new tasks, then cancel every running one and wait for them (their failures are already logged).
+        A task still running `grace` seconds after its cancellation ignores it: it is abandoned, with a log line,
+        so one stuck task cannot hold up a shutdown. A cancellation of the caller propagates."""
         self.closing = True
-        for task in list(self._tasks):
-            try:
-                await cancel_and_wait(task)
-            except Exception:  # noqa: BLE001 - logged by _done
-                pass
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        for task in pending:
+            self._logger.error("background task %s of %s ignored its cancellation for %g s: abandoned, still "
+                               "running", task.get_name(), self.name, grace)

@@ -5,6 +5,7 @@ a name matching `[A-Za-z0-9_.\\-]{1,64}`, a JSON Schema for its arguments, and a
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import re
 import uuid
@@ -12,9 +13,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from core.utils.json_schema import schema_hazard
+from core.utils.log import logger as _log
 from core.utils.tasks import call_handler
 
 __all__ = [
@@ -53,6 +57,9 @@ def validate_tool_rules(name: str, timeout: float, parameters: Any, *, where: st
     problem = _schema_problem(json.dumps(parameters, sort_keys=True, default=repr))
     if problem:
         raise ToolDefinitionError(f"tool {name!r}{origin}: parameters are not a valid JSON Schema: {problem}")
+    hazard = schema_hazard(parameters)
+    if hazard:
+        raise ToolDefinitionError(f"tool {name!r}{origin}: parameters refused: {hazard}")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -163,7 +170,13 @@ class FunctionTool(BaseTool):
         """Call the handler with the event (unless `pass_event=False`) and the arguments as keywords; a sync
         handler runs in a worker thread."""
         args = (event,) if self.pass_event else ()
-        return await call_handler(self.handler, *args, **arguments)
+        try:
+            return await call_handler(self.handler, *args, **arguments)
+        except anyio.get_cancelled_exc_class():
+            if not inspect.iscoroutinefunction(self.handler):
+                _log.warning("tool %r (plugin %r): abandoned at its deadline; its synchronous handler still runs in "
+                             "a worker thread until it returns, and its result will be dropped", self.name, self.owner)
+            raise
 
     async def execute(self, **params: Any) -> Any:
         """Call the handler without an event (for use outside a turn)."""

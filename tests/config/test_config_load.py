@@ -26,7 +26,7 @@ def test_no_file_gives_defaults(tmp_path, monkeypatch):
     assert (config.limits.max_concurrent_turns, config.limits.max_steps, config.limits.history_turns) == (64, 8, 50)
     assert config.limits.history_tokens is None
     assert (config.limits.tool_timeout, config.limits.max_tool_timeout) == (30, 300)
-    assert (config.deadlines.hook_default, config.deadlines.stall_threshold) == (10, 0.5)
+    assert (config.deadlines.hook_default, config.deadlines.stall_threshold) == (10, 0.1)
     assert config.adapters.console is True and config.adapters.instances == []
     assert (config.server.host, config.server.port, config.server.max_body_bytes) == ("127.0.0.1", 8765, 1 << 20)
     assert config.server.token is None

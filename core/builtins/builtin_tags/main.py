@@ -1,6 +1,7 @@
 """The built-in output tags: `<text>`, `<at>`, `<reply>`, `<img>`, `<record>`, `<emoji>`, `<poke>` and `<file>`.
 Each request offers only the tags whose element the adapter can send; media tags send only files under the
-operator's media directories (`ctx.allowed_media_roots`) or attachments a tool returned this turn."""
+operator's media directories (`ctx.allowed_media_roots`), never hookchat's own data (`ctx.private_paths`), or
+attachments a tool returned this turn."""
 
 from __future__ import annotations
 
@@ -118,9 +119,8 @@ class BuiltinTagsPlugin(BasePlugin):
                 return [attachment]
             return [kind(url=attachment.url, path=attachment.path, base64=attachment.base64, name=attachment.name,
                          mime=attachment.mime)]
-        roots = getattr(self.ctx, "allowed_media_roots", None) or []
         try:
-            path = await resolve_media_path(source, roots)
+            path = await resolve_media_path(source, self.ctx.allowed_media_roots, self.ctx.private_paths)
         except MediaPathError as exc:
             self.logger.warning("<%s> refused to send %r: %s", tag, source, exc)
             label = Path(source.replace("\\", "/")).name[:60] or "file"

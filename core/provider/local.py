@@ -4,6 +4,7 @@ loading and generation run in worker threads, so the event loop keeps running; o
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import math
@@ -346,7 +347,7 @@ class _Generation:
         self._server = server
         self._body = body
         self._name = name
-        self._token = anyio.lowlevel.current_token()
+        self._post = _poster()
         self._send, self._receive = anyio.create_memory_object_stream[object](math.inf)
         self._stopping = threading.Event()
         self._ended = False
@@ -402,11 +403,25 @@ class _Generation:
 
     def _hand_over(self, item: object) -> bool:
         try:
-            anyio.from_thread.run_sync(self._send.send_nowait, item, token=self._token)
+            self._post(self._send.send_nowait, item)
         except Exception:  # the event loop has ended: nobody is listening, so stop
             self._stopping.set()
             return False
         return True
+
+
+def _poster() -> Callable[..., object]:
+    """A function that, called from another thread, has the current event loop run `func(*args)` soon.
+
+    On asyncio it does not wait for the loop to have run it: waiting adds a third thread switch per token, and with
+    llama.cpp's threads on every core each switch takes a core from them. Elsewhere it waits (anyio has no
+    fire-and-forget call into the loop).
+    """
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:  # not asyncio (trio)
+        token = anyio.lowlevel.current_token()
+        return lambda func, *args: anyio.from_thread.run_sync(func, *args, token=token)
 
 
 class _Reply:

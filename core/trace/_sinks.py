@@ -101,7 +101,7 @@ class JsonLinesSink:
                 lines = [self._line(t) for t in batch if t is not None]
                 try:
                     file = self._append(file, "".join(line for line in lines if line))
-                except OSError:  # a full disk must not stop the bot; say so and go on
+                except Exception:  # noqa: BLE001 - a full disk must not stop the bot or its writer; say so, go on
                     _log.exception("could not write %d trace(s) to %s", len(lines), self.path)
                     file = None
                 if stop:
@@ -122,11 +122,11 @@ class JsonLinesSink:
             return file
         if file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            file = self.path.open("a", encoding="utf-8")
+            file = self.path.open("a", encoding="utf-8", errors="replace")  # a lone surrogate in a trace: U+FFFD
         if file.tell() + len(text) > self.max_bytes and file.tell() > 0:
             file.close()
             self.path.replace(self.path.with_name(self.path.name + ".1"))
-            file = self.path.open("a", encoding="utf-8")
+            file = self.path.open("a", encoding="utf-8", errors="replace")
         file.write(text)
         file.flush()
         return file

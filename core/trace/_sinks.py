@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.trace._spans import Trace
+from core.utils.text import valid_text
 
 __all__ = ["TraceRing", "JsonLinesSink", "OtelSink", "read_json_lines", "OtelNotInstalledError"]
 
@@ -112,7 +113,7 @@ class JsonLinesSink:
 
     def _line(self, trace: Trace) -> str:
         try:
-            return json.dumps(trace.to_dict(), ensure_ascii=False, default=str) + "\n"
+            return valid_text(json.dumps(trace.to_dict(), ensure_ascii=False, default=str)) + "\n"
         except Exception:  # noqa: BLE001 - one trace that cannot be written is skipped, with its id
             _log.exception("could not serialise trace %s", trace.id)
             return ""

@@ -12,6 +12,7 @@ from core.plugin import BasePlugin, Priority, on, register
 from core.prompt_manager import Prompt
 from core.testing import ChatHarness, ScriptedProvider, ToolCall
 from core.trace import read_json_lines, render_trace
+from core.trace._sinks import JsonLinesSink
 
 pytestmark = pytest.mark.anyio
 
@@ -135,6 +136,26 @@ async def test_finished_traces_are_written_as_json_lines(tmp_path):
     written = [t for t in read_json_lines(tmp_path / "traces.jsonl") if t["kind"] == "turn"]
     assert [t["id"] for t in written] == ids
     assert [t["outcome"] for t in written] == ["completed", "completed"]
+
+
+class _Recorded:
+    """Stands in for a finished trace: what the file sink reads of one."""
+
+    def __init__(self, trace_id: str, text: str) -> None:
+        self.id = trace_id
+        self.text = text
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "kind": "turn", "name": self.text}
+
+
+def test_a_lone_surrogate_in_a_trace_is_written_as_a_replacement_and_the_writer_goes_on(tmp_path):
+    sink = JsonLinesSink(tmp_path / "traces.jsonl", max_bytes=1 << 20)
+    sink.write(_Recorded("t1", "half an emoji \ud83d"))
+    sink.write(_Recorded("t2", "next"))
+    sink.close()
+    assert [(t["id"], t["name"]) for t in read_json_lines(tmp_path / "traces.jsonl")] == [
+        ("t1", "half an emoji \ufffd"), ("t2", "next")]
 
 
 async def test_the_ring_keeps_only_the_newest_traces():

@@ -11,12 +11,19 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import threading
 from typing import TextIO
 
-import anyio
-
 from core.adapter import Adapter
-from core.chat import KiraIMMessage, KiraIMSentResult, MessageChain, MessageStrategy, Session, TurnResult, User
+from core.chat import (
+    KiraIMMessage,
+    KiraIMSentResult,
+    MessageChain,
+    MessageStrategy,
+    Session,
+    TurnResult,
+    User,
+)
 from core.chat.message_elements import Text
 
 __all__ = ["ConsoleAdapter", "CONSOLE_HELP"]
@@ -134,12 +141,13 @@ class ConsoleAdapter(Adapter):
                 self._turn.cancel()  # queued, not started: take it back
             return
         self._leaving = True
-        self._reader_task.cancel()
+        self._lines.put_nowait(None)
 
     async def repl(self, stdin: TextIO | None = None) -> None:
         """Read lines until end of input, `/quit`, `/exit` or Ctrl-C at the prompt."""
         stdin = stdin or sys.stdin
         loop = asyncio.get_running_loop()
+        self._start_reader(stdin)
         handled = False
         try:
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
@@ -149,8 +157,8 @@ class ConsoleAdapter(Adapter):
         try:
             while not self._leaving:
                 self._write(self.prompt)
-                line = await self._read(stdin)
-                if line is None or not line:
+                line = await self._lines.get()
+                if not line:
                     self._write("\n")
                     return
                 text = line.strip()
@@ -164,13 +172,22 @@ class ConsoleAdapter(Adapter):
             if handled:
                 loop.remove_signal_handler(signal.SIGINT)
 
-    async def _read(self, stdin: TextIO) -> str | None:
-        """One line; None when Ctrl-C at the prompt asked to leave (the blocked read is abandoned)."""
-        self._reader_task = asyncio.current_task()
-        try:
-            return await anyio.to_thread.run_sync(stdin.readline, abandon_on_cancel=True)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._leaving and task is not None and task.uncancel() == 0:
-                return None
-            raise
+    def _start_reader(self, stdin: TextIO) -> None:
+        """Read `stdin` in a daemon thread of its own, line by line, into `self._lines` (an empty line at the end).
+        A daemon thread, not a worker of the loop's pool: a read still blocked when the chat ends must not keep the
+        process alive."""
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._lines = lines
+
+        def read() -> None:
+            while True:
+                line = stdin.readline()
+                try:
+                    loop.call_soon_threadsafe(lines.put_nowait, line)
+                except RuntimeError:  # the loop is closed: nobody is listening any more
+                    return
+                if not line:
+                    return
+
+        threading.Thread(target=read, name="hookchat-console-input", daemon=True).start()

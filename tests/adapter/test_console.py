@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 
+import anyio
 import pytest
 
 from core.adapter.console import CONSOLE_HELP, ConsoleAdapter
@@ -141,3 +143,17 @@ async def test_a_character_the_terminal_cannot_show_does_not_end_the_chat(tmp_pa
     async with app:
         await console.say("hi")
     assert "bot> caf? ?\n" in out.getvalue()
+
+
+async def test_ctrl_c_at_the_prompt_leaves_at_once_while_the_input_still_blocks(tmp_path):
+    read_end, write_end = os.pipe()  # an input that never gets a line, as a terminal waiting for the user
+    app, console = bot(tmp_path, ScriptedProvider([]))
+    with os.fdopen(read_end) as stdin, os.fdopen(write_end, "w"):
+        async with app:
+            repl = asyncio.create_task(console.repl(stdin))
+            while "you> " not in console.out.getvalue():
+                await asyncio.sleep(0)
+            console._interrupt()  # what Ctrl-C does at the prompt
+            with anyio.fail_after(10):
+                await repl
+    assert repl.done() and repl.exception() is None

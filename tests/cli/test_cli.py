@@ -1,6 +1,7 @@
 """The `hookchat` command, run as a subprocess the way a user runs it."""
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,19 @@ def test_run_refuses_an_unknown_adapter_type_by_name(project):
     out = hookchat("run", cwd=project)
     assert out.returncode == 2
     assert "unknown adapter type 'telegram'" in out.stderr and "console" in out.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_the_chat_prompt_ends_the_process(project):
+    """The terminal's input stays open (nobody typed anything): Ctrl-C must still end `hookchat chat`."""
+    pytest.importorskip("xllamacpp")
+    chat = subprocess.Popen([sys.executable, "-m", "core.cli", "chat"], cwd=project, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(project)})
+    try:
+        assert chat.stdout.read(len("you> ")) == "you> ", "the prompt is shown"
+        chat.send_signal(signal.SIGINT)
+        assert chat.wait(timeout=60) == 0
+    finally:
+        chat.kill()
+        chat.wait()

@@ -29,7 +29,7 @@ from core.chat import (
 )
 from core.chat.message_elements import Text
 from core.config import HookchatConfig
-from core.history import HistoryStore
+from core.history import HistoryStore, SessionHistory
 from core.kira import KiraRuntimeImpl
 from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
 from core.plugin import HookEngine, PluginLoader
@@ -38,7 +38,7 @@ from core.provider.agent import AgentLoop, AgentSettings
 from core.provider.local import LocalLlamaProvider
 from core.provider.openai_provider import OpenAIProvider
 from core.server import ToolRegistryServer
-from core.services import PushService
+from core.services import PluginStoreLike, PushService
 from core.trace import Tracer, default_file
 from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
@@ -87,7 +87,7 @@ class HookChat:
         provider: LLMProvider | None = None,
         adapters: list[Adapter] = (),  # type: ignore[assignment]
         plugins: list[type | str | Path] = (),  # type: ignore[assignment]
-        history: bool = True,
+        history: bool | SessionHistory = True,
         entry_points: bool = True,
         builtins: Iterable[str] = BUILTIN_PLUGINS,
         serve_tools: bool = False,
@@ -128,8 +128,10 @@ class HookChat:
         self._extra_plugins = list(plugins)
         self.provider = provider if provider is not None else build_provider(self.config)
         self.adapters: dict[str, Adapter] = {a.name: a for a in adapters}
-        self.history: HistoryStore | None = None
-        if history:
+        self.history: SessionHistory | None = None
+        if not isinstance(history, bool):  # a store of the caller's (a cluster worker's shared history)
+            self.history = history
+        elif history:
             self.history = HistoryStore(
                 self.config.data.history_path,
                 max_turns=limits.history_turns,
@@ -158,6 +160,9 @@ class HookChat:
         self.tool_server: ToolRegistryServer | None = None
         if serve_tools:  # `hookchat run`: the HTTP tool registry on [server] host:port
             self.tool_server = ToolRegistryServer(self.config.server, self.plugins.tools, self.data_dir)
+        #: Makes a plugin's `self.store` when it must live outside this process (a cluster worker sets it); None:
+        #: each plugin's own SQLite file.
+        self.store_factory: Callable[[str], PluginStoreLike] | None = None
         self._started = False
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
@@ -264,9 +269,10 @@ class HookChat:
 
     # -- messages -------------------------------------------------------------------------------------------------
 
-    async def receive(self, message: KiraIMMessage) -> Received:
-        """Deliver an incoming platform message to the pipeline (adapters call this)."""
-        return await self.pipeline.receive(message)
+    async def receive(self, message: KiraIMMessage, *, inbox_id: str | None = None) -> Received:
+        """Deliver an incoming platform message to the pipeline (adapters call this). `inbox_id`: the message is
+        already held durably under this id elsewhere (a cluster worker), so the inbox does not record it."""
+        return await self.pipeline.receive(message, inbox_id=inbox_id)
 
     async def respond(self, message: KiraIMMessage) -> TurnResult | None:
         """Deliver a message and wait for the turn it causes, flushing its session's buffer at once (as if the
@@ -334,6 +340,11 @@ class HookChat:
         if self.history is not None:
             await self.history.append_turn(session.sid, [ChatMessage("user", text)], meta=dict(meta))
 
+    def shared_store(self, plugin_id: str) -> PluginStoreLike | None:
+        """The store of plugin `plugin_id` when this app keeps plugin stores outside the process (a cluster
+        worker); None for the default, the plugin's own SQLite file."""
+        return self.store_factory(plugin_id) if self.store_factory is not None else None
+
     @property
     def tool_server_running(self) -> bool:
         """Whether this app serves the HTTP tool registry right now."""
@@ -358,7 +369,9 @@ class HookChat:
             result = KiraIMSentResult(chain, session, ok=False, error=f"no adapter called {session.adapter_name!r}")
         else:
             try:
-                result = await adapter.send(session, chain)
+                result = await adapter.send_in_turn(session, chain, event)
+                if isinstance(event, KiraMessageBatchEvent):
+                    event.sends += 1
             except Exception as exc:  # an adapter that raises is reported, not fatal
                 logger.exception("sending to %s failed", session.sid)
                 result = KiraIMSentResult(chain, session, ok=False, error=f"{type(exc).__name__}: {exc}")

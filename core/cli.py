@@ -1,6 +1,6 @@
 """The `hookchat` command: `chat` (terminal chat), `run` (start the configured adapters and the tool registry),
 `web` (the web console alone), `plugins` (status and failure reasons), `hooks` (the resolved order per event),
-`trace` (the last turns' traces) and `new-plugin NAME`."""
+`trace` (the last turns' traces), `status` (a cluster's workers and lag) and `new-plugin NAME`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from core.adapter import AdapterError, build_adapters
 from core.adapter.console import ConsoleAdapter
 from core.app import HookChat
+from core.cluster import ClusterError, Gateway, Worker, cluster_status, render_status
 from core.config import ConfigError, HookchatConfig, load_config
 from core.plugin import priority_name
 from core.provider.local import LocalLlamaProvider, ModelNotInstalledError
@@ -95,6 +96,33 @@ async def _run(config: HookchatConfig, reload: bool = False) -> int:
             await console.repl()
         else:
             await asyncio.Event().wait()
+    return 0
+
+
+async def _run_role(config: HookchatConfig, role: str) -> int:
+    """`hookchat run --role gateway|worker`: one part of a cluster (docs/scale-out.md)."""
+    try:
+        if role == "gateway":
+            part: Gateway | Worker = Gateway(config, [a for a in build_adapters(config)
+                                                      if not isinstance(a, ConsoleAdapter)])
+        else:
+            part = Worker(config)
+        async with part:
+            print(f"[hookchat] {role} {part.name} on {config.cluster.url}", file=sys.stderr, flush=True)
+            await asyncio.Event().wait()
+    except (AdapterError, ClusterError) as exc:
+        print(f"hookchat: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+async def _status(config: HookchatConfig, as_json: bool) -> int:
+    try:
+        status = await cluster_status(config.cluster)
+    except ClusterError as exc:
+        print(f"hookchat: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(status, indent=2) if as_json else render_status(status))
     return 0
 
 
@@ -202,6 +230,12 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--trace", action="store_true", help="print each turn's trace after its reply")
     run = sub.add_parser("run", help="start the configured adapters, the tool registry and ([web]) the web console",
                          parents=[common])
+    run.add_argument("--role", choices=("single", "gateway", "worker"), default="single",
+                     help="single (default): everything in this process; gateway: the adapters, publishing to NATS "
+                          "JetStream; worker: the pipeline and plugins, consuming from it (docs/scale-out.md)")
+    status = sub.add_parser("status", help="show a cluster's gateways, workers, partitions and lag",
+                            parents=[common])
+    status.add_argument("--json", action="store_true", help="print JSON")
     web = sub.add_parser("web", help="start the web console alone (chat in the browser)", parents=[common])
     web.add_argument("--host", help="address to bind (default: [web] host, 127.0.0.1)")
     web.add_argument("--port", type=int, help="port (default: [web] port, 8780)")
@@ -250,7 +284,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "chat":
             return asyncio.run(_chat(config, args.trace, args.reload))
         if args.command == "run":
+            if args.role != "single":
+                return asyncio.run(_run_role(config, args.role))
             return asyncio.run(_run(config, args.reload))
+        if args.command == "status":
+            return asyncio.run(_status(config, args.json))
         if args.command == "web":
             return asyncio.run(_web(config, args.host, args.port, args.reload))
         if args.command == "plugins":

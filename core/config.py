@@ -27,6 +27,7 @@ from pydantic import (
 
 __all__ = [
     "HookchatConfig",
+    "ClusterConfig",
     "DataConfig",
     "PluginsConfig",
     "ProviderConfig",
@@ -338,6 +339,28 @@ class WebConfig(_Section):
         return self.host in ("127.0.0.1", "::1", "localhost") or self.host.startswith("127.")
 
 
+class ClusterConfig(_Section):
+    """`[cluster]`: gateways and workers on NATS JetStream (`hookchat run --role gateway|worker`, docs/scale-out.md).
+
+    Not used in the default single-process mode. `partitions` is fixed for the life of the streams (a session's
+    partition is a hash of its id modulo this number); keep it well above the number of workers. A message is
+    redelivered when its worker has not acknowledged it for `ack_wait` seconds (a running turn keeps extending
+    it); a partition whose worker stopped renewing its lease for `lease_seconds` moves to another worker.
+    """
+
+    url: str = "nats://127.0.0.1:4222"
+    prefix: str = Field(default="hookchat", pattern=r"^[A-Za-z0-9_-]+$")
+    partitions: int = Field(default=64, ge=1, le=4096)
+    ack_wait: float = Field(default=30.0, gt=0)
+    lease_seconds: float = Field(default=6.0, gt=0)
+    max_deliver: int = Field(default=5, ge=1)
+    dedup_window: float = Field(default=600.0, gt=0)
+    receipt_timeout: float = Field(default=5.0, ge=0)
+    history_turns: int = Field(default=200, ge=1)
+    #: The name this process registers under (default: host name and process id).
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]+$")
+
+
 class HookchatConfig(_Section):
     """The whole configuration. Every section has defaults, so an empty file (or none) is a working config.
 
@@ -360,6 +383,7 @@ class HookchatConfig(_Section):
     kira: dict[str, Any] = {}
     trace: TraceConfig = Field(default_factory=dict)
     web: WebConfig = Field(default_factory=dict)
+    cluster: ClusterConfig = Field(default_factory=dict)
     #: The file this config was read from (None: the defaults, or built in code); messages about it name it.
     _source: Path | None = PrivateAttr(default=None)
 

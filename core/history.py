@@ -9,17 +9,17 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from core.provider.llm import ChatMessage
 from core.utils.sqlite import SqliteOpenError, SqliteWorker
 from core.utils.log import logger
 from core.utils.text import valid_text
 
-__all__ = ["HistoryStore", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
+__all__ = ["HistoryStore", "SessionHistory", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS turns (
@@ -64,6 +64,42 @@ class Turn:
     created_at: float
     messages: list[ChatMessage]
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+class SessionHistory(Protocol):
+    """What the app, the pipeline and the agent loop use of a history store: `HistoryStore` (SQLite, one process)
+    and a cluster worker's shared history (`core.cluster`) both provide it."""
+
+    async def open(self) -> None:
+        """Make the store usable."""
+
+    async def close(self) -> None:
+        """Finish pending writes and release the store."""
+
+    async def get_history(self, sid: str) -> list[ChatMessage]:
+        """The session's newest turns' messages, oldest first, within the store's bounds."""
+
+    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
+                          *, done: Sequence[str] = ()) -> int:
+        """Store a completed turn, marking the inbox entries `done` (the messages it answered); returns its id."""
+
+    def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
+        """Mark inbox entries done without a turn (an awaitable, or None when there were none)."""
+
+    def record_received(self, sid: str, message: dict[str, Any], received_at: float | None = None) -> str:
+        """Record a received message in the inbox; returns its inbox id."""
+
+    async def unfinished(self) -> list[tuple[str, str, float, dict[str, Any]]]:
+        """Inbox entries not done: `(id, sid, received_at, message)`."""
+
+    async def list_turns(self, sid: str, limit: int | None = None) -> list[Turn]:
+        """The session's turns, oldest first."""
+
+    async def clear(self, sid: str) -> int:
+        """Delete every turn of a session; returns how many there were."""
+
+    async def sessions(self) -> list[str]:
+        """The ids of the sessions that have turns, sorted."""
 
 
 def estimate_tokens(messages: list[ChatMessage]) -> int:

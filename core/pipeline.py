@@ -28,7 +28,7 @@ from core.chat import (
     User,
 )
 from core.chat.message_elements import Text
-from core.history import HistoryStore
+from core.history import SessionHistory
 from core.plugin import HookEngine
 from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
@@ -162,6 +162,14 @@ class TurnScheduler:
         worker.cancel()
         return True
 
+    def is_busy(self, sid: str) -> bool:
+        """Whether session `sid` has a turn running or queued."""
+        return sid in self._queues
+
+    def busy(self) -> list[str]:
+        """The sessions with a turn running or queued."""
+        return list(self._queues)
+
     def busy_sessions(self) -> int:
         """Sessions with a turn running or queued."""
         return len(self._queues)
@@ -186,7 +194,7 @@ class MessagePipeline:
         *,
         max_buffered_sessions: int | None = None,
         clock: Clock | None = None,
-        inbox: HistoryStore | None = None,
+        inbox: SessionHistory | None = None,
     ) -> None:
         #: Where every received message is recorded before anything happens to it (the history database).
         self.inbox = inbox
@@ -195,11 +203,16 @@ class MessagePipeline:
         self.buffers = SessionBuffers(max_buffered_sessions, clock=(clock or LoopClock()).now)
         self._capabilities = capabilities
 
-    async def receive(self, message: KiraIMMessage) -> Received:
-        """Run one incoming message through `im_message` and its strategy (its text made valid Unicode first)."""
+    async def receive(self, message: KiraIMMessage, *, inbox_id: str | None = None) -> Received:
+        """Run one incoming message through `im_message` and its strategy (its text made valid Unicode first).
+
+        `inbox_id`: the message is already held durably under this id (a cluster worker's JetStream message), so
+        the inbox is not written; the id is marked done like an inbox row."""
         _make_valid(message)
         event = KiraMessageEvent(message)
-        if self.inbox is not None:
+        if inbox_id is not None:
+            event.inbox_id = inbox_id
+        elif self.inbox is not None:
             sid, record = message.session.sid, inbox_record(message)
             event.inbox_id = self.inbox.record_received(sid, record, message.timestamp)
         with self.engine.tracer.message(event):  # trace: the message's hooks, until a turn adopts it

@@ -13,7 +13,7 @@ import importlib
 import importlib.metadata
 from typing import Any, Protocol
 
-from core.chat import KiraIMMessage, KiraIMSentResult, MessageChain, Received, Session, TurnResult
+from core.chat import KiraEvent, KiraIMMessage, KiraIMSentResult, MessageChain, Received, Session, TurnResult
 from core.config import HookchatConfig
 
 __all__ = ["Adapter", "AdapterHost", "ALL_ELEMENTS", "AdapterError", "adapter_class", "build_adapters",
@@ -71,6 +71,12 @@ class Adapter(abc.ABC):
     async def draft(self, session: Session, text: str) -> None:
         """The visible text of the message the model is writing, so far (only when `drafts` is True); the
         finished message still comes through `send`."""
+
+    async def send_in_turn(self, session: Session, chain: MessageChain, event: KiraEvent | None) -> KiraIMSentResult:
+        """Send one message as the app's send path does: `event` is the turn (or push) it belongs to, or None.
+        Adapters that need to know the turn override this (a cluster worker's remote adapter numbers a turn's
+        replies so a redone turn does not send them twice); the default is `send`."""
+        return await self.send(session, chain)
 
     @abc.abstractmethod
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:

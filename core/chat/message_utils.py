@@ -361,7 +361,7 @@ class KiraMessageBatchEvent(KiraEvent):
     """The messages of one session merged into one turn for the model."""
 
     __slots__ = ("messages", "session", "capabilities", "tool_attachments", "push", "role", "_adapter", "timestamp",
-                 "_event_id", "_message_types")
+                 "_event_id", "_message_types", "sends")
 
     def __init__(
         self,
@@ -394,6 +394,8 @@ class KiraMessageBatchEvent(KiraEvent):
         self.push = push
         #: The persona this turn speaks as; role-scoped tools are offered only to it (None: global tools only).
         self.role = role
+        #: How many messages the app's send path has sent for this batch so far (numbers a turn's replies).
+        self.sends = 0
         self._adapter = adapter
         self._message_types = list(message_types) if message_types is not None else None
         self.timestamp = timestamp if timestamp is not None else time.time()

@@ -32,7 +32,7 @@ from core.services._push import PUSH_REASONS, PushMessageError, PushService
 from core.services._result import Err, Ok, Result, SdkError, TransportError, UnwrapError, unwrap, unwrap_or
 from core.services._services import PluginServices, bind_plugin, clear_remote_tools, services_for
 from core.services._sqlite import SqliteWorker, StorageClosedError
-from core.services._store import PluginStore
+from core.services._store import PluginStore, PluginStoreLike
 from core.services._schema import PluginConfigError, validate_config
 from core.services._tools import (
     add_function_tool,
@@ -75,6 +75,7 @@ __all__ = [
     "PluginServices",
     "PluginServicesMixin",
     "PluginStore",
+    "PluginStoreLike",
     "Plugins",
     "PushMessageError",
     "PushService",

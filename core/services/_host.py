@@ -20,6 +20,7 @@ from core.chat import (
 )
 from core.config import HookchatConfig
 from core.utils.clock import Clock
+from core.services._store import PluginStoreLike
 from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool
 
@@ -63,6 +64,9 @@ class PluginHost(Protocol):
 
     async def remember(self, session: Session, text: str, meta: dict[str, Any]) -> None:
         """Append `text` to the session's history as a user message the model reads next turn."""
+
+    def shared_store(self, plugin_id: str) -> PluginStoreLike | None:
+        """The plugin's store when the app keeps stores outside the process (a cluster worker); None: SQLite."""
 
     @property
     def tool_server_running(self) -> bool:

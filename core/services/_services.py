@@ -17,7 +17,7 @@ from core.services._plugins import Plugins
 from core.services._host import PluginHandle
 from core.services._push import PushService
 from core.services._result import SdkError
-from core.services._store import PluginStore
+from core.services._store import PluginStore, PluginStoreLike
 from core.services._tools import add_function_tool, remote_owner
 
 __all__ = ["PluginServices", "services_for", "bind_plugin", "storage_dir_of", "clear_remote_tools"]
@@ -44,7 +44,7 @@ class PluginServices:
         self.timers = TimerRunner(ctx, self.logger)
         self.plugins = Plugins(ctx)
         self._config: PluginConfig | None = None
-        self._store: PluginStore | None = None
+        self._store: PluginStoreLike | None = None
         self._db: PluginDatabase | None = None
         self._closed = False
         self._made_dirs: set[str] = set()
@@ -92,11 +92,14 @@ class PluginServices:
         return self._config
 
     @property
-    def store(self) -> PluginStore:
-        """The plugin's `PluginStore` (`<storage>/store.sqlite3`)."""
+    def store(self) -> PluginStoreLike:
+        """The plugin's store: a `PluginStore` (`<storage>/store.sqlite3`), or the app's shared one when the app
+        keeps stores outside the process (a cluster worker: every worker reads the same values)."""
         if self._store is None:
             self._check_open("store")
-            self._store = PluginStore(self.storage_dir / "store.sqlite3", plugin_id=self.plugin_id)
+            app = self.ctx.app
+            shared = app.shared_store(self.plugin_id) if app is not None else None
+            self._store = shared or PluginStore(self.storage_dir / "store.sqlite3", plugin_id=self.plugin_id)
         return self._store
 
     @property

@@ -9,13 +9,13 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from core.services._result import Err, Ok, Result, SdkError
 from core.services._sqlite import storage_error
 from core.utils.sqlite import SqliteWorker, SqliteWorkerError
 
-__all__ = ["PluginStore"]
+__all__ = ["PluginStore", "PluginStoreLike"]
 
 _MISSING = object()
 
@@ -30,6 +30,32 @@ def _check_key(key: object) -> str | None:
     if not isinstance(key, str) or not key:
         return f"store keys are non-empty strings, not {key!r}"
     return None
+
+
+class PluginStoreLike(Protocol):
+    """What `self.store` offers a plugin: `PluginStore` (SQLite, the default) and a cluster worker's shared
+    store (`core.cluster`) both provide it; every method returns a `Result`."""
+
+    async def get(self, key: str, default: Any = None) -> Result[Any, SdkError]:
+        """`Ok(value)` for `key`, or `Ok(default)`."""
+
+    async def set(self, key: str, value: Any) -> Result[None, SdkError]:
+        """Store `value` under `key`."""
+
+    async def delete(self, key: str) -> Result[bool, SdkError]:
+        """Remove `key`; `Ok(True)` when it was set."""
+
+    async def exists(self, key: str) -> Result[bool, SdkError]:
+        """`Ok(True)` when `key` is set."""
+
+    async def keys(self, prefix: str = "") -> Result[list[str], SdkError]:
+        """`Ok` of the keys starting with `prefix`, sorted."""
+
+    async def clear(self) -> Result[int, SdkError]:
+        """Remove every key; `Ok` of how many there were."""
+
+    async def close(self) -> None:
+        """Release the store (the plugin stopped)."""
 
 
 class PluginStore:

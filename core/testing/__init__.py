@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import html
 import heapq
 import itertools
 import tempfile
@@ -31,7 +32,7 @@ from core.config import HookchatConfig
 from core.utils.clock import Clock
 from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, ToolCall
 
-__all__ = ["ScriptedProvider", "RecordingAdapter", "ManualClock", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
+__all__ = ["ScriptedProvider", "EchoProvider", "RecordingAdapter", "ManualClock", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
 
 #: The framework's own plugins (chat debounce, built-in tags, examples).
 #: The folder of the framework's own plugins (inside the installed package).
@@ -98,6 +99,23 @@ class ScriptedProvider(LLMProvider):
             return LLMResponse(text_response=item, model=self.name)
         calls = list(item)
         return LLMResponse(tool_calls=calls, model=self.name, finish_reason="tool_calls")
+
+
+class EchoProvider(LLMProvider):
+    """A fake model for tests and benchmarks that never runs out: answers every request with one message, the
+    turn's user input after `prefix` (its `<`, `>` and `&` escaped), so a test can tell which messages each reply
+    answered. It keeps no requests (a long run stays small); `calls` counts them."""
+
+    name = "echo"
+
+    def __init__(self, prefix: str = "echo: ") -> None:
+        self.prefix = prefix
+        self.calls = 0
+
+    async def complete(self, req: LLMRequest) -> LLMResponse:
+        self.calls += 1
+        text = html.escape(self.prefix + str(req.user_prompt), quote=False)
+        return LLMResponse(text_response=f"<msg><text>{text}</text></msg>", model=self.name)
 
 
 class RecordingAdapter(Adapter):

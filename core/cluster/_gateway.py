@@ -1,0 +1,200 @@
+"""`hookchat run --role gateway`: the platform connections. Each incoming message is published to its session's
+partition (with an id, so a retried publish is stored once); replies come back on this gateway's own subject and
+are sent in order through the adapter that holds the connection, then acknowledged, and the worker that sent them
+is told the platform's receipt."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+import nats.errors
+from nats.js import api
+
+from core.adapter import Adapter
+from core.chat import KiraIMMessage, KiraIMSentResult, KiraMessageEvent, MessageStrategy, Received, Session, TurnResult
+from core.chat.wire import WireError, chain_from_wire, message_to_wire, session_from_wire
+from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, default_name
+from core.config import HookchatConfig
+from core.utils.log import logger
+from core.utils.tasks import TaskOwner
+
+__all__ = ["Gateway"]
+
+_SENT_KEPT = 50_000  # reply ids a gateway remembers having sent, so a redelivered reply is not sent twice
+_PUBLISH_PATIENCE = 120.0  # seconds a message waits for the NATS server before it is reported lost
+
+
+class Gateway:
+    """Holds `adapters` and is their `AdapterHost`: what they receive goes to the workers, what the workers send
+    comes back through them. `async with Gateway(config, adapters) as gateway:` runs it."""
+
+    def __init__(self, config: HookchatConfig, adapters: list[Adapter], *, name: str | None = None) -> None:
+        self.config = config
+        self.name = name or config.cluster.name or default_name("gateway")
+        self.bus = Bus(config.cluster, self.name)
+        self.adapters = {a.name: a for a in adapters}
+        self.received = 0
+        self.replied = 0
+        self._sent: OrderedDict[str, None] = OrderedDict()
+        self._tasks = TaskOwner(f"gateway {self.name}")
+        self._started_at = time.time()
+        self._publishing = asyncio.Lock()  # one publish at a time keeps each session's arrival order
+
+    async def start(self) -> None:
+        """Connect, register, start the reply loop and then the adapters."""
+        await self.bus.connect()
+        try:
+            await self.bus.js.add_consumer(self.bus.out_stream, api.ConsumerConfig(
+                durable_name=f"gw-{self.name}", filter_subject=self.bus.out_subject(self.name),
+                ack_policy=api.AckPolicy.EXPLICIT, ack_wait=self.config.cluster.ack_wait, max_ack_pending=10_000,
+            ))
+            await self._register()
+            self._tasks.spawn(self._replies(), name="replies")
+            self._tasks.spawn(self._heartbeats(), name="heartbeats")
+            for adapter in self.adapters.values():
+                await adapter.start(self)
+        except NATS_ERRORS as exc:
+            await self.aclose()
+            raise ClusterError(f"gateway {self.name} cannot start: {exc}") from exc
+        except BaseException:
+            await self.aclose()
+            raise
+        logger.warning("cluster: gateway %s started with adapters %s", self.name, ", ".join(self.adapters) or "none")
+
+    async def aclose(self) -> None:
+        """Stop the adapters, the reply loop and the connection."""
+        for adapter in self.adapters.values():
+            try:
+                await adapter.stop()
+            except Exception:
+                logger.exception("adapter %r failed to stop", adapter.name)
+        await self._tasks.aclose()
+        if self.bus.members is not None:
+            with contextlib.suppress(*NATS_ERRORS):
+                await self.bus.members.delete(f"gateway.{self.name}")
+        await self.bus.close()
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _register(self) -> None:
+        adapters = {name: sorted(a.capabilities) for name, a in self.adapters.items()}
+        await self.bus.register("gateway", {"pid": os.getpid(), "started": self._started_at, "seen": time.time(),
+                                            "adapters": adapters, "received": self.received,
+                                            "replied": self.replied})
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.cluster.lease_seconds / 4)
+            try:
+                await self._register()
+            except NATS_ERRORS as exc:
+                logger.warning("cluster: gateway %s heartbeat failed: %s", self.name, str(exc) or type(exc).__name__)
+
+    # -- the adapters' host ---------------------------------------------------------------------------------------
+
+    async def receive(self, message: KiraIMMessage) -> Received:
+        """Publish the message to its session's partition; returns once the stream holds it. A message the server
+        does not take within two minutes (it is down) is logged as lost, with its session and text."""
+        event = KiraMessageEvent(message)  # derives the session, as the pipeline would
+        sid = message.session.sid  # type: ignore[union-attr] - set by KiraMessageEvent
+        if message.message_id:  # the platform's id: a platform that delivers a message twice is answered once
+            message_id = hashlib.blake2b(f"{sid}\0{message.message_id}".encode(), digest_size=12).hexdigest()
+        else:
+            message_id = uuid.uuid4().hex
+        data = {"id": message_id, "gw": self.name, "message": message_to_wire(message)}
+        subject = self.bus.in_subject(self.bus.partition(sid))
+        deadline = time.monotonic() + _PUBLISH_PATIENCE
+        async with self._publishing:
+            while True:
+                try:
+                    await self.bus.publish(subject, data, message_id)
+                    break
+                except NATS_ERRORS as exc:
+                    if time.monotonic() > deadline:
+                        logger.error("cluster: message of %s LOST, the NATS server did not take it for %.0f s "
+                                     "(%s): %r", sid, _PUBLISH_PATIENCE, exc, message.chain.message_repr[:200])
+                        return Received(event, None)
+                    await asyncio.sleep(0.25)
+        self.received += 1
+        return Received(event, MessageStrategy.TRIGGER)
+
+    async def respond(self, message: KiraIMMessage) -> TurnResult | None:
+        """Publish the message; the turn runs on a worker, so there is no result to wait for here."""
+        await self.receive(message)
+        return None
+
+    def flush(self, session: Session | str) -> asyncio.Future[TurnResult] | None:
+        """Buffers live on the workers: nothing to flush here."""
+        return None
+
+    def cancel_turn(self, session: Session | str) -> bool:
+        """Turns run on the workers; a gateway cannot stop one (False)."""
+        return False
+
+    # -- replies --------------------------------------------------------------------------------------------------
+
+    async def _replies(self) -> None:
+        sub = None
+        while True:
+            try:
+                if sub is None:
+                    sub = await self.bus.js.pull_subscribe_bind(durable=f"gw-{self.name}", stream=self.bus.out_stream)
+                messages = await sub.fetch(256, timeout=1.0)
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                continue
+            except NATS_ERRORS as exc:
+                logger.debug("cluster: gateway %s reply fetch failed: %s", self.name, exc)
+                await asyncio.sleep(0.25)
+                continue
+            for msg in messages:
+                await self._reply(msg)
+
+    async def _reply(self, msg: Any) -> None:
+        try:
+            data = json.loads(msg.data)
+            reply_id = str(data["id"])
+            session = session_from_wire(data["session"])
+            chain = chain_from_wire(data["chain"])
+        except (ValueError, KeyError, TypeError, WireError) as exc:
+            logger.error("cluster: malformed reply dropped: %s", exc)
+            with contextlib.suppress(*NATS_ERRORS):
+                await msg.term()
+            return
+        receipt_to = (msg.headers or {}).get("Hookchat-Receipt")
+        if reply_id in self._sent:  # redelivered after its acknowledgement was lost
+            result: KiraIMSentResult | None = None
+        else:
+            adapter = self.adapters.get(session.adapter_name)
+            if adapter is None:
+                result = KiraIMSentResult(chain, session, ok=False,
+                                          error=f"gateway {self.name} has no adapter {session.adapter_name!r}")
+            else:
+                try:
+                    result = await adapter.send(session, chain)
+                except Exception as exc:  # an adapter that raises is reported, not fatal
+                    logger.exception("sending to %s failed", session.sid)
+                    result = KiraIMSentResult(chain, session, ok=False, error=f"{type(exc).__name__}: {exc}")
+            if not result.ok:
+                logger.warning("cluster: reply to %s not sent: %s", session.sid, result.error)
+            self._sent[reply_id] = None
+            if len(self._sent) > _SENT_KEPT:
+                self._sent.popitem(last=False)
+            self.replied += 1
+        with contextlib.suppress(*NATS_ERRORS):
+            await msg.ack()
+            if receipt_to and result is not None:
+                receipt = {"ok": result.ok, "message_id": result.message_id, "error": result.error}
+                await self.bus.nc.publish(receipt_to, json.dumps(receipt).encode())

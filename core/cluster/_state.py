@@ -1,0 +1,423 @@
+"""The state every worker reaches, in JetStream key-value buckets: session history (`ClusterHistory`, the
+`SessionHistory` of a worker's app), buffered messages, and plugins' stores (`ClusterPluginStore`).
+
+Each session's history is one value (its newest `[cluster] history_turns` turns and the ids of the messages they
+answered), changed by compare-and-set on its revision: a turn is stored at most once, even when two workers race
+for a moved partition, and a redelivered message whose turn is stored is recognised by its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import nats.js.errors
+from nats.js.kv import KeyValue
+
+from core.cluster._bus import NATS_ERRORS, Bus, decode_key, encode_key, entries
+from core.history import HistoryError, Turn, estimate_tokens
+from core.provider import ChatMessage
+from core.services import Err, Ok, Result, SdkError
+from core.utils.log import logger
+
+__all__ = ["ClusterHistory", "ClusterPluginStore"]
+
+_DONE_KEPT = 4096  # ids of answered messages kept per session: far more than any redelivery can lag behind
+_CAS_TRIES = 20
+
+
+async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
+    """The JSON value under `key` and its revision; (None, 0) when unset."""
+    try:
+        entry = await kv.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return None, 0
+    if not entry.value:
+        return None, entry.revision or 0
+    return json.loads(entry.value), entry.revision or 0
+
+
+async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision: int) -> bool:
+    """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`; False if it moved."""
+    try:
+        if value is None:
+            await kv.delete(key, last=revision)
+        elif revision:
+            await kv.update(key, json.dumps(value, ensure_ascii=False).encode(), last=revision)
+        else:
+            await kv.create(key, json.dumps(value, ensure_ascii=False).encode())
+    except nats.js.errors.KeyWrongLastSequenceError:
+        return False
+    return True
+
+
+async def _change(kv: KeyValue, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+                  what: str) -> dict[str, Any] | None:
+    """Apply `change` to the value under `key` by compare-and-set, retrying when another writer came first."""
+    for _ in range(_CAS_TRIES):
+        value, revision = await _read(kv, key)
+        new = change(value)
+        if new is value:  # nothing to change
+            return value
+        if await _write(kv, key, new, revision):
+            return new
+        await asyncio.sleep(0)
+    raise HistoryError(f"{what}: gave up after {_CAS_TRIES} concurrent writers")
+
+
+class ClusterHistory:
+    """Session history in the cluster's `history` bucket, with the `SessionHistory` interface of `HistoryStore`.
+
+    The worker's inbox is JetStream itself, so `record_received` is never called (the pipeline is given the
+    message's id) and `unfinished` is empty; `done(ids)` is called once the messages `ids` are answered (their
+    turn stored) or dropped, and acknowledges them. Buffered messages are parked in the `buffers` bucket under
+    their partition (`park`), so the partition's next owner finds them (`parked`).
+    """
+
+    def __init__(self, bus: Bus, *, max_turns: int | None, max_tokens: int | None,
+                 done: Callable[[Sequence[str]], Awaitable[None]], failed: Callable[[str], None],
+                 owns: Callable[[str], bool] = lambda sid: True) -> None:
+        self.bus = bus
+        self._owns = owns
+        self._failed = failed
+        #: Ids of messages whose turn could not begin (its batch was not written down): not done, but retried.
+        self.abandoned: set[str] = set()
+        self.max_turns = max_turns
+        self.max_tokens = max_tokens
+        self.keep = bus.config.history_turns
+        self._done = done
+        self._parked: dict[str, str] = {}  # id of a parked message -> its session
+
+    @property
+    def _kv(self) -> KeyValue:
+        if self.bus.history is None:
+            raise HistoryError("the cluster history is not open (the bus is not connected)")
+        return self.bus.history
+
+    async def open(self) -> None:
+        """Nothing to open: the bus holds the buckets (it must be connected first)."""
+        self._kv  # noqa: B018 - raises when the bus is not connected
+
+    async def close(self) -> None:
+        """Nothing to close: the bus owns the connection."""
+
+    async def _session(self, sid: str) -> dict[str, Any]:
+        try:
+            value, _ = await _read(self._kv, encode_key(sid))
+        except NATS_ERRORS as exc:
+            raise HistoryError(f"cluster history of {sid} unreachable: {exc}") from exc
+        return value or {"next": 1, "turns": [], "done": []}
+
+    async def get_history(self, sid: str) -> list[ChatMessage]:
+        """The newest turns' messages within `max_turns` and `max_tokens` (whole turns), oldest first."""
+        try:
+            turns = (await self._session(sid))["turns"]
+        except HistoryError:
+            self._failed(sid)
+            raise
+        if self.max_turns is not None:
+            turns = turns[-self.max_turns:] if self.max_turns else []
+        picked: list[list[dict[str, Any]]] = []
+        used = 0
+        for turn in reversed(turns):
+            used += turn["tokens"]
+            if self.max_tokens is not None and used > self.max_tokens:
+                break
+            picked.append(turn["messages"])
+        return [ChatMessage.from_dict(m) for messages in reversed(picked) for m in messages]
+
+    async def is_done(self, sid: str, message_id: str) -> bool:
+        """Whether the message `message_id` of `sid` was answered by a stored turn."""
+        return message_id in (await self._session(sid))["done"]
+
+    async def seen(self, sid: str, message_id: str) -> bool:
+        """Whether the message `message_id` of `sid` was answered, or is parked waiting for a turn: a second copy
+        (a retried publish, or a redelivery after the server lost an acknowledgement) must be dropped."""
+        if await self.is_done(sid, message_id):
+            return True
+        assert self.bus.buffers is not None
+        value, _ = await _read(self.bus.buffers, self._buffer_key(sid))
+        return value is not None and any(e["id"] == message_id for e in value["messages"])
+
+    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
+                          *, done: Sequence[str] = ()) -> int:
+        """Store a turn and the ids it answered in one compare-and-set; a turn whose ids are all stored already
+        (a redelivery that raced) is not stored twice. Then the parked ids leave the buffers and every id is
+        acknowledged. Returns the turn's number within its session."""
+        record = {"at": time.time(), "tokens": estimate_tokens(messages), "meta": meta or {},
+                  "messages": [m.to_dict() for m in messages]}
+        json.dumps(record)  # a meta that is not JSON fails here, before anything is written
+        if done and not self._owns(sid):  # the partition moved on: its new owner redoes this turn
+            raise HistoryError(f"turn of {sid} not stored: its partition moved to another worker")
+        number = 0
+
+        def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
+            nonlocal number
+            value = value or {"next": 1, "turns": [], "done": []}
+            if done and all(i in value["done"] for i in done):
+                return value
+            number = value["next"]
+            turns = [*value["turns"], {"id": number, **record}][-self.keep:]
+            return {"next": number + 1, "turns": turns, "done": [*value["done"], *done][-_DONE_KEPT:]}
+
+        try:
+            await _change(self._kv, encode_key(sid), change, f"storing a turn of {sid}")
+        except (HistoryError, *NATS_ERRORS) as exc:
+            self._failed(sid)
+            raise HistoryError(f"cluster history of {sid} unreachable: {exc}") from exc
+        await self._finish(done)
+        return number
+
+    def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
+        """The messages `ids` are answered without a turn (discarded, stopped): unpark and acknowledge them."""
+        return asyncio.ensure_future(self._finish(ids)) if ids else None
+
+    async def _finish(self, ids: Sequence[str]) -> None:
+        if self.abandoned.intersection(ids):  # not answered: left parked and held, to be retried
+            self.abandoned.difference_update(ids)
+            return
+        by_session: dict[str, list[str]] = {}
+        for i in ids:
+            sid = self._parked.pop(i, None)
+            if sid is not None:
+                by_session.setdefault(sid, []).append(i)
+        for sid, parked in by_session.items():
+            await self.unpark(sid, parked)
+        await self._done(ids)
+
+    def record_received(self, sid: str, message: dict[str, Any], received_at: float | None = None) -> str:
+        """Never used on a worker (JetStream holds each message until it is answered)."""
+        raise HistoryError("a cluster worker's inbox is JetStream: pass the message's id to `receive`")
+
+    async def unfinished(self) -> list[tuple[str, str, float, dict[str, Any]]]:
+        """Empty: unanswered messages are redelivered by JetStream, not read back at start-up."""
+        return []
+
+    async def list_turns(self, sid: str, limit: int | None = None) -> list[Turn]:
+        """The session's stored turns, oldest first (the newest `limit`)."""
+        turns = (await self._session(sid))["turns"]
+        if limit is not None:
+            turns = turns[-limit:] if limit else []
+        return [Turn(t["id"], sid, t["at"], [ChatMessage.from_dict(m) for m in t["messages"]], t["meta"])
+                for t in turns]
+
+    async def clear(self, sid: str) -> int:
+        """Delete the session's turns (the ids it answered stay, so a redelivery is still recognised)."""
+        count = 0
+
+        def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
+            nonlocal count
+            if not value or not value["turns"]:
+                return value
+            count = len(value["turns"])
+            return {**value, "turns": []}
+
+        await _change(self._kv, encode_key(sid), change, f"clearing {sid}")
+        return count
+
+    async def sessions(self) -> list[str]:
+        """Every session with a stored value, sorted."""
+        try:
+            return sorted(decode_key(k) for k in await self._kv.keys())
+        except nats.js.errors.NoKeysError:
+            return []
+
+    # -- buffered messages ------------------------------------------------------------------------------------------
+
+    def _buffer_key(self, sid: str) -> str:
+        return f"{self.bus.partition(sid)}.{encode_key(sid)}"
+
+    async def park(self, sid: str, message_id: str, data: dict[str, Any]) -> None:
+        """Keep a buffered message where the partition's next owner finds it, until its turn is stored."""
+        assert self.bus.buffers is not None
+        if not self._owns(sid):  # the partition moved on: the message must reach its new owner
+            raise HistoryError(f"message of {sid} not buffered: its partition moved to another worker")
+        self._parked[message_id] = sid
+
+        def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
+            value = value or {"messages": [], "turns": []}
+            if any(e["id"] == message_id for e in value["messages"]):
+                return value
+            return {**value, "messages": [*value["messages"], {"id": message_id, "data": data}]}
+
+        await _change(self.bus.buffers, self._buffer_key(sid), change, f"buffering a message of {sid}")
+
+    async def intend(self, sid: str, ids: Sequence[str], unparked: dict[str, dict[str, Any]]) -> None:
+        """Before a turn answers the messages `ids` (in this batch), write the batch down beside the parked
+        messages (parking the `unparked` ones too), so whoever redoes it after a crash forms the same batch and
+        its replies carry the same ids (which the streams then do not deliver twice)."""
+        assert self.bus.buffers is not None
+        for message_id in ids:
+            self._parked[message_id] = sid
+
+        def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
+            value = value or {"messages": [], "turns": []}
+            have = {e["id"] for e in value["messages"]}
+            added = [{"id": i, "data": d} for i, d in unparked.items() if i not in have]
+            turns = value.get("turns", [])
+            if list(ids) in turns and not added:
+                return value
+            return {"messages": [*value["messages"], *added],
+                    "turns": turns if list(ids) in turns else [*turns, list(ids)]}
+
+        await _change(self.bus.buffers, self._buffer_key(sid), change, f"recording a turn of {sid}")
+
+    async def unpark(self, sid: str, ids: Sequence[str]) -> None:
+        """Take answered messages out of the session's parked buffer."""
+        assert self.bus.buffers is not None
+        gone = set(ids)
+
+        def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
+            if value is None:
+                return None
+            kept = [e for e in value["messages"] if e["id"] not in gone]
+            if len(kept) == len(value["messages"]):
+                return value
+            left = {e["id"] for e in kept}
+            turns = [t for t in value.get("turns", []) if left.intersection(t)]
+            return {"messages": kept, "turns": turns} if kept else None
+
+        try:
+            await _change(self.bus.buffers, self._buffer_key(sid), change, f"unbuffering messages of {sid}")
+        except (HistoryError, *NATS_ERRORS) as exc:  # they stay parked; a later owner skips them (they are done)
+            logger.warning("cluster: answered messages of %s stay in the buffers bucket: %s", sid, exc)
+
+    async def parked(self, partition: int) -> dict[str, tuple[list[list[str]], dict[str, dict[str, Any]]]]:
+        """What `partition`'s last owner left unanswered, per session: the batches it had begun (lists of ids, in
+        order) and the messages (id -> data, oldest first), answered ones left out."""
+        assert self.bus.buffers is not None
+        found: dict[str, tuple[list[list[str]], dict[str, dict[str, Any]]]] = {}
+        prefix = f"{partition}."
+        for entry in await entries(self.bus.buffers, f"{partition}.*"):
+            sid = decode_key(entry.key[len(prefix):])
+            left = await self._left(sid, json.loads(entry.value) if entry.value else None)
+            if left is not None:
+                found[sid] = left
+        return found
+
+    async def parked_of(self, sid: str) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
+        """`parked` for one session (None when it has nothing parked)."""
+        assert self.bus.buffers is not None
+        value, _ = await _read(self.bus.buffers, self._buffer_key(sid))
+        return await self._left(sid, value)
+
+    async def _left(self, sid: str, value: dict[str, Any] | None
+                    ) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
+        if not value:
+            return None
+        answered = set((await self._session(sid))["done"])
+        messages = {e["id"]: e["data"] for e in value["messages"] if e["id"] not in answered}
+        turns = [[i for i in t if i in messages] for t in value.get("turns", [])]
+        for message_id in messages:
+            self._parked[message_id] = sid
+        if len(messages) < len(value["messages"]):
+            await self.unpark(sid, [e["id"] for e in value["messages"] if e["id"] in answered])
+        return ([t for t in turns if t], messages) if messages else None
+
+    def forget_parked(self, sids: set[str]) -> None:
+        """This worker no longer owns these sessions: their parked messages are the next owner's to answer."""
+        for message_id in [i for i, s in self._parked.items() if s in sids]:
+            del self._parked[message_id]
+
+
+class ClusterPluginStore:
+    """A plugin's `self.store` on a worker: JSON values in the cluster's `stores` bucket, the same for every
+    worker (keys are prefixed with the plugin's id). Every method returns a `Result`, like `PluginStore`."""
+
+    def __init__(self, bus: Bus, plugin_id: str) -> None:
+        self.bus = bus
+        self.plugin_id = plugin_id
+        self._prefix = encode_key(plugin_id) + "."
+
+    async def _call(self, job: Callable[[KeyValue], Awaitable[Any]]) -> Result[Any, SdkError]:
+        if self.bus.stores is None:
+            return Err(SdkError(f"store of plugin {self.plugin_id!r}: the cluster is not connected",
+                                code="storage_closed"))
+        try:
+            return Ok(await job(self.bus.stores))
+        except NATS_ERRORS as exc:
+            return Err(SdkError(f"store of plugin {self.plugin_id!r} failed: {exc}", code="storage_error"))
+
+    @staticmethod
+    def _bad_key(key: object) -> Err[SdkError] | None:
+        if not isinstance(key, str) or not key:
+            return Err(SdkError(f"store keys are non-empty strings, not {key!r}", code="invalid_argument"))
+        return None
+
+    async def get(self, key: str, default: Any = None) -> Result[Any, SdkError]:
+        """`Ok(value)` for `key`, or `Ok(default)` when it is not set."""
+        if (bad := self._bad_key(key)) is not None:
+            return bad
+
+        async def job(kv: KeyValue) -> Any:
+            value, _ = await _read(kv, self._prefix + encode_key(key))
+            return default if value is None else value["v"]
+
+        return await self._call(job)
+
+    async def set(self, key: str, value: Any) -> Result[None, SdkError]:
+        """Store `value` under `key`; `Ok(None)` once the server holds it."""
+        if (bad := self._bad_key(key)) is not None:
+            return bad
+        try:
+            data = json.dumps({"v": value}, ensure_ascii=False).encode()
+        except (TypeError, ValueError) as exc:
+            return Err(SdkError(f"the value for store key {key!r} is not JSON-serialisable: {exc}",
+                                code="invalid_argument"))
+
+        async def job(kv: KeyValue) -> None:
+            await kv.put(self._prefix + encode_key(key), data)
+
+        return await self._call(job)
+
+    async def delete(self, key: str) -> Result[bool, SdkError]:
+        """Remove `key`; `Ok(True)` when it was set."""
+        if (bad := self._bad_key(key)) is not None:
+            return bad
+
+        async def job(kv: KeyValue) -> bool:
+            value, _ = await _read(kv, self._prefix + encode_key(key))
+            if value is None:
+                return False
+            await kv.delete(self._prefix + encode_key(key))
+            return True
+
+        return await self._call(job)
+
+    async def exists(self, key: str) -> Result[bool, SdkError]:
+        """`Ok(True)` when `key` is set."""
+        missing = object()
+        result = await self.get(key, missing)
+        return Ok(result.value is not missing) if isinstance(result, Ok) else result
+
+    async def keys(self, prefix: str = "") -> Result[list[str], SdkError]:
+        """`Ok` of the plugin's keys starting with `prefix`, sorted."""
+
+        async def job(kv: KeyValue) -> list[str]:
+            try:
+                found = await kv.keys()
+            except nats.js.errors.NoKeysError:
+                return []
+            mine = [decode_key(k[len(self._prefix):]) for k in found if k.startswith(self._prefix)]
+            return sorted(k for k in mine if k.startswith(prefix))
+
+        return await self._call(job)
+
+    async def clear(self) -> Result[int, SdkError]:
+        """Remove every key of the plugin; `Ok` of how many there were."""
+        listed = await self.keys()
+        if not isinstance(listed, Ok):
+            return listed
+
+        async def job(kv: KeyValue) -> int:
+            for key in listed.value:
+                await kv.delete(self._prefix + encode_key(key))
+            return len(listed.value)
+
+        return await self._call(job)
+
+    async def close(self) -> None:
+        """Nothing to close: the bus owns the connection."""

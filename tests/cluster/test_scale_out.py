@@ -1,0 +1,181 @@
+"""A gateway, workers in their own processes and a NATS server, all on loopback: messages of many sessions are
+answered exactly once and in order while workers are killed with SIGKILL and the server restarts; a hung plugin
+stalls only its own worker's partitions. The gateway runs in the test, on the testing kit's `RecordingAdapter`."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from collections import defaultdict
+
+import pytest
+
+from core.chat import KiraIMMessage, MessageChain, Session, User
+from core.chat.message_elements import Text
+from core.cluster import ClusterHistory, Gateway, Worker, cluster_status, owner_of, partition_of
+from core.config import HookchatConfig
+from core.testing import EchoProvider, RecordingAdapter
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+MARK = re.compile(r"s(\d+)m(\d+)")
+
+
+def write_config(tmp_path, nats_url: str, name: str, **cluster) -> "Path":  # noqa: F821
+    path = tmp_path / f"{name}.toml"
+    settings = {"partitions": 32, "lease_seconds": 5.0, "ack_wait": 8.0, "receipt_timeout": 0, **cluster}
+    lines = [f'[data]\ndir = "{tmp_path / name}"', "[trace]\nenabled = false", "[cluster]", f'url = "{nats_url}"']
+    lines += [f"{k} = {v!r}" for k, v in settings.items()]
+    lines.append("[plugins.config.chat]\nquiet_seconds = 0.3\nflush_messages = 5")
+    path.write_text("\n".join(lines).replace("'", '"') + "\n")
+    return path
+
+
+def config_of(path) -> HookchatConfig:
+    from core.config import load_config
+    return load_config(path)
+
+
+def message(session: int, number: int) -> KiraIMMessage:
+    return KiraIMMessage(MessageChain([Text(f"s{session}m{number}")]), User(f"u{session}"),
+                         Session("test", "dm", f"u{session}"), message_id=f"{session}-{number}")
+
+
+def answered(adapter: RecordingAdapter) -> dict[int, list[int]]:
+    """Per session, the message numbers the replies named, in the order they were sent."""
+    seen: dict[int, list[int]] = defaultdict(list)
+    for result in adapter.sent:
+        for session, number in MARK.findall(result.chain.message_repr):
+            seen[int(session)].append(int(number))
+    return seen
+
+
+async def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def stored(config: HookchatConfig, sessions: int) -> dict[int, list[int]]:
+    """Per session, the message numbers its stored history holds as user input, in order."""
+    reader = Worker(config, provider=EchoProvider(), name="reader", entry_points=False)
+    await reader.bus.connect()
+    try:
+        history: ClusterHistory = reader.history
+        out: dict[int, list[int]] = {}
+        for s in range(sessions):
+            numbers = []
+            for turn in await history.list_turns(f"test:dm:u{s}"):
+                for m in turn.messages:
+                    if m.role == "user":
+                        numbers += [int(n) for _, n in MARK.findall(m.content)]
+            out[s] = numbers
+        return out
+    finally:
+        await reader.bus.close()
+
+
+async def run_burst(tmp_path, nats_server, workers, *, kill: bool, restart: bool) -> None:
+    """1,000 sessions x 20 messages through a gateway and three workers; with `kill`, two workers die by SIGKILL
+    at random moments and a fourth joins; with `restart`, the NATS server restarts mid-burst. Then every message
+    was answered exactly once, in order, and every session's history holds each message once, in order."""
+    sessions, per_session = 1000, 20
+    worker_config = write_config(tmp_path, nats_server.url, "worker")
+    procs = [workers(worker_config, f"w{i}") for i in range(3)]
+    for proc in procs:
+        proc.wait_ready()
+    adapter = RecordingAdapter("test")
+    gateway = Gateway(config_of(write_config(tmp_path, nats_server.url, "gateway")), [adapter], name="gw")
+    await gateway.start()
+    try:
+        rng = random.Random(15)
+        total = sessions * per_session
+        order = [(s, n) for n in range(per_session) for s in range(sessions)]
+        kills = {rng.randrange(total // 5, total // 3): procs[0],
+                 rng.randrange(total // 2, 2 * total // 3): procs[1]} if kill else {}
+        restart_at = rng.randrange(total // 2, 4 * total // 5) if restart else -1
+        for i, (s, n) in enumerate(order):
+            if i in kills:
+                kills[i].kill()  # SIGKILL: a worker dies mid-burst, holding messages and buffers
+            if i == restart_at:
+                nats_server.restart()  # the gateway's publishes wait for it; workers reconnect
+            await gateway.receive(message(s, n))
+        if kill:
+            workers(worker_config, "w3").wait_ready()  # the workers left: w2, and a new one
+
+        def all_answered() -> bool:
+            seen = answered(adapter)
+            return all(len(seen[s]) >= per_session for s in range(sessions))
+
+        try:
+            await wait_for(all_answered, 180, "every message to be answered")
+        except AssertionError:
+            seen = answered(adapter)
+            missing = {s: sorted(set(range(per_session)) - set(seen[s])) for s in range(sessions)
+                       if len(set(seen[s])) < per_session}
+            raise AssertionError(f"{len(missing)} sessions never got answers, e.g. {list(missing.items())[:3]}; "
+                                 f"the workers' logs are in {tmp_path}") from None
+        await asyncio.sleep(3)  # anything sent twice would arrive by now
+        seen = answered(adapter)
+        wrong = {s: seen[s] for s in range(sessions) if seen[s] != list(range(per_session))}
+        assert not wrong, (f"{len(wrong)} sessions answered out of order or not exactly once, "
+                           f"e.g. {list(wrong.items())[:3]}; the workers' logs are in {tmp_path}")
+        history = await stored(config_of(worker_config), sessions)
+        wrong = {s: history[s] for s in range(sessions) if history[s] != list(range(per_session))}
+        assert not wrong, f"{len(wrong)} sessions' history lost or duplicated entries, e.g. {list(wrong.items())[:3]}"
+        status = await cluster_status(config_of(worker_config).cluster)
+        assert status["lag"] == 0
+        alive = {"w2", "w3"} if kill else {"w0", "w1", "w2"}
+        assert {w["name"] for w in status["workers"]} == alive
+        assert {p["owner"] for p in status["partitions"]} == alive
+    finally:
+        await gateway.aclose()
+
+
+async def test_every_message_is_answered_once_in_order_while_workers_are_killed(tmp_path, nats_server, workers):
+    await run_burst(tmp_path, nats_server, workers, kill=True, restart=False)
+
+
+@pytest.mark.xfail(reason="known defect, issue 15 left open: when the NATS server restarts mid-burst and is away "
+                          "longer than the leases, a few of 20,000 messages (whose turn failed while it was away) "
+                          "are answered late or not at all", strict=False)
+async def test_every_message_is_answered_once_in_order_across_a_nats_server_restart(tmp_path, nats_server, workers):
+    await run_burst(tmp_path, nats_server, workers, kill=False, restart=True)
+
+
+async def test_a_hung_plugin_stalls_only_its_own_workers_partitions(tmp_path, nats_server, workers):
+    config = write_config(tmp_path, nats_server.url, "worker")
+    healthy = workers(config, "healthy")
+    healthy.wait_ready()
+    hung = workers(config, "hung", hang=True)
+    hung.wait_ready()
+    adapter = RecordingAdapter("test")
+    gateway = Gateway(config_of(write_config(tmp_path, nats_server.url, "gateway")), [adapter], name="gw")
+    await gateway.start()
+    try:
+        partitions = 32
+        owners = {p: owner_of(p, ["healthy", "hung"]) for p in range(partitions)}
+        status_ok = False
+        deadline = time.monotonic() + 30
+        while not status_ok and time.monotonic() < deadline:  # both own their share before the burst
+            status = await cluster_status(config_of(config).cluster)
+            status_ok = all(p["owner"] == owners[p["partition"]] for p in status["partitions"])
+            await asyncio.sleep(0.3)
+        assert status_ok
+        on_healthy = [s for s in range(200) if owners[partition_of(f"test:dm:u{s}", partitions)] == "healthy"]
+        on_hung = [s for s in range(200) if owners[partition_of(f"test:dm:u{s}", partitions)] == "hung"]
+        for n in range(5):
+            for s in range(200):
+                await gateway.receive(message(s, n))
+        await wait_for(lambda: all(answered(adapter).get(s) == list(range(5)) for s in on_healthy), 120,
+                       "the healthy worker's sessions")
+        assert not any(answered(adapter).get(s) for s in on_hung)  # stuck behind the hung hook, not lost
+        hung.kill()  # its partitions move, and their messages are redelivered to the healthy worker
+        await wait_for(lambda: all(answered(adapter).get(s) == list(range(5)) for s in on_hung), 120,
+                       "the hung worker's sessions, after it was killed")
+    finally:
+        await gateway.aclose()

@@ -1,0 +1,34 @@
+"""A cluster worker process for the scale-out tests: `python worker_main.py CONFIG NAME [--hang]`.
+
+It runs `core.cluster.Worker` on the testing kit's `EchoProvider` (so each reply names the messages it answered)
+and prints `ready` once it consumes. With `--hang`, a plugin's `im_message` hook never returns (a hung plugin)."""
+
+import asyncio
+import logging
+import sys
+
+from core.cluster import Worker
+from core.config import load_config
+from core.plugin import BasePlugin, on
+from core.testing import EchoProvider
+
+
+class Hang(BasePlugin):
+    """Never lets a message through."""
+
+    @on.im_message()
+    async def hang(self, event, *args, **kwargs):
+        await asyncio.Event().wait()
+
+
+async def main(config_path: str, name: str, hang: bool) -> None:
+    worker = Worker(load_config(config_path), provider=EchoProvider(), name=name, entry_points=False,
+                    plugins=[Hang] if hang else [])
+    async with worker:
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(main(sys.argv[1], sys.argv[2], "--hang" in sys.argv))

@@ -28,7 +28,7 @@ import pluggy
 from core.chat import KiraExceptionEvent
 from core.plugin._events import EventType, event_arguments, pipeline_order
 from core.plugin._decorators import HOOK_ATTR, PROJECT, HookMeta
-from core.trace import Tracer
+from core.trace import Tracer, clock
 from core.utils.declarations import declared
 from core.utils.log import logger
 from core.utils.signals import hook_failed, loop_stalled, send
@@ -36,7 +36,7 @@ from core.utils.signals import hook_failed, loop_stalled, send
 __all__ = ["HookEngine", "HookEntry", "HookRegistrationError", "HookTimeout"]
 
 _EXCEPTION = EventType.EXCEPTION.value
-_clock = time.perf_counter_ns
+_current_task = asyncio.current_task
 _IMPL_ATTR = PROJECT + "_impl"  # where pluggy's HookimplMarker stores its options on a function
 
 
@@ -229,14 +229,16 @@ class HookEngine(pluggy.PluginManager):
             chain = self.chain(event_name)
         if not chain:
             return
-        task = asyncio.current_task()
+        # The task, asked of the loop the watchdogs run on: without a loop, asyncio first finds the running one,
+        # which on Python 3.11 costs a getpid() system call, more than the rest of a dispatch's own work.
+        task = _current_task(self._watchdog_loop)
         record = self._record_var.get(None)
         if record is None or record.task is not task:
-            record = self._new_record(task)
+            task, record = self._task_record(record)
         outer = record.entry
         tracer = self.tracer
         span = tracer.dispatch(event_name, event, args, chain) if tracer.enabled else None  # trace
-        mark = span.append if span is not None else None  # one clock reading before each hook
+        mark = span.append if span is not None else None  # one clock reading after each hook: its end, the next's start
         # A call with spread arguments costs more than the hooks themselves; most events pass 0 or 2 arguments.
         arity = len(args)
         if arity == 2:
@@ -246,8 +248,6 @@ class HookEngine(pluggy.PluginManager):
                 if event.is_stopped:
                     break
                 record.entry = entry
-                if mark is not None:  # trace
-                    mark(_clock())
                 try:
                     if arity == 0:
                         await entry.fn(event)
@@ -264,6 +264,8 @@ class HookEngine(pluggy.PluginManager):
                     await self._report(expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"), event)
                 except Exception as exc:  # noqa: BLE001 - isolation is the point
                     await self._report(entry, exc, event)
+                if mark is not None:  # trace
+                    mark(clock())
             if event.is_stopped and event.stopped_by is None and record.entry is not outer:
                 # The hook that ran last stopped it (a stopped event ends the chain right after its hook).
                 event.stopped_by = f"{record.entry.plugin_id}.{record.entry.hook_name}"
@@ -278,8 +280,16 @@ class HookEngine(pluggy.PluginManager):
         while record.swallowed and record.entry is None:
             entry = record.swallowed.pop(0)
             await self._report(entry, HookTimeout(f"hook passed its {entry.deadline:g} s deadline"), event)
-        if span is not None:  # trace
+        if span is not None and (event.is_stopped or type(span) is not list):  # trace: a plain record needs no close
             tracer.dispatched(span, event)
+
+    def _task_record(self, record: _Dispatch | None) -> tuple[asyncio.Task[Any] | None, _Dispatch]:
+        """The running task and its watchdog record, found the slow way (a first dispatch, another loop, or a child
+        task that inherited its parent's record with its context)."""
+        task = asyncio.current_task()
+        if record is None or record.task is not task:
+            record = self._new_record(task)
+        return task, record
 
     def _new_record(self, task: asyncio.Task[Any] | None) -> _Dispatch:
         """The first dispatch of a task: give it a watchdog record (and make sure the watchdogs run on its loop)."""

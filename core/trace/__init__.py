@@ -10,7 +10,7 @@ See docs/tracing.md.
 
 from core.trace._render import render_trace
 from core.trace._sinks import JsonLinesSink, OtelNotInstalledError, OtelSink, TraceRing, read_json_lines
-from core.trace._spans import DispatchSpan, HookCall, HookLike, RequestLike, ResponseLike, Trace
+from core.trace._spans import DispatchSpan, HookCall, HookLike, RequestLike, ResponseLike, Trace, clock
 from core.trace._tracer import Tracer, current_trace, current_trace_id, default_file, install_log_context
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Trace",
     "TraceRing",
     "Tracer",
+    "clock",
     "current_trace",
     "current_trace_id",
     "default_file",

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_ITEMS",
     "MAX_LOGS",
     "TEXT_LIMIT",
+    "clock",
 ]
 
 #: At most this many dispatches, model calls, tool calls, tags and sends are kept per trace; later ones are counted.
@@ -40,6 +41,9 @@ MAX_LOGS = 500
 TEXT_LIMIT = 4_000
 
 _now = time.perf_counter_ns
+#: The clock of the readings in a dispatch record: `time.perf_counter()` seconds, the same clock as `_now` (the
+#: float is cheaper to make than the nanosecond int, and a reading is taken after every hook).
+clock = time.perf_counter
 
 
 class HookLike(Protocol):
@@ -108,18 +112,29 @@ def _chain(event: Any, args: tuple[Any, ...]) -> Any:
     return tuple(e.repr_text() for e in args[0])
 
 
-#: Events whose hooks can change something the trace shows (a strategy, the request, an outgoing chain).
-PROBED_EVENTS = frozenset({"im_message", "message_buffered", "llm_request", "after_xml_parse"})
+_Probe = Callable[[Any, tuple[Any, ...]], Any]
 
 
-def _probe_for(event_name: str, event: Any, args: tuple[Any, ...]) -> Callable[[Any, tuple[Any, ...]], Any] | None:
-    if event_name in ("im_message", "message_buffered") and isinstance(event, KiraMessageEvent):
-        return _strategy
-    if event_name == "llm_request" and len(args) == 2:
-        return _request
-    if event_name == "after_xml_parse" and args and isinstance(args[0], MessageChain):
-        return _chain
-    return None
+def _message_probe(event: Any, args: tuple[Any, ...]) -> _Probe | None:
+    return _strategy if isinstance(event, KiraMessageEvent) else None
+
+
+def _request_probe(event: Any, args: tuple[Any, ...]) -> _Probe | None:
+    return _request if len(args) == 2 else None
+
+
+def _chain_probe(event: Any, args: tuple[Any, ...]) -> _Probe | None:
+    return _chain if args and isinstance(args[0], MessageChain) else None
+
+
+#: Events whose hooks can change something the trace shows (a strategy, the request, an outgoing chain), with the
+#: function that picks the snapshot for one dispatch's arguments (None: nothing to watch).
+PROBES: dict[str, Callable[[Any, tuple[Any, ...]], _Probe | None]] = {
+    "im_message": _message_probe,
+    "message_buffered": _message_probe,
+    "llm_request": _request_probe,
+    "after_xml_parse": _chain_probe,
+}
 
 
 def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, Any] | None]:
@@ -197,72 +212,89 @@ class HookCall:
 
 
 class _Extra:
-    """The rarely needed part of a dispatch record: snapshots, failures, a stop, an own trace."""
+    """The rarely needed part of a dispatch record: snapshots, failures, the end, a stop, an own trace."""
 
-    __slots__ = ("probe", "obj", "args", "states", "end_state", "failures", "stopped", "token")
+    __slots__ = ("probe", "obj", "args", "states", "failures", "ended", "stopped", "owned")
 
     def __init__(self, probe: Callable[[Any, tuple[Any, ...]], Any] | None, obj: Any, args: tuple[Any, ...]) -> None:
         self.probe = probe
         self.obj = obj
         self.args = args
-        self.states: list[Any] = []
-        self.end_state: Any = None
+        self.states: list[Any] = []  # the event before the first hook, then after each hook
         self.failures: dict[int, tuple[str, str, str | None]] = {}
+        self.ended = False
         self.stopped = False
-        self.token: Any = None  # the context token of a trace this dispatch started for itself
+        self.owned: tuple[Any, Any] | None = None  # (trace, context token) of a trace the dispatch started itself
 
 
-class _ProbedRecord(list):
+class _ClosingRecord(list):
+    """A dispatch record the engine closes with `Tracer.dispatched` even when its event was not stopped."""
+
+    __slots__ = ()
+
+
+class _ProbedRecord(_ClosingRecord):
     """A dispatch record whose event a hook can visibly change: each mark also snapshots the event."""
 
     __slots__ = ()
 
-    def append(self, at: int) -> None:  # the engine's `mark`
-        extra = self[0][2]
+    def append(self, at: float) -> None:  # the engine's `mark`
+        extra = self[1]
         extra.states.append(extra.probe(extra.obj, extra.args))
         list.append(self, at)
 
 
-def new_record(event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
-    """The raw record of one dispatch, kept as cheap as the tracing-on benchmark needs: a list whose first item
-    is the header `[event name, chain, _Extra or None, ended]` and whose other items are clock readings
-    (`time.perf_counter_ns()`): one before each hook (the hooks run in chain order, so reading i belongs to
-    `chain[i]`) and one when the dispatch ended. The engine appends the readings (`record.append(clock())`)."""
-    probe = _probe_for(event_name, event, args)
+#: Where a dispatch record's clock readings begin (after the chain and the `_Extra` slot).
+READINGS = 2
+
+
+def new_record(event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...], *,
+               closing: bool = False) -> list[Any]:
+    """The raw record of one dispatch, kept as cheap as the tracing-on benchmark needs: a flat list
+    `[chain, _Extra or None, t0, t1, ...]` of the resolved chain (its entries name the event), the rare part,
+    and `clock()` readings: `t0` when the dispatch started, then one after each hook (the hooks run in chain
+    order, so hook i ran from reading i to reading i + 1: the end of one hook is the start of the next). The engine
+    appends the readings (`record.append(clock())`). A plain `list` needs no closing unless its event was stopped;
+    a probed record (or one asked `closing`) is a `_ClosingRecord`, closed at the end by `Tracer.dispatched`."""
+    pick = PROBES.get(event_name)
+    probe = pick(event, args) if pick is not None else None
     if probe is None:
-        return [[event_name, chain, None, False]]
-    return _ProbedRecord([[event_name, chain, _Extra(probe, event, args), False]])
+        return _ClosingRecord((chain, None, clock())) if closing else [chain, None, clock()]
+    return probed_record(probe, event, args, chain)
 
 
-def end_record(record: list[Any], event: Any) -> _Extra | None:
-    """Close a dispatch record: the last clock reading, what the event looked like at the end, whether a hook
-    stopped it. Returns the record's `_Extra` (None when nothing rare happened)."""
-    list.append(record, _now())
-    header = record[0]
-    header[3] = True
-    extra = header[2]
-    if extra is not None:
-        if extra.probe is not None:
-            extra.end_state = extra.probe(extra.obj, extra.args)
-        extra.obj = extra.args = None  # keep no event alive in the ring
+def probed_record(probe: _Probe, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
+    """The record of a dispatch whose event `probe` snapshots: now, and after each hook."""
+    extra = _Extra(probe, event, args)
+    extra.states.append(probe(event, args))
+    return _ProbedRecord((chain, extra, clock()))
+
+
+def end_record(record: list[Any], event: Any) -> _Extra:
+    """Close a dispatch record that needs more than its readings: release the event a probed record holds (no event
+    is kept alive in the ring), note whether a hook stopped the event. Returns the record's `_Extra`."""
+    extra = record[1]
+    if extra is None:
+        extra = record[1] = _Extra(None, None, ())
+    extra.ended = True
+    extra.obj = extra.args = None
     if event.is_stopped:
-        if extra is None:
-            extra = header[2] = _Extra(None, None, ())
         extra.stopped = True
     return extra
 
 
 def record_failure(record: list[Any], entry: HookLike, error: BaseException, timed_out: bool) -> bool:
     """Note that `entry` raised or passed its deadline; False when `entry` did not run in this dispatch."""
-    header = record[0]
-    chain = header[1]
-    for index in range(len(record) - (2 if header[3] else 1) - 1, -1, -1):
-        if index < len(chain) and chain[index] is entry:
-            if header[2] is None:
-                header[2] = _Extra(None, None, ())
+    chain = record[0]
+    # The hook that failed is the one running now (the first without a reading after it), or, reported after the
+    # chain (it swallowed its cancellation), one that has ended: search back from the running one.
+    for index in range(min(len(record) - READINGS - 1, len(chain) - 1), -1, -1):
+        if chain[index] is entry:
+            extra = record[1]
+            if extra is None:
+                extra = record[1] = _Extra(None, None, ())
             tb = None if timed_out else "".join(traceback.format_exception(error))
-            header[2].failures[index] = ("timed_out" if timed_out else "raised", f"{type(error).__name__}: {error}",
-                                         tb)
+            extra.failures[index] = ("timed_out" if timed_out else "raised", f"{type(error).__name__}: {error}", tb)
             return True
     return False
 
@@ -272,30 +304,42 @@ class DispatchSpan:
 
     def __init__(self, trace: Trace, record: list[Any]) -> None:
         self.trace = trace
-        self.event, self.chain, self.extra, self.ended = record[0]
-        readings: list[int] = record[1:]
-        # Before each hook one reading, and one at the end (missing while running, or when cancelled).
-        self.times = readings[:-1] if self.ended else readings
-        self.end_at: int | None = readings[-1] if self.ended else None
+        self.chain: tuple[HookLike, ...] = record[0]
+        self.event = self.chain[0].event if self.chain else ""
+        self.extra: _Extra | None = record[1]
+        # `clock()` seconds as nanoseconds, the unit of the trace's other times
+        self.start_at: float = record[READINGS] * 1e9
+        self.ends: list[float] = [at * 1e9 for at in record[READINGS + 1:]]  # after each hook that returned
+        # Ended: every hook ran, or the engine closed the record (a stop, a probed event, an own trace). Otherwise
+        # the hook after the last reading is still running, or was running when the dispatch was cancelled.
+        self.ended = len(self.ends) == len(self.chain) or (self.extra is not None and self.extra.ended)
+
+    @property
+    def end_at(self) -> float | None:
+        """The reading when the dispatch ended, None while it runs (or when it was cancelled)."""
+        if not self.ended:
+            return None
+        return self.ends[-1] if self.ends else self.start_at
 
     def hooks(self) -> list[HookCall]:
         """The hooks that ran, in order."""
         base = self.trace.started_ns
-        end = self.end_at if self.end_at is not None else self.trace.ended_ns or _now()
         extra = self.extra
         probe = extra.probe if extra is not None else None
         states = extra.states if extra is not None and probe is not None else None
         failures = extra.failures if extra is not None else {}
         stopped = extra.stopped if extra is not None else False
+        ends = self.ends
+        done = len(ends)
+        running = not self.ended and done < len(self.chain)  # hook `done` started and has no end (yet)
+        open_end = self.trace.ended_ns or _now()
         calls: list[HookCall] = []
-        times = self.times
-        last = len(times) - 1
-        for i, at in enumerate(times):
+        at = self.start_at
+        for i in range(done + 1 if running else done):
             entry = self.chain[i]
-            until = times[i + 1] if i < last else end
-            if states is not None:
-                after = states[i + 1] if i < last else extra.end_state  # type: ignore[union-attr]
-                changes, strategy = _changes(probe, states[i], after)
+            until = ends[i] if i < done else open_end
+            if states is not None and i + 1 < len(states):
+                changes, strategy = _changes(probe, states[i], states[i + 1])
             else:
                 changes, strategy = [], None
             file, line = _where(entry.fn)
@@ -304,18 +348,21 @@ class DispatchSpan:
             failure = failures.get(i)
             if failure is not None:
                 call.outcome, call.error, call.traceback = failure
-            elif i == last and self.end_at is None:
+            elif i == done:
                 call.outcome = "cancelled"
-            elif i == last and stopped:
+            elif i == done - 1 and stopped:
                 call.outcome = "stopped"
             calls.append(call)
+            at = until
         return calls
 
     def to_dict(self) -> dict[str, Any]:
         """The dispatch as a timeline item."""
         base = self.trace.started_ns
-        start = self.times[0] if self.times else base
-        end = self.end_at if self.end_at is not None else self.trace.ended_ns or _now()
+        start = self.start_at
+        end = self.end_at
+        if end is None:
+            end = self.trace.ended_ns or _now()
         hooks = self.hooks()
         stopped_by = next((f"{h.plugin_id}.{h.function}" for h in hooks if h.outcome == "stopped"), None)
         return {
@@ -334,6 +381,9 @@ class Trace:
     `kind` is `turn`, `message` or `event`; `id` is put into every log line written while the trace is current.
     Messages merged into a turn are kept as its `messages` (their own traces, with their `im_message` hooks).
     """
+
+    __slots__ = ("tracer", "id", "kind", "name", "sid", "started_at", "started_ns", "ended_ns", "outcome", "error",
+                 "messages", "records", "items", "logs", "dropped", "_dict", "__weakref__")
 
     def __init__(self, tracer: Any, trace_id: str, kind: str, name: str, sid: str | None = None) -> None:
         self.tracer = tracer
@@ -364,9 +414,10 @@ class Trace:
         """Milliseconds since the trace started (now, or at `at_ns`, a `time.perf_counter_ns()` reading)."""
         return round(((at_ns if at_ns is not None else _now()) - self.started_ns) / 1e6, 3)
 
-    def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
-        """Open the record of one dispatch through `chain` (the engine calls this when tracing is on)."""
-        record = new_record(event_name, event, args, chain)
+    def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...], *,
+                 closing: bool = False) -> list[Any]:
+        """Open the record of one dispatch through `chain` (see `new_record`; `Tracer.dispatch` has the fast way)."""
+        record = new_record(event_name, event, args, chain, closing=closing)
         if len(self.records) < MAX_ITEMS:
             self.records.append(record)
         else:
@@ -379,9 +430,9 @@ class Trace:
         return [DispatchSpan(self, record) for record in self.records]
 
     def hook_failed(self, entry: HookLike, error: BaseException, timed_out: bool) -> None:
-        """Record that `entry` raised or timed out, on the newest open span that ran it."""
+        """Record that `entry` raised or timed out, on the newest span that ran it."""
         for record in reversed(self.records):
-            if record[0][0] == entry.event and record_failure(record, entry, error, timed_out):
+            if record[0][0].event == entry.event and record_failure(record, entry, error, timed_out):
                 return
 
     def add(self, kind: str, started_ns: int | None = None, **data: Any) -> None:

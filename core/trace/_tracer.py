@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-import secrets
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +22,17 @@ from core.chat.message_elements import BaseMessageElement
 from core.chat.message_utils import KiraMessageBatchEvent, KiraMessageEvent, MessageStrategy
 from core.tag import BaseTag, TagSet
 from core.trace._sinks import JsonLinesSink, OtelSink, TraceRing
-from core.trace._spans import MAX_ITEMS, PROBED_EVENTS, HookLike, Trace, _now, end_record, new_record
+from core.trace._spans import (
+    MAX_ITEMS,
+    PROBES,
+    HookLike,
+    Trace,
+    _Extra,
+    _now,
+    clock,
+    end_record,
+    probed_record,
+)
 
 __all__ = ["Tracer", "current_trace", "current_trace_id", "default_file", "install_log_context", "MAX_PENDING_MESSAGES"]
 
@@ -106,6 +115,25 @@ class _TracedTag(BaseTag):
         return result
 
 
+class _Activation:
+    """`with tracer.activate(trace):` (a class rather than a generator: it runs once per turn or event)."""
+
+    __slots__ = ("trace", "token")
+
+    def __init__(self, trace: Trace | None) -> None:
+        self.trace = trace
+        self.token: contextvars.Token[Trace | None] | None = None
+
+    def __enter__(self) -> Trace | None:
+        self.token = _current.set(self.trace)
+        return self.trace
+
+    def __exit__(self, *exc: object) -> None:
+        if self.token is not None:
+            _current.reset(self.token)
+            self.token = None
+
+
 class Tracer:
     """Records traces when `enabled`; keeps the last `ring_size` finished ones in `store`, and writes each to
     `file` (JSON lines, rotated at `max_file_bytes`) and to OpenTelemetry (`otel=True`) when asked.
@@ -130,7 +158,6 @@ class Tracer:
         self.otel = OtelSink(otel_provider) if otel else None
         self.finished = blinker.Signal("trace finished")
         self._pending: OrderedDict[int, tuple[KiraMessageEvent, Trace]] = OrderedDict()
-        self._owned: dict[int, tuple[Trace, contextvars.Token[Trace | None]]] = {}  # dispatches with their own trace
         self._running: dict[str, Trace] = {}  # turns in progress, readable before they finish
         if enabled:
             install_log_context()
@@ -139,16 +166,11 @@ class Tracer:
 
     def begin(self, kind: str, name: str, sid: str | None = None) -> Trace:
         """A new trace (not yet current: see `activate`)."""
-        return Trace(self, f"{kind[0]}{secrets.token_hex(6)}", kind, name, sid)
+        return Trace(self, kind[0] + os.urandom(6).hex(), kind, name, sid)  # secrets.token_hex(6), without its calls
 
-    @contextmanager
-    def activate(self, trace: Trace | None) -> Iterator[Trace | None]:
+    def activate(self, trace: Trace | None) -> _Activation:
         """Make `trace` current in this context (and the tasks started from it) for the duration of the block."""
-        token = _current.set(trace)
-        try:
-            yield trace
-        finally:
-            _current.reset(token)
+        return _Activation(trace)
 
     def finish(self, trace: Trace, outcome: str, error: str | None = None) -> None:
         """Close `trace` with `outcome` and hand it to the ring, the file and OpenTelemetry."""
@@ -226,16 +248,21 @@ class Tracer:
 
     def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
         """The record of one dispatch of `event` through `chain` (see `new_record`), in the current trace; outside
-        any trace the event gets a trace of its own. The engine appends `clock()` to the record before each hook,
-        and calls `dispatched(record, event)` at the end. (Written flat: it runs once per traced dispatch.)"""
+        any trace the event gets a trace of its own. The engine appends `clock()` to the record after each hook,
+        and at the end calls `dispatched(record, event)` when the event was stopped or the record is not a plain
+        `list` (a plain record's readings say everything else). Written flat: it runs once per traced dispatch."""
         trace = _current.get()
         if trace is None or trace.ended_ns is not None:
             trace = self.begin("event", event_name)
-            record = trace.dispatch(event_name, event, args, chain)
-            self._owned[id(record)] = (trace, _current.set(trace))
+            record = trace.dispatch(event_name, event, args, chain, closing=True)
+            extra = record[1]
+            if extra is None:
+                extra = record[1] = _Extra(None, None, ())
+            extra.owned = (trace, _current.set(trace))
             return record
-        record = new_record(event_name, event, args, chain) if event_name in PROBED_EVENTS else [
-            [event_name, chain, None, False]]
+        pick = PROBES.get(event_name)
+        probe = pick(event, args) if pick is not None else None
+        record = [chain, None, clock()] if probe is None else probed_record(probe, event, args, chain)
         records = trace.records
         if len(records) < MAX_ITEMS:
             records.append(record)
@@ -244,14 +271,9 @@ class Tracer:
         return record
 
     def dispatched(self, record: list[Any], event: Any) -> None:
-        """The dispatch of `record` is over (the engine calls this after its last hook)."""
-        header = record[0]
-        if header[2] is None and not event.is_stopped and not self._owned:
-            list.append(record, _now())
-            header[3] = True
-            return
-        end_record(record, event)
-        owned = self._owned.pop(id(record), None)
+        """The dispatch of `record` is over: note a stop, let a probed record go of its event, finish a trace the
+        dispatch started for itself."""
+        owned = end_record(record, event).owned
         if owned is not None:
             trace, token = owned
             _current.reset(token)

@@ -1,0 +1,94 @@
+"""What the engine records of one dispatch: each hook with its plugin, outcome and timing, for an event outside any
+turn (it gets a trace of its own), while a hook is still running, and when the dispatch is cancelled from outside."""
+
+import asyncio
+
+import pytest
+
+from core.chat.message_utils import KiraEvent
+from core.plugin import HookEngine, on
+from core.trace import Tracer
+
+pytestmark = pytest.mark.anyio
+
+
+class Hooks:
+    @on.im_message(priority=3)
+    async def first(self, event, *_):
+        pass
+
+    @on.im_message(priority=2)
+    async def boom(self, event, *_):
+        raise ValueError("boom")
+
+    @on.im_message(priority=1, deadline=0.05)
+    async def sleepy(self, event, *_):
+        await asyncio.sleep(5)
+
+    @on.im_message(priority=0)
+    async def stopper(self, event, *_):
+        event.stop()
+
+    @on.im_message(priority=-1)
+    async def never(self, event, *_):
+        raise AssertionError("runs after the stop")
+
+
+def outcomes(calls):
+    return [(c.plugin_id, c.function, c.outcome) for c in calls]
+
+
+async def test_an_event_outside_a_turn_gets_a_trace_with_every_hook_and_its_outcome():
+    tracer = Tracer()
+    engine = HookEngine(tracer=tracer)
+    engine.register(Hooks(), name="hooks")
+    try:
+        await engine.dispatch("im_message", KiraEvent())
+    finally:
+        await engine.aclose()
+    [trace] = tracer.recent(kind="event")
+    assert trace.outcome == "stopped"
+    calls = trace.hook_calls()
+    assert outcomes(calls) == [("hooks", "first", "returned"), ("hooks", "boom", "raised"),
+                               ("hooks", "sleepy", "timed_out"), ("hooks", "stopper", "stopped")]
+    assert "ValueError: boom" in calls[1].error and "raise ValueError" in calls[1].traceback
+    assert calls[2].duration_ms >= 40, "the timed-out hook ran until its deadline"
+    starts = [c.start_ms for c in calls]
+    assert starts == sorted(starts) and all(c.duration_ms >= 0 for c in calls)
+    for before, after in zip(calls, calls[1:]):
+        assert after.start_ms == pytest.approx(before.start_ms + before.duration_ms, abs=0.002), "no gaps"
+    [item] = trace.to_dict()["timeline"]
+    assert item["event"] == "im_message" and item["stopped_by"] == "hooks.stopper"
+    assert item["duration_ms"] == pytest.approx(sum(c.duration_ms for c in calls), abs=0.01)
+
+
+async def test_a_hook_still_running_and_a_dispatch_cancelled_from_outside():
+    tracer = Tracer()
+    engine = HookEngine(default_deadline=10.0, tracer=tracer)
+
+    class Slow:
+        @on.im_message(priority=1)
+        async def quick(self, event, *_):
+            pass
+
+        @on.im_message(priority=0)
+        async def slow(self, event, *_):
+            await asyncio.sleep(5)
+
+    engine.register(Slow(), name="slow")
+    trace = tracer.begin("turn", "cancelled turn")
+    try:
+        with tracer.activate(trace):
+            task = asyncio.ensure_future(engine.dispatch("im_message", KiraEvent()))
+            await asyncio.sleep(0.02)
+            running = trace.hook_calls()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        tracer.finish(trace, "cancelled")
+    finally:
+        await engine.aclose()
+    assert [c.function for c in running] == ["quick", "slow"], "a running trace shows the hook that runs now"
+    calls = trace.hook_calls()
+    assert outcomes(calls) == [("slow", "quick", "returned"), ("slow", "slow", "cancelled")]
+    assert calls[1].duration_ms >= 15, "the cancelled hook ran until the trace ended"

@@ -210,9 +210,9 @@ async def test_a_connection_whose_frames_keep_coming_outlives_its_heartbeat_dead
             async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
                                proxy=None) as ws:
                 heartbeat = json.dumps({"post_type": "meta_event", "meta_event_type": "heartbeat",
-                                        "status": {"online": True, "good": True}, "interval": 50,
+                                        "status": {"online": True, "good": True}, "interval": 100,
                                         "time": 1, "self_id": int(BOT_ID)})
-                for _ in range(12):  # 0.6 s of heartbeats every 50 ms: four deadlines of 150 ms each
+                for _ in range(16):  # 0.8 s of frames every 50 ms: more than two deadlines of 300 ms each
                     await ws.send(heartbeat)
                     await anyio.sleep(0.05)
                 assert ws.close_code is None

@@ -461,13 +461,18 @@ class KiraMessageBatchEvent(KiraEvent):
 
 @dataclass(slots=True)
 class KiraIMSentResult:
-    """What happened when the bot sent one message: the adapter's message id, or the error."""
+    """What happened when the bot sent one message: the adapter's message id, or the error.
+
+    `message_ids` holds every id when the platform took the chain as several messages (QQ sends a voice or a file
+    on its own), in order, `message_id` being the first; recalling the send means deleting all of them.
+    """
 
     chain: MessageChain
     session: Session
     ok: bool = True
     message_id: str = ""
     error: str | None = None
+    message_ids: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

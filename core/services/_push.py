@@ -208,7 +208,9 @@ class PushService:
         if not self._running:
             return
         self._running = False
-        message_sent.disconnect(self._on_sent, sender=self.app)
+        # From every sender: blinker's disconnect for one sender keeps a strong receiver (and so this service and
+        # its app) in the signal for the life of the process.
+        message_sent.disconnect(self._on_sent)
         task, self._task = self._task, None
         await cancel_and_wait(task)
         for turn in list(self._turns):  # the scheduler cancels them too when the app stops; say so here

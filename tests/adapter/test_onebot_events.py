@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from nonebot.adapters.onebot.v11.event import GroupMessageEvent, PrivateMessageEvent
 
 from core.adapter.onebot import OneBotAdapter
 from core.adapter.onebot._events import (
@@ -50,6 +51,18 @@ def test_each_kind_of_frame_gets_its_model():
     assert isinstance(parse_frame({"post_type": "meta_event", "meta_event_type": "lifecycle",
                                    "sub_type": "connect", "time": 1, "self_id": SELF}), MetaEvent)
     assert isinstance(parse_frame({"post_type": "request", "request_type": "friend", "self_id": SELF}), OtherEvent)
+
+
+@pytest.mark.parametrize(("fields", "group", "nonebot_class"), [
+    ({"sub_type": "group", "group_id": 3}, "3", PrivateMessageEvent),  # NapCat names the group on the event
+    ({"sub_type": "group", "sender": {"user_id": 2, "group_id": 3}}, "3", PrivateMessageEvent),  # go-cqhttp
+    ({"sub_type": "friend"}, None, PrivateMessageEvent),
+    ({"message_type": "group", "sub_type": "normal", "group_id": 3}, None, GroupMessageEvent),  # not temporary
+])
+def test_a_temporary_chat_names_the_group_it_came_from(fields, group, nonebot_class):
+    frame = parse_frame(message(**fields))
+    assert isinstance(frame, MessageEvent) and frame.temp_group == group
+    assert type(nonebot_event(message(**fields))) is nonebot_class
 
 
 @pytest.mark.parametrize(("data", "reason"), [

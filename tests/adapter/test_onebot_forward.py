@@ -13,8 +13,8 @@ from websockets.asyncio.server import serve
 
 from core.adapter.onebot import ActionFailed, OneBotAdapter
 from core.adapter.onebot._forward import backoff_delay
-from core.chat import MessageChain, Session
-from core.chat.message_elements import At, Reply, Text
+from core.chat import Group, MessageChain, Session
+from core.chat.message_elements import At, Record, Reply, Text
 from core.testing import ScriptedProvider
 from tests.adapter.conftest import GatedProvider, recorder, running_bot
 from tests.adapter.napcat import BOT_ID, FRIEND_ID, GROUP_ID, MockPeer
@@ -284,3 +284,85 @@ async def test_several_urls_serve_several_accounts_and_each_answers_its_own_sess
         await second.stop()
     assert to_second["user_id"] == int(FRIEND_ID) and to_first["group_id"] == int(GROUP_ID)
     assert first.calls("send_msg") == [to_first] and second.calls("send_msg") == [to_second]
+
+
+async def test_a_group_is_named_by_get_group_info_once_for_all_its_messages(mock_peer: MockPeer):
+    adapter = adapter_for(mock_peer)
+    Recorder, inbox = recorder()
+    async with running_bot(adapter, ScriptedProvider(), plugins=[Recorder]):
+        with anyio.fail_after(10):
+            await adapter.wait_connected()
+            await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "first")
+            await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "second")
+            first, second = await inbox.get(), await inbox.get()
+    assert first.message.group.name == second.message.group.name == "测试群1"  # the mock's name for the group
+    assert mock_peer.calls("get_group_info") == [{"group_id": int(GROUP_ID)}]  # remembered: asked once
+    assert adapter.stats().group_names == 1
+
+
+async def test_a_group_the_implementation_cannot_name_stays_unnamed_and_is_not_asked_each_time(mock_peer: MockPeer):
+    adapter = adapter_for(mock_peer)
+    mock_peer.server.set_response("get_group_info", {"status": "failed", "retcode": 100, "data": None,
+                                                     "message": "", "wording": "unsupported"})
+    Recorder, inbox = recorder()
+    async with running_bot(adapter, ScriptedProvider(), plugins=[Recorder]):
+        with anyio.fail_after(10):
+            await adapter.wait_connected()
+            await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "first")
+            await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "second")
+            first, second = await inbox.get(), await inbox.get()
+    assert first.message.group.name == second.message.group.name == ""
+    assert len(mock_peer.calls("get_group_info")) == 1  # the failure is remembered for a while too
+
+
+async def test_group_names_are_not_asked_for_when_group_info_timeout_is_0(mock_peer: MockPeer):
+    adapter = adapter_for(mock_peer, group_info_timeout=0)
+    Recorder, inbox = recorder()
+    async with running_bot(adapter, ScriptedProvider(), plugins=[Recorder]):
+        with anyio.fail_after(10):
+            await adapter.wait_connected()
+            await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "hello")
+            event = await inbox.get()
+    assert event.message.group == Group(GROUP_ID) and mock_peer.calls("get_group_info") == []
+
+
+async def test_a_send_qq_takes_as_two_messages_carries_both_ids_and_a_recall_deletes_both(mock_peer: MockPeer):
+    adapter = adapter_for(mock_peer)
+    async with running_bot(adapter, ScriptedProvider()) as app:
+        with anyio.fail_after(10):
+            await adapter.wait_connected()
+            receipt = await app.send(Session("qq", "dm", FRIEND_ID),
+                                     MessageChain([Text("listen:"), Record(url="https://example.com/a.mp3")]))
+            await adapter.recall(receipt)
+            for message_id in receipt.message_ids:
+                with pytest.raises(ActionFailed):
+                    await adapter.get_msg(message_id)
+    assert [call["message"][0]["type"] for call in mock_peer.calls("send_msg")] == ["text", "record"]
+    assert receipt.ok and len(set(receipt.message_ids)) == 2 and receipt.message_id == receipt.message_ids[0]
+    assert mock_peer.calls("delete_msg") == [{"message_id": int(i)} for i in receipt.message_ids]
+
+
+async def test_a_reply_in_a_temporary_chat_names_the_group_it_came_from(mock_peer: MockPeer):
+    # A temporary chat (someone who is no friend writes from a group): OneBot v11 says only `sub_type: group`;
+    # NapCat puts the group on the event (go-cqhttp on the sender), and sending back needs it as `group_id`.
+    adapter = adapter_for(mock_peer)
+    Recorder, inbox = recorder()
+    stranger = "300001"
+    async with running_bot(adapter, ScriptedProvider(["Hi, stranger.", "Hi, friend."]), plugins=[Recorder]):
+        with anyio.fail_after(10):
+            await adapter.wait_connected()
+            await mock_peer.server.inject_event({
+                "post_type": "message", "message_type": "private", "sub_type": "group", "message_id": 31,
+                "user_id": int(stranger), "group_id": int(GROUP_ID), "temp_source": 0,
+                "message": [{"type": "text", "data": {"text": "hello from the group"}}],
+                "raw_message": "hello from the group", "font": 0,
+                "sender": {"user_id": int(stranger), "nickname": "someone"}, "time": 1, "self_id": int(BOT_ID)})
+            temporary = await inbox.get()
+            to_temporary = await mock_peer.next_sent()
+            await mock_peer.server.inject_private_message(stranger, "now we are friends")
+            await inbox.get()
+            to_friend = await mock_peer.next_sent()
+    assert temporary.sid == f"qq:dm:{stranger}" and temporary.message.group is None  # still a private chat
+    assert to_temporary == {"message_type": "private", "user_id": int(stranger), "group_id": int(GROUP_ID),
+                            "message": [{"type": "text", "data": {"text": "Hi, stranger."}}]}
+    assert "group_id" not in to_friend and adapter.stats().temporary_chats == 0

@@ -202,6 +202,24 @@ async def test_a_silent_connection_after_heartbeats_is_closed():
     assert ws.close_code == 1001 and ws.close_reason == "no heartbeat"
 
 
+async def test_a_connection_whose_frames_keep_coming_outlives_its_heartbeat_deadline():
+    # One deadline per stretch of frames (not a scope per frame): each frame moves it; it never closes a live link.
+    adapter = reverse_adapter()
+    async with running_bot(adapter, ScriptedProvider()):
+        with anyio.fail_after(10):
+            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
+                               proxy=None) as ws:
+                heartbeat = json.dumps({"post_type": "meta_event", "meta_event_type": "heartbeat",
+                                        "status": {"online": True, "good": True}, "interval": 100,
+                                        "time": 1, "self_id": int(BOT_ID)})
+                for _ in range(16):  # 0.8 s of frames every 50 ms: more than two deadlines of 300 ms each
+                    await ws.send(heartbeat)
+                    await anyio.sleep(0.05)
+                assert ws.close_code is None
+                await ws.wait_closed()  # then silence: closed after three intervals
+    assert ws.close_code == 1001 and ws.close_reason == "no heartbeat"
+
+
 async def test_replies_wait_for_the_account_in_order_and_the_waiting_room_is_bounded():
     adapter = reverse_adapter(outbox_size=2)
     peer = MockPeer()

@@ -1,6 +1,9 @@
 """Proactive messages: receipts that say honestly whether the local submission path accepted the message
 (`backpressure`, `transport_unavailable`, `transport_error` otherwise), and what delivery does."""
 
+import gc
+import weakref
+
 import anyio
 import pytest
 
@@ -236,3 +239,17 @@ async def test_a_pushed_message_goes_through_the_one_send_path_and_fires_message
         message_sent.disconnect(on_signal)
     assert seen == [("hello", True, False), ("pushed", True, True)], "the hook sees agent and pushed sends alike"
     assert signalled == ["hello", "pushed"], "and so does the signal"
+
+
+async def test_a_stopped_app_leaves_nothing_behind_in_the_message_sent_signal():
+    # blinker's disconnect for one sender keeps a strong receiver in the signal: every app ever started (its
+    # plugins, history, provider) would stay in memory for the life of the process.
+    receivers_before = len(message_sent.receivers)
+    async with ChatHarness(provider=ScriptedProvider(["hi"])) as bot:
+        await bot.send("hello")
+        app = weakref.ref(bot.app)
+        assert len(message_sent.receivers) == receivers_before + 1
+    del bot
+    gc.collect()
+    assert len(message_sent.receivers) == receivers_before
+    assert app() is None

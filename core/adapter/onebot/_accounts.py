@@ -8,11 +8,11 @@ first); a session no account has heard from goes to `default_self_id`, else to t
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.adapter.onebot._connection import Connection, NotConnected, OneBotError
+from core.adapter.onebot._recent import Recent
 
 __all__ = ["Account", "Accounts"]
 
@@ -37,9 +37,8 @@ class Accounts:
     def __init__(self, *, outbox_size: int, max_routes: int, default_self_id: str | None,
                  on_waiting: Callable[[], None] = lambda: None) -> None:
         self.accounts: dict[str, Account] = {}
-        self.routes: OrderedDict[str, str] = OrderedDict()
+        self.routes: Recent[str, str] = Recent(max_routes)
         self._outbox_size = outbox_size
-        self._max_routes = max_routes
         self._default = default_self_id
         self._unassigned_waiting = 0  # replies waiting for the first account to appear
         self._changed = asyncio.Event()
@@ -70,10 +69,7 @@ class Accounts:
 
     def route(self, sid: str, self_id: str) -> None:
         """Remember that `self_id` answers session `sid` (the most recent first; the oldest is forgotten)."""
-        self.routes[sid] = self_id
-        self.routes.move_to_end(sid)
-        while len(self.routes) > self._max_routes:
-            self.routes.popitem(last=False)
+        self.routes.remember(sid, self_id)
 
     def choose(self, sid: str | None) -> str | None:
         """The account that answers `sid` (None: any session), or None while no account is known yet. Raises

@@ -1,8 +1,9 @@
 """`OneBotAdapter`: QQ (and any OneBot v11 platform) through NapCat, Lagrange.OneBot, go-cqhttp and the like.
 
 Frames are read as they come; events wait in one bounded queue and one task turns them into `KiraIMMessage`s for
-the app, in arrival order. Replies go out with `send_msg`; a reply produced while its account is disconnected
-waits (bounded) for the reconnect, or is reported as failed after `offline_send_timeout`.
+the app, in arrival order (naming each group from `get_group_info`, remembered for a while). Replies go out with
+`send_msg`; a reply produced while its account is disconnected waits (bounded) for the reconnect, or is reported
+as failed after `offline_send_timeout`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,11 +24,21 @@ from websockets.frames import CloseCode
 
 from core.adapter import Adapter, AdapterError, AdapterHost
 from core.adapter.onebot._accounts import Accounts
-from core.adapter.onebot._connection import Connection, NotConnected, OneBotError
+from core.adapter.onebot._connection import ActionFailed, Connection, NotConnected, OneBotError
 from core.adapter.onebot._cqcode import to_cq
-from core.adapter.onebot._events import Frame, MessageEvent, NoticeEvent, mentions, message_of, notice_of, quoted_id
+from core.adapter.onebot._events import (
+    Frame,
+    MessageEvent,
+    NoticeEvent,
+    group_of,
+    mentions,
+    message_of,
+    notice_of,
+    quoted_id,
+)
 from core.adapter.onebot._forward import dial_forever
 from core.adapter.onebot._options import OneBotOptions, options_error
+from core.adapter.onebot._recent import Recent
 from core.adapter.onebot._reverse import serve_reverse
 from core.adapter.onebot._segments import to_messages, to_segments
 from core.chat.message_elements import MediaError, Poke
@@ -44,6 +55,9 @@ CAPABILITIES = frozenset({"text", "at", "reply", "image", "sticker", "record", "
                           "json", "poke"})
 
 _OWN_IDS = 1000  # message ids the bot sent, per adapter, to tell a reply to the bot without asking the platform
+_GROUP_NAMES = 1000  # group names remembered, per adapter
+_GROUP_NAME_TTL = 3600.0  # seconds before a group's name is asked again (groups get renamed)
+_GROUP_NAME_RETRY = 60.0  # seconds before asking again after get_group_info failed or timed out
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,8 @@ class OneBotStats:
     waiting_sends: int
     routes: int
     own_message_ids: int
+    group_names: int
+    temporary_chats: int
 
 
 def _id(value: str) -> int | str:
@@ -91,10 +107,13 @@ class OneBotAdapter(Adapter):
         s = self.settings
         self._accounts = Accounts(outbox_size=s.outbox_size, max_routes=s.max_routes,
                                   default_self_id=s.default_self_id, on_waiting=self._notify)
-        self._events: asyncio.Queue[tuple[Connection, Frame, dict[str, Any], int]] = asyncio.Queue(
-            s.max_queued_events)
+        # A deque and one waiter rather than an asyncio.Queue: the reader appends, the one dispatch task pops.
+        self._events: deque[tuple[Connection, Frame, dict[str, Any], int]] = deque()
+        self._events_waiter: asyncio.Future[None] | None = None
         self._queued_bytes = 0
-        self._own_ids: OrderedDict[str, None] = OrderedDict()
+        self._own_ids: Recent[tuple[str, str], None] = Recent(_OWN_IDS)
+        self._group_names: Recent[str, tuple[str, float]] = Recent(_GROUP_NAMES)  # group -> name, loop time due
+        self._temp_chats: Recent[str, str] = Recent(s.max_routes)  # session of a temporary chat -> its group
         self._connections: set[Connection] = set()
         self._dropped = 0
         self._dropping = False
@@ -176,7 +195,7 @@ class OneBotAdapter(Adapter):
             accounts={a.self_id: a.online for a in self._accounts.accounts.values()},
             connections_made=self._connections_made,
             events_processed=self._processed,
-            queued_events=self._events.qsize(),
+            queued_events=len(self._events),
             queued_bytes=self._queued_bytes,
             dropped_events=self._dropped,
             malformed_frames=self._malformed,
@@ -184,6 +203,8 @@ class OneBotAdapter(Adapter):
             waiting_sends=self._accounts.waiting,
             routes=len(self._accounts.routes),
             own_message_ids=len(self._own_ids),
+            group_names=len(self._group_names),
+            temporary_chats=len(self._temp_chats),
         )
 
     async def _run(self) -> None:
@@ -258,24 +279,37 @@ class OneBotAdapter(Adapter):
     # -- incoming -------------------------------------------------------------------------------------------------
 
     def _enqueue(self, connection: Connection, frame: Frame, raw: dict[str, Any], size: int) -> None:
-        if self._events.full() or self._queued_bytes + size > self.settings.max_queued_bytes:
+        if len(self._events) >= self.settings.max_queued_events or \
+                self._queued_bytes + size > self.settings.max_queued_bytes:
             self._dropped += 1
             self._notify()
             if not self._dropping:
                 self._dropping = True
                 logger.warning("onebot %s: %d events (%d bytes) already wait to be processed (max_queued_events, "
                                "max_queued_bytes); dropping new ones until the queue drains", self.name,
-                               self._events.qsize(), self._queued_bytes)
+                               len(self._events), self._queued_bytes)
             return
         self._queued_bytes += size
-        self._events.put_nowait((connection, frame, raw, size))
+        self._events.append((connection, frame, raw, size))
+        waiter = self._events_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
         dropped_before = 0
+        events = self._events
         while True:
-            connection, frame, raw, size = await self._events.get()
+            if not events:
+                self._events_waiter = loop.create_future()
+                try:
+                    await self._events_waiter
+                finally:
+                    self._events_waiter = None
+                continue
+            connection, frame, raw, size = events.popleft()
             self._queued_bytes -= size
-            if self._dropping and self._events.empty():
+            if self._dropping and not events:
                 self._dropping = False
                 logger.warning("onebot %s: the event queue drained; %d events were dropped", self.name,
                                self._dropped - dropped_before)
@@ -296,14 +330,22 @@ class OneBotAdapter(Adapter):
 
     async def _message_of(self, connection: Connection, frame: Frame, raw: dict[str, Any]) -> KiraIMMessage | None:
         if isinstance(frame, NoticeEvent):
-            return notice_of(frame, self.name, raw=raw)
+            group_id = group_of(frame)
+            name = await self._group_name(connection, group_id) if group_id else ""
+            return notice_of(frame, self.name, raw=raw, group_name=name)
         if not isinstance(frame, MessageEvent):
             logger.debug("onebot %s: ignored a %s event", self.name, raw.get("post_type"))
             return None
         if frame.post_type == "message_sent" or frame.user_id == frame.self_id:
             self._remember_own(frame.self_id, frame.message_id)
             return None
-        message = message_of(frame, self.name, to_me=False, raw=raw)
+        group_id = group_of(frame)
+        if group_id is not None:
+            message = message_of(frame, self.name, to_me=False, raw=raw,
+                                 group_name=await self._group_name(connection, group_id))
+        else:
+            message = message_of(frame, self.name, to_me=False, raw=raw)
+            self._remember_temp_chat(message.session.sid, frame.temp_group)
         message.is_mentioned = (
             frame.message_type == "private"
             or mentions(message.chain, frame.self_id)
@@ -311,10 +353,39 @@ class OneBotAdapter(Adapter):
         )
         return message
 
+    def _remember_temp_chat(self, sid: str, group_id: str | None) -> None:
+        # A reply in a temporary chat must name the group it came from (`group_id` of send_msg, as go-cqhttp,
+        # NapCat and Lagrange take it); once the person writes as a friend, the chat is an ordinary one.
+        if group_id is not None:
+            self._temp_chats.remember(sid, group_id)
+        elif self._temp_chats:
+            self._temp_chats.pop(sid, None)
+
+    async def _group_name(self, connection: Connection, group_id: str) -> str:
+        """The group's name from `get_group_info`, remembered for `_GROUP_NAME_TTL`; "" when the implementation
+        does not say within `group_info_timeout` (0: never ask), asked again after `_GROUP_NAME_RETRY`."""
+        timeout = self.settings.group_info_timeout
+        if timeout == 0:
+            return ""
+        now = asyncio.get_running_loop().time()
+        known = self._group_names.get(group_id)
+        if known is not None and now < known[1]:
+            return known[0]
+        try:
+            info = await connection.call("get_group_info", {"group_id": _id(group_id)}, timeout)
+        except OneBotError as exc:
+            logger.debug("onebot %s: no name for group %s: %s", self.name, group_id, exc)
+            name, due = (known[0] if known is not None else ""), now + _GROUP_NAME_RETRY
+        else:
+            name = str(info.get("group_name") or "") if isinstance(info, dict) else ""
+            due = now + _GROUP_NAME_TTL
+        self._group_names.remember(group_id, (name, due))
+        return name
+
     async def _quotes_bot(self, connection: Connection, self_id: str, message_id: str | None) -> bool:
         if message_id is None:
             return False
-        if f"{self_id}:{message_id}" in self._own_ids:
+        if (self_id, message_id) in self._own_ids:
             return True
         if self.settings.reply_lookup_timeout == 0:
             return False
@@ -330,39 +401,42 @@ class OneBotAdapter(Adapter):
         return str(sender.get("user_id") or quoted.get("user_id") or "") == self_id
 
     def _remember_own(self, self_id: str, message_id: str) -> None:
-        key = f"{self_id}:{message_id}"
-        self._own_ids[key] = None
-        self._own_ids.move_to_end(key)
-        if len(self._own_ids) > _OWN_IDS:
-            self._own_ids.popitem(last=False)
+        self._own_ids.remember((self_id, message_id), None)
 
     # -- outgoing -------------------------------------------------------------------------------------------------
 
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
         """Send `chain` with `send_msg` (split where QQ needs a voice, video, file or forward on its own; each
-        `Poke` with `group_poke`/`friend_poke`). The receipt's `message_id` is the platform's id (of the first
-        message, when split; empty for pokes alone). Never raises: a refusal,
-        a timeout, media that cannot be read or a connection that does not come back in `offline_send_timeout`
-        make `ok=False` with the reason in `error`, which is also logged with the session and the action."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.settings.offline_send_timeout
-        target = {"message_type": "group", "group_id": _id(session.session_id)} if session.is_group else \
-            {"message_type": "private", "user_id": _id(session.session_id)}
-        pokes = [e for e in chain if isinstance(e, Poke)]
+        `Poke` with `group_poke`/`friend_poke`). The receipt's `message_id` is the platform's id of the first
+        message and `message_ids` has them all (empty for pokes alone), so `recall(receipt)` can delete every
+        part. A reply in a temporary chat names the group it came from (`group_id`). Never raises: a refusal, a
+        timeout, media that cannot be read or a connection that does not come back in `offline_send_timeout` make
+        `ok=False` with the reason in `error`, which is also logged with the session and the action."""
+        deadline = asyncio.get_running_loop().time() + self.settings.offline_send_timeout
+        sid = session.sid
+        chat_id = _id(session.session_id)
+        if session.is_group:
+            target: dict[str, Any] = {"message_type": "group", "group_id": chat_id}
+        else:
+            target = {"message_type": "private", "user_id": chat_id}
+            temp_group = self._temp_chats.get(sid)
+            if temp_group is not None:
+                target["group_id"] = _id(temp_group)
+        elements = [e for e in chain if not isinstance(e, Poke)]
+        pokes = [e for e in chain if isinstance(e, Poke)] if len(elements) < len(chain) else []
         ids: list[str] = []
         action = "send_msg"
         try:
-            connection = await self._accounts.connection_for(session.sid, deadline)
-            segments = await to_segments([e for e in chain if not isinstance(e, Poke)],
-                                         self_id=connection.self_id or "", nickname=connection.nickname)
+            connection = await self._accounts.connection_for(sid, deadline)
+            segments = await to_segments(elements, self_id=connection.self_id or "", nickname=connection.nickname)
             messages = to_messages(segments)
             if not messages and not pokes:
                 return KiraIMSentResult(chain, session, ok=False, error="nothing to send: the chain is empty")
+            as_cq = self.settings.message_format == "string"
             for number, message in enumerate(messages, 1):
-                payload: Any = to_cq(message) if self.settings.message_format == "string" else message
+                params = {**target, "message": to_cq(message) if as_cq else message}
                 try:
-                    data, self_id = await self._call_within(session.sid, action, {**target, "message": payload},
-                                                            deadline)
+                    data, self_id = await self._call_within(sid, connection, action, params, deadline)
                 except OneBotError as exc:
                     if len(messages) > 1:
                         raise OneBotError(f"part {number} of {len(messages)}: {exc}") from exc
@@ -371,22 +445,27 @@ class OneBotAdapter(Adapter):
                 self._remember_own(self_id, message_id)
                 ids.append(message_id)
             for poke in pokes:  # NapCat's and Lagrange's poke actions; a poke has no message id
-                action = "group_poke" if session.is_group else "friend_poke"
-                params = {k: v for k, v in target.items() if k != "message_type"}
-                await self._call_within(session.sid, action, {**params, "user_id": _id(poke.user_id)}, deadline)
+                if session.is_group:
+                    action, params = "group_poke", {"group_id": chat_id, "user_id": _id(poke.user_id)}
+                else:
+                    action, params = "friend_poke", {"user_id": _id(poke.user_id)}
+                await self._call_within(sid, connection, action, params, deadline)
         except (OneBotError, MediaError) as exc:
-            logger.warning("onebot %s: %s to %s failed: %s", self.name, action, session.sid, exc)
-            return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc))
-        return KiraIMSentResult(chain, session, ok=True, message_id=ids[0] if ids else "")
+            logger.warning("onebot %s: %s to %s failed: %s", self.name, action, sid, exc)
+            return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc),
+                                    message_ids=tuple(ids))
+        return KiraIMSentResult(chain, session, ok=True, message_id=ids[0] if ids else "", message_ids=tuple(ids))
 
-    async def _call_within(self, sid: str, action: str, params: dict[str, Any], deadline: float) -> tuple[Any, str]:
+    async def _call_within(self, sid: str, connection: Connection, action: str, params: dict[str, Any],
+                           deadline: float) -> tuple[Any, str]:
         # Nothing written yet (NotConnected) is safe to try again on the next connection, within the deadline.
         while True:
-            connection = await self._accounts.connection_for(sid, deadline)
+            if connection.closed:
+                connection = await self._accounts.connection_for(sid, deadline)
             try:
                 return await connection.call(action, params, self.settings.action_timeout), connection.self_id or ""
             except NotConnected:
-                continue
+                connection = await self._accounts.connection_for(sid, deadline)
 
     async def call_action(self, action: str, /, *, self_id: str | None = None, **params: Any) -> Any:
         """Run any OneBot action and return its `data`, e.g. `await adapter.call_action("get_group_list")`.
@@ -409,3 +488,18 @@ class OneBotAdapter(Adapter):
     async def delete_msg(self, message_id: str, *, self_id: str | None = None) -> None:
         """`delete_msg`: recall a message, e.g. one the bot sent (`KiraIMSentResult.message_id`)."""
         await self.call_action("delete_msg", self_id=self_id, message_id=_id(message_id))
+
+    async def recall(self, receipt: KiraIMSentResult) -> None:
+        """Recall everything one send put on the platform: every id of `receipt.message_ids` (a chain QQ took as
+        several messages has several), else its `message_id`; through the account that answers its session.
+        Every part is tried; then the first `ActionFailed` is raised, if any. Raises `NotConnected` too."""
+        ids = receipt.message_ids or ((receipt.message_id,) if receipt.message_id else ())
+        connection = self._accounts.live(self._accounts.choose(receipt.session.sid))
+        failures: list[ActionFailed] = []
+        for message_id in ids:
+            try:
+                await connection.call("delete_msg", {"message_id": _id(message_id)}, self.settings.action_timeout)
+            except ActionFailed as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]

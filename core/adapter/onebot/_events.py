@@ -30,6 +30,7 @@ __all__ = [
     "notice_of",
     "mentions",
     "quoted_id",
+    "group_of",
 ]
 
 
@@ -39,21 +40,29 @@ class MalformedFrame(ValueError):
 
 class Frame(BaseModel):
     """Base of the frame models: unknown fields are kept (`model_extra`), numbers become strings where a str is
-    declared, so ids of either type read the same."""
+    declared, so ids of either type read the same. Message events (the most frequent, two per turn with their
+    answers) keep only their declared fields: the whole event is the message's `raw`."""
 
     model_config = ConfigDict(extra="allow", coerce_numbers_to_str=True)
 
 
 class Sender(Frame):
-    """The `sender` object of a message event; `card` is the group nickname (may be empty)."""
+    """The `sender` object of a message event; `card` is the group nickname (may be empty); `group_id` is where a
+    temporary chat started (go-cqhttp puts it here, NapCat on the event)."""
+
+    model_config = ConfigDict(extra="ignore", coerce_numbers_to_str=True)
 
     user_id: str = ""
     nickname: str = ""
     card: str = ""
+    group_id: str | None = None
 
 
 class MessageEvent(Frame):
-    """A private or group message (`post_type` `message`), or a copy of one the bot sent (`message_sent`)."""
+    """A private or group message (`post_type` `message`), or a copy of one the bot sent (`message_sent`). A
+    private message of `sub_type` `group` is a temporary chat someone started from a group: `temp_group` names it."""
+
+    model_config = ConfigDict(extra="ignore", coerce_numbers_to_str=True)
 
     post_type: Literal["message", "message_sent"]
     message_type: Literal["private", "group"]
@@ -65,6 +74,14 @@ class MessageEvent(Frame):
     sender: Sender = Sender()
     time: float = 0
     self_id: str
+
+    @property
+    def temp_group(self) -> str | None:
+        """The group a temporary chat came from (None for any other message): the event's `group_id` (NapCat) or
+        the sender's (go-cqhttp)."""
+        if self.message_type != "private" or self.sub_type != "group":
+            return None
+        return self.group_id or self.sender.group_id or None
 
 
 class NoticeEvent(Frame):
@@ -143,17 +160,25 @@ def quoted_id(chain: MessageChain) -> str | None:
     return next((e.message_id for e in chain if isinstance(e, Reply) and e.message_id), None)
 
 
-def _where(adapter_name: str, user_id: str, group_id: str | None) -> tuple[Session, Group | None]:
+def _where(adapter_name: str, user_id: str, group_id: str | None, group_name: str) -> tuple[Session, Group | None]:
     if group_id:
-        return Session(adapter_name, "gm", group_id), Group(group_id)
+        return Session(adapter_name, "gm", group_id), Group(group_id, group_name)
     return Session(adapter_name, "dm", user_id), None
 
 
-def message_of(event: MessageEvent, adapter_name: str, *, to_me: bool, raw: dict[str, Any]) -> KiraIMMessage:
+def group_of(event: MessageEvent | NoticeEvent) -> str | None:
+    """The group an event happened in (None: a private chat, a temporary one included)."""
+    if isinstance(event, MessageEvent) and event.message_type != "group":
+        return None
+    return event.group_id or None
+
+
+def message_of(event: MessageEvent, adapter_name: str, *, to_me: bool, raw: dict[str, Any],
+               group_name: str = "") -> KiraIMMessage:
     """The `KiraIMMessage` of a message event; `to_me` (mentioned, a reply to the bot, or a private chat) is
-    decided by the caller, which may have to ask the platform who wrote a quoted message."""
-    group_id = event.group_id if event.message_type == "group" else None
-    session, group = _where(adapter_name, event.user_id, group_id)
+    decided by the caller, which may have to ask the platform who wrote a quoted message, and the group's name
+    (`get_group_info`) too."""
+    session, group = _where(adapter_name, event.user_id, group_of(event), group_name)
     nickname = event.sender.card or event.sender.nickname
     return KiraIMMessage(
         to_chain(event.message),
@@ -168,7 +193,8 @@ def message_of(event: MessageEvent, adapter_name: str, *, to_me: bool, raw: dict
     )
 
 
-def notice_of(event: NoticeEvent, adapter_name: str, *, raw: dict[str, Any]) -> KiraIMMessage | None:
+def notice_of(event: NoticeEvent, adapter_name: str, *, raw: dict[str, Any],
+              group_name: str = "") -> KiraIMMessage | None:
     """The `KiraIMMessage` of a poke, a recall or a member joining (`is_notice`); None for other notices and for
     what the bot did itself. A poke aimed at the bot counts as a mention."""
     kind, self_id = event.notice_type, event.self_id
@@ -188,7 +214,7 @@ def notice_of(event: NoticeEvent, adapter_name: str, *, raw: dict[str, Any]) -> 
     else:
         return None
     sender = event.operator_id if kind == "group_recall" and event.operator_id else event.user_id
-    session, group = _where(adapter_name, sender, event.group_id)
+    session, group = _where(adapter_name, sender, group_of(event), group_name)
     return KiraIMMessage(
         chain,
         User(sender),

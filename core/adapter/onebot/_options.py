@@ -37,6 +37,7 @@ class OneBotOptions(BaseModel):
     action_timeout: float = Field(default=30.0, gt=0)
     offline_send_timeout: float = Field(default=60.0, ge=0)
     reply_lookup_timeout: float = Field(default=5.0, ge=0)
+    group_info_timeout: float = Field(default=5.0, ge=0)
     outbox_size: int = Field(default=100, gt=0)
     max_queued_events: int = Field(default=1000, gt=0)
     max_queued_bytes: int = Field(default=64 * _MIB, gt=0)

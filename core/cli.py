@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import re
+import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -107,9 +108,12 @@ async def _run_role(config: HookchatConfig, role: str) -> int:
                                                       if not isinstance(a, ConsoleAdapter)])
         else:
             part = Worker(config)
+        stop = asyncio.Event()
+        # SIGTERM (a deploy, systemd) leaves like Ctrl-C: a worker hands its partitions over before it exits.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         async with part:
             print(f"[hookchat] {role} {part.name} on {config.cluster.url}", file=sys.stderr, flush=True)
-            await asyncio.Event().wait()
+            await stop.wait()
     except (AdapterError, ClusterError) as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2

@@ -67,7 +67,7 @@ class Gateway:
         except BaseException:
             await self.aclose()
             raise
-        logger.warning("cluster: gateway %s started with adapters %s", self.name, ", ".join(self.adapters) or "none")
+        logger.info("cluster: gateway %s started with adapters %s", self.name, ", ".join(self.adapters) or "none")
 
     async def aclose(self) -> None:
         """Stop the adapters, the reply loop and the connection."""

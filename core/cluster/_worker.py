@@ -148,7 +148,7 @@ class Worker:
             await self.aclose()
             raise
         self._tasks.spawn(self._heartbeats(), name="heartbeats")
-        logger.warning("cluster: worker %s started", self.name)
+        logger.info("cluster: worker %s started", self.name)
 
     async def aclose(self) -> None:
         """Stop taking messages, finish the ones in hand, give the partitions up, stop the app, disconnect."""
@@ -207,11 +207,15 @@ class Worker:
     # -- ownership ------------------------------------------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
+        beats = 0
         while True:
             await asyncio.sleep(self.cluster.lease_seconds / 4)
+            beats += 1
             try:
                 await self._heartbeat()
-            except NATS_ERRORS as exc:
+                if beats % 8 == 0:
+                    await self._sweep()
+            except (HistoryError, *NATS_ERRORS) as exc:
                 logger.warning("cluster: worker %s heartbeat failed: %s", self.name, str(exc) or type(exc).__name__)
 
     async def _heartbeat(self) -> None:
@@ -300,6 +304,28 @@ class Worker:
             ids = [i for i in events if i not in self._recovered]
             self._recovered.update(ids)
             turn.add_done_callback(lambda _, ids=ids: self._redone(ids))
+
+    async def _sweep(self) -> None:
+        """A safety net: parked messages of this worker's partitions that nothing here holds (no buffer, no
+        running turn, no redo) and that are older than a redelivery could take are answered now. They can be
+        left behind when a turn fails while ownership moves; without this they would wait for the next move."""
+        cutoff = time.time() - (2 * self.cluster.lease_seconds + self.cluster.ack_wait)
+        for partition in list(self._owned):
+            for sid, (turns, messages) in (await self.history.parked(partition)).items():
+                if self.app.scheduler.is_busy(sid) or sid in self._retrying:
+                    continue
+                buffered = {e.inbox_id for e in self.app.buffers.peek(sid)}
+                stranded = {i: d for i, d in messages.items()
+                            if i not in buffered and i not in self._recovered and i not in self._held
+                            and float(d.get("message", {}).get("timestamp", 0)) < cutoff}
+                if not stranded or partition not in self._owned:
+                    continue
+                logger.warning("cluster: worker %s answers %d stranded message(s) of %s", self.name, len(stranded),
+                               sid)
+                events = await self._events(sid, stranded)
+                for ids in turns:
+                    self._redo(ids, events)
+                self._flush_loose(sid, events)
 
     async def _events(self, sid: str, messages: dict[str, dict[str, Any]]) -> dict[str, KiraMessageEvent]:
         events: dict[str, KiraMessageEvent] = {}

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import socket
-from typing import Any
+from typing import Any, NamedTuple
 
 import nats
 import nats.errors
@@ -21,10 +21,21 @@ from nats.js.kv import KeyValue
 from core.config import ClusterConfig
 from core.utils.log import logger
 
-__all__ = ["entries", "Bus", "ClusterError", "partition_of", "encode_key", "decode_key", "default_name", "NATS_ERRORS"]
+__all__ = ["Entry", "Bus", "ClusterError", "partition_of", "encode_key", "decode_key", "default_name", "NATS_ERRORS"]
 
 #: What a NATS call raises when the server is away or refuses (callers retry or report, never crash a loop).
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
+
+
+_FIRST_CONNECT = 10.0
+
+
+class Entry(NamedTuple):
+    """One live key of a bucket, as `Bus.entries` lists it."""
+
+    key: str
+    value: bytes
+    revision: int
 
 
 _FIRST_CONNECT = 10.0
@@ -175,6 +186,34 @@ class Bus:
             return await self.js.create_key_value(bucket=bucket, history=1, ttl=ttl,
                                                   storage=api.StorageType.FILE)
 
+    async def entries(self, kind: str, pattern: str = ">") -> list[Entry]:
+        """The live entries of bucket `<prefix>_<kind>` whose keys match `pattern` (`*` one token, `>` the rest).
+
+        Read through a short-lived pull consumer of the bucket's stream: it knows exactly how many entries are
+        left before the first is fetched. (The client's key watcher can report "no more" before the entries it
+        was already sent are processed, which would hide parked messages from a partition's new owner.)"""
+        bucket = f"{self.prefix}_{kind}"
+        prefix = f"$KV.{bucket}."
+        sub = await self.js.pull_subscribe(prefix + pattern, stream=f"KV_{bucket}", config=api.ConsumerConfig(
+            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
+            inactive_threshold=10.0, mem_storage=True,
+        ))
+        found: list[Entry] = []
+        try:
+            remaining = (await sub.consumer_info()).num_pending
+            while remaining > 0:
+                for msg in await sub.fetch(min(remaining, 512), timeout=5):
+                    remaining = msg.metadata.num_pending
+                    headers = msg.headers or {}
+                    if msg.data and "KV-Operation" not in headers and "Nats-Marker-Reason" not in headers:
+                        found.append(Entry(msg.subject[len(prefix):], msg.data, msg.metadata.sequence.stream))
+        finally:
+            with contextlib.suppress(*NATS_ERRORS):
+                await self.js.delete_consumer(f"KV_{bucket}", (await sub.consumer_info()).name)
+            with contextlib.suppress(*NATS_ERRORS):
+                await sub.unsubscribe()
+        return found
+
     async def publish(self, subject: str, data: dict[str, Any], msg_id: str,
                       headers: dict[str, str] | None = None) -> None:
         """Publish to JetStream and wait for the stream to hold it; the stream drops a second message with the same
@@ -190,7 +229,7 @@ class Bus:
     async def members_of(self, role: str) -> list[dict[str, Any]]:
         """The live members of `role` (those that registered within `lease_seconds`), by name."""
         assert self.members is not None
-        found = [json.loads(e.value) for e in await entries(self.members, f"{role}.*") if e.value]
+        found = [json.loads(e.value) for e in await self.entries("members", f"{role}.*")]
         return sorted(found, key=lambda m: m["name"])
 
     async def close(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from core.cluster._bus import NATS_ERRORS, Bus, decode_key, encode_key, entries
+from core.cluster._bus import NATS_ERRORS, Bus, decode_key, encode_key
 from core.history import HistoryError, Turn, estimate_tokens
 from core.provider import ChatMessage
 from core.services import Err, Ok, Result, SdkError
@@ -79,9 +79,11 @@ class ClusterHistory:
 
     def __init__(self, bus: Bus, *, max_turns: int | None, max_tokens: int | None,
                  done: Callable[[Sequence[str]], Awaitable[None]], failed: Callable[[str], None],
-                 owns: Callable[[str], bool] = lambda sid: True) -> None:
+                 owns: Callable[[str], bool] = lambda sid: True,
+                 confirm: Callable[[str], Awaitable[bool]] | None = None) -> None:
         self.bus = bus
         self._owns = owns
+        self._confirm = confirm
         self._failed = failed
         #: Ids of messages whose turn could not begin (its batch was not written down): not done, but retried.
         self.abandoned: set[str] = set()
@@ -103,6 +105,10 @@ class ClusterHistory:
 
     async def close(self) -> None:
         """Nothing to close: the bus owns the connection."""
+
+    async def _still_owned(self, sid: str) -> bool:
+        """Whether this worker owns `sid`'s partition, asked of the server (its own view may be a stall old)."""
+        return self._owns(sid) and (self._confirm is None or await self._confirm(sid))
 
     async def _session(self, sid: str) -> dict[str, Any]:
         try:
@@ -220,10 +226,7 @@ class ClusterHistory:
 
     async def sessions(self) -> list[str]:
         """Every session with a stored value, sorted."""
-        try:
-            return sorted(decode_key(k) for k in await self._kv.keys())
-        except nats.js.errors.NoKeysError:
-            return []
+        return sorted(decode_key(e.key) for e in await self.bus.entries("history"))
 
     # -- buffered messages ------------------------------------------------------------------------------------------
 
@@ -233,7 +236,7 @@ class ClusterHistory:
     async def park(self, sid: str, message_id: str, data: dict[str, Any]) -> None:
         """Keep a buffered message where the partition's next owner finds it, until its turn is stored."""
         assert self.bus.buffers is not None
-        if not self._owns(sid):  # the partition moved on: the message must reach its new owner
+        if not await self._still_owned(sid):  # the partition moved on: the message must reach its new owner
             raise HistoryError(f"message of {sid} not buffered: its partition moved to another worker")
         self._parked[message_id] = sid
 
@@ -250,6 +253,8 @@ class ClusterHistory:
         messages (parking the `unparked` ones too), so whoever redoes it after a crash forms the same batch and
         its replies carry the same ids (which the streams then do not deliver twice)."""
         assert self.bus.buffers is not None
+        if not await self._still_owned(sid):
+            raise HistoryError(f"turn of {sid} not begun: its partition moved to another worker")
         for message_id in ids:
             self._parked[message_id] = sid
 
@@ -291,7 +296,7 @@ class ClusterHistory:
         assert self.bus.buffers is not None
         found: dict[str, tuple[list[list[str]], dict[str, dict[str, Any]]]] = {}
         prefix = f"{partition}."
-        for entry in await entries(self.bus.buffers, f"{partition}.*"):
+        for entry in await self.bus.entries("buffers", f"{partition}.*"):
             sid = decode_key(entry.key[len(prefix):])
             left = await self._left(sid, json.loads(entry.value) if entry.value else None)
             if left is not None:
@@ -397,12 +402,8 @@ class ClusterPluginStore:
         """`Ok` of the plugin's keys starting with `prefix`, sorted."""
 
         async def job(kv: KeyValue) -> list[str]:
-            try:
-                found = await kv.keys()
-            except nats.js.errors.NoKeysError:
-                return []
-            mine = [decode_key(k[len(self._prefix):]) for k in found if k.startswith(self._prefix)]
-            return sorted(k for k in mine if k.startswith(prefix))
+            found = await self.bus.entries("stores", self._prefix + "*")
+            return sorted(k for k in (decode_key(e.key[len(self._prefix):]) for e in found) if k.startswith(prefix))
 
         return await self._call(job)
 

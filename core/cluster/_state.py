@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import nats.js.errors
 from nats.js.kv import KeyValue
@@ -23,10 +23,14 @@ from core.provider import ChatMessage
 from core.services import Err, Ok, Result, SdkError
 from core.utils.log import logger
 
-__all__ = ["ClusterHistory", "ClusterPluginStore"]
+__all__ = ["ClusterHistory", "ClusterPluginStore", "PartitionMoved"]
+
+T = TypeVar("T")
 
 _DONE_KEPT = 4096  # ids of answered messages kept per session: far more than any redelivery can lag behind
 _CAS_TRIES = 20
+#: Seconds a turn's read or write keeps retrying while the server is away (a restart), before the turn gives up.
+PATIENCE = 300.0
 
 
 async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
@@ -68,6 +72,10 @@ async def _change(kv: KeyValue, key: str, change: Callable[[dict[str, Any] | Non
     raise HistoryError(f"{what}: gave up after {_CAS_TRIES} concurrent writers")
 
 
+class PartitionMoved(HistoryError):
+    """A session's partition belongs to another worker now: that worker answers the session's messages."""
+
+
 class ClusterHistory:
     """Session history in the cluster's `history` bucket, with the `SessionHistory` interface of `HistoryStore`.
 
@@ -75,16 +83,18 @@ class ClusterHistory:
     message's id) and `unfinished` is empty; `done(ids)` is called once the messages `ids` are answered (their
     turn stored) or dropped, and acknowledges them. Buffered messages are parked in the `buffers` bucket under
     their partition (`park`), so the partition's next owner finds them (`parked`).
+
+    A turn's reads and writes wait for a server that is away (`patiently`): the turn stays where it is, so the
+    session's later messages stay queued behind it, in order. They give up (`HistoryError`) once the worker no
+    longer owns the session's partition (its next owner answers the turn) or after `PATIENCE` seconds.
     """
 
     def __init__(self, bus: Bus, *, max_turns: int | None, max_tokens: int | None,
-                 done: Callable[[Sequence[str]], Awaitable[None]], failed: Callable[[str], None],
-                 owns: Callable[[str], bool] = lambda sid: True,
+                 done: Callable[[Sequence[str]], Awaitable[None]], owns: Callable[[str], bool] = lambda sid: True,
                  confirm: Callable[[str], Awaitable[bool]] | None = None) -> None:
         self.bus = bus
         self._owns = owns
         self._confirm = confirm
-        self._failed = failed
         #: Ids of messages whose turn could not begin (its batch was not written down): not done, but retried.
         self.abandoned: set[str] = set()
         self.max_turns = max_turns
@@ -110,6 +120,26 @@ class ClusterHistory:
         """Whether this worker owns `sid`'s partition, asked of the server (its own view may be a stall old)."""
         return self._owns(sid) and (self._confirm is None or await self._confirm(sid))
 
+    async def patiently(self, sid: str, what: str, job: Callable[[], Awaitable[T]]) -> T:
+        """`await job()`, again after a pause while the server cannot be reached, as long as this worker owns
+        `sid`'s partition and for at most `PATIENCE` seconds; then `HistoryError`, saying `what` failed."""
+        began = time.monotonic()
+        pause = 0.1
+        while True:
+            try:
+                return await job()
+            except PartitionMoved:
+                raise
+            except (HistoryError, *NATS_ERRORS) as exc:
+                if not self._owns(sid):
+                    raise PartitionMoved(f"{what}: its partition moved to another worker") from exc
+                if time.monotonic() - began > PATIENCE:
+                    raise HistoryError(f"{what}: the cluster was unreachable for {PATIENCE:.0f} s: {exc}") from exc
+                if pause >= 2:
+                    logger.warning("cluster: %s waits for the NATS server: %s", what, str(exc) or type(exc).__name__)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
     async def _session(self, sid: str) -> dict[str, Any]:
         try:
             value, _ = await _read(self._kv, encode_key(sid))
@@ -119,11 +149,7 @@ class ClusterHistory:
 
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The newest turns' messages within `max_turns` and `max_tokens` (whole turns), oldest first."""
-        try:
-            turns = (await self._session(sid))["turns"]
-        except HistoryError:
-            self._failed(sid)
-            raise
+        turns = (await self.patiently(sid, f"reading the history of {sid}", lambda: self._session(sid)))["turns"]
         if self.max_turns is not None:
             turns = turns[-self.max_turns:] if self.max_turns else []
         picked: list[list[dict[str, Any]]] = []
@@ -157,7 +183,7 @@ class ClusterHistory:
                   "messages": [m.to_dict() for m in messages]}
         json.dumps(record)  # a meta that is not JSON fails here, before anything is written
         if done and not self._owns(sid):  # the partition moved on: its new owner redoes this turn
-            raise HistoryError(f"turn of {sid} not stored: its partition moved to another worker")
+            raise PartitionMoved(f"turn of {sid} not stored: its partition moved to another worker")
         number = 0
 
         def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -169,11 +195,8 @@ class ClusterHistory:
             turns = [*value["turns"], {"id": number, **record}][-self.keep:]
             return {"next": number + 1, "turns": turns, "done": [*value["done"], *done][-_DONE_KEPT:]}
 
-        try:
-            await _change(self._kv, encode_key(sid), change, f"storing a turn of {sid}")
-        except (HistoryError, *NATS_ERRORS) as exc:
-            self._failed(sid)
-            raise HistoryError(f"cluster history of {sid} unreachable: {exc}") from exc
+        what = f"storing a turn of {sid}"
+        await self.patiently(sid, what, lambda: _change(self._kv, encode_key(sid), change, what))
         await self._finish(done)
         return number
 
@@ -235,9 +258,8 @@ class ClusterHistory:
 
     async def park(self, sid: str, message_id: str, data: dict[str, Any]) -> None:
         """Keep a buffered message where the partition's next owner finds it, until its turn is stored."""
-        assert self.bus.buffers is not None
-        if not await self._still_owned(sid):  # the partition moved on: the message must reach its new owner
-            raise HistoryError(f"message of {sid} not buffered: its partition moved to another worker")
+        buffers = self.bus.buffers
+        assert buffers is not None
         self._parked[message_id] = sid
 
         def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -246,15 +268,22 @@ class ClusterHistory:
                 return value
             return {**value, "messages": [*value["messages"], {"id": message_id, "data": data}]}
 
-        await _change(self.bus.buffers, self._buffer_key(sid), change, f"buffering a message of {sid}")
+        what = f"buffering a message of {sid}"
+        await self.patiently(sid, what, lambda: self._fenced(sid, what, buffers, change))
+
+    async def _fenced(self, sid: str, what: str, kv: KeyValue,
+                      change: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> None:
+        """`_change`, once the server confirmed that this worker still holds `sid`'s partition."""
+        if not await self._still_owned(sid):  # the partition moved on: the message must reach its new owner
+            raise PartitionMoved(f"{what}: its partition moved to another worker")
+        await _change(kv, self._buffer_key(sid), change, what)
 
     async def intend(self, sid: str, ids: Sequence[str], unparked: dict[str, dict[str, Any]]) -> None:
         """Before a turn answers the messages `ids` (in this batch), write the batch down beside the parked
         messages (parking the `unparked` ones too), so whoever redoes it after a crash forms the same batch and
         its replies carry the same ids (which the streams then do not deliver twice)."""
-        assert self.bus.buffers is not None
-        if not await self._still_owned(sid):
-            raise HistoryError(f"turn of {sid} not begun: its partition moved to another worker")
+        buffers = self.bus.buffers
+        assert buffers is not None
         for message_id in ids:
             self._parked[message_id] = sid
 
@@ -268,7 +297,8 @@ class ClusterHistory:
             return {"messages": [*value["messages"], *added],
                     "turns": turns if list(ids) in turns else [*turns, list(ids)]}
 
-        await _change(self.bus.buffers, self._buffer_key(sid), change, f"recording a turn of {sid}")
+        what = f"beginning a turn of {sid}"
+        await self.patiently(sid, what, lambda: self._fenced(sid, what, buffers, change))
 
     async def unpark(self, sid: str, ids: Sequence[str]) -> None:
         """Take answered messages out of the session's parked buffer."""

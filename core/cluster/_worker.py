@@ -43,7 +43,7 @@ from core.chat import (
 from core.chat.message_elements import Text
 from core.chat.wire import WireError, chain_to_wire, message_from_wire, session_to_wire
 from core.cluster._bus import NATS_ERRORS, Bus, default_name
-from core.cluster._state import ClusterHistory, ClusterPluginStore
+from core.cluster._state import PATIENCE, ClusterHistory, ClusterPluginStore
 from core.config import HookchatConfig
 from core.history import HistoryError
 from core.plugin import BasePlugin, on
@@ -54,8 +54,8 @@ from core.utils.tasks import TaskOwner
 __all__ = ["Worker", "RemoteAdapter", "owner_of"]
 
 _FIRST = 1_000  # above every named priority: the batch is written down before any other hook sees the turn
-_ROUTES_KEPT = 100_000
-_RETRY_PAUSE = 0.5  # seconds before a message whose turn failed is delivered again  # sessions whose gateway a worker remembers
+_ROUTES_KEPT = 100_000  # sessions whose gateway a worker remembers
+_RETRY_PAUSE = 0.5  # seconds before a message whose turn failed is delivered again
 
 
 def owner_of(partition: int, workers: Sequence[str]) -> str | None:
@@ -115,7 +115,7 @@ class Worker:
         self.bus = Bus(config.cluster, self.name)
         self.history = ClusterHistory(self.bus, max_turns=config.limits.history_turns,
                                       max_tokens=config.limits.history_tokens, done=self._acknowledge,
-                                      failed=self._turn_failed, owns=self.owns, confirm=self._holds_lease)
+                                      owns=self.owns, confirm=self._holds_lease)
         self.app = HookChat(config, provider=provider, plugins=[self._intents_plugin(), *plugins],
                             history=self.history, builtins=builtins, entry_points=entry_points)
         self.app.store_factory = lambda plugin_id: ClusterPluginStore(self.bus, plugin_id)
@@ -123,8 +123,7 @@ class Worker:
         self._held: dict[str, tuple[Any, asyncio.Task[None]]] = {}  # message id -> (JetStream message, keep-alive)
         self._data: dict[str, dict[str, Any]] = {}  # message id -> its published data, while held
         self._recovered: set[str] = set()  # ids of messages in batches this worker is redoing
-        self._retrying: dict[str, asyncio.Event] = {}  # sessions whose failed turn waits to be redone
-        self._stopping: set[int] = set()  # partitions whose lease was lost, while their loop stops  # sessions whose failed turn waits to be redone
+        self._stopping: set[int] = set()  # partitions whose lease was lost, while their loop and turns stop
         self._routes: OrderedDict[str, str] = OrderedDict()  # session -> the gateway that delivered its last message
         self._owned: dict[int, tuple[int, asyncio.Task[None], asyncio.Event]] = {}  # partition -> lease rev, loop, stop
         self._releasing: dict[int, int] = {}  # partition -> lease revision, while handing it over
@@ -181,11 +180,15 @@ class Worker:
         """Whether the server still has this worker as the owner of `sid`'s partition: asked before a message is
         parked and before a turn begins, so a worker that stalled past its lease does not act for the new owner."""
         assert self.bus.leases is not None
+        partition = self.bus.partition(sid)
         try:
-            entry = await self.bus.leases.get(f"p{self.bus.partition(sid)}")
+            entry = await self.bus.leases.get(f"p{partition}")
         except nats.js.errors.KeyNotFoundError:
-            return False
-        return entry.value == self.name.encode()
+            entry = None
+        if entry is not None and entry.value == self.name.encode():
+            return True
+        self._lost(partition)  # at once, not at the next renewal: the partition's messages go to its owner
+        return False
 
     def _intents_plugin(self) -> type:
         worker = self
@@ -193,18 +196,17 @@ class Worker:
         class ClusterTurns(BasePlugin):
             """Writes each turn's batch down in the cluster before the turn runs (see `ClusterHistory.intend`)."""
 
-            @on.im_batch_message(priority=_FIRST)
+            @on.im_batch_message(priority=_FIRST, deadline=PATIENCE + 60)
             async def record_batch(self, event: KiraMessageBatchEvent, *args: Any, **kwargs: Any) -> None:
                 ids = [m.inbox_id for m in event.messages if m.inbox_id]
                 if ids:
                     unparked = {i: worker._data[i] for i in ids if i in worker._data}
                     try:
                         await worker.history.intend(event.sid, ids, unparked)
-                    except (HistoryError, *NATS_ERRORS) as exc:  # no turn may send what a redo could not match
-                        logger.warning("cluster: turn of %s put off, its batch cannot be written down: %s",
-                                       event.sid, exc)
+                    except HistoryError as exc:  # no turn may send what a redo could not match
+                        # Parked, they are answered by the partition's next owner, or by this one's sweep.
+                        logger.warning("cluster: turn of %s put off: %s", event.sid, exc)
                         worker.history.abandoned.update(ids)
-                        worker._turn_failed(event.sid)
                         event.stop()
 
         return ClusterTurns
@@ -322,7 +324,7 @@ class Worker:
         cutoff = time.time() - (2 * self.cluster.lease_seconds + self.cluster.ack_wait)
         for partition in list(self._owned):
             for sid, (turns, messages) in (await self.history.parked(partition)).items():
-                if self.app.scheduler.is_busy(sid) or sid in self._retrying:
+                if self.app.scheduler.is_busy(sid):
                     continue
                 buffered = {e.inbox_id for e in self.app.buffers.peek(sid)}
                 stranded = {i: d for i, d in messages.items()
@@ -377,35 +379,6 @@ class Worker:
                 return self._redo(ids, events)
         return False
 
-    def _turn_failed(self, sid: str) -> None:
-        """A turn of `sid` could not reach the cluster's state: once it is back, redo what the session has parked
-        (its messages were acknowledged when parked, so no redelivery would bring them back). The session's next
-        messages wait for that, so they are not answered first."""
-        if sid not in self._retrying:
-            self._retrying[sid] = asyncio.Event()
-            self._tasks.spawn(self._retry(sid), name=f"retry-{sid}")
-
-    async def _retry(self, sid: str) -> None:
-        try:
-            while self.bus.partition(sid) in self._owned:  # else it moved: its new owner recovers the session
-                try:
-                    left = await self.history.parked_of(sid)
-                except (HistoryError, *NATS_ERRORS):
-                    await asyncio.sleep(_RETRY_PAUSE)
-                    continue
-                if left is not None:
-                    turns, messages = left
-                    buffered = {e.inbox_id for e in self.app.buffers.peek(sid)}
-                    events = await self._events(sid, {
-                        i: d for i, d in messages.items()
-                        if i not in buffered and i not in self._recovered and i not in self._held})
-                    for ids in turns:
-                        self._redo(ids, events)
-                    self._flush_loose(sid, events)
-                return
-        finally:
-            self._retrying.pop(sid).set()
-
     def _redone(self, ids: Sequence[str]) -> None:
         """A redone batch ended: its messages redelivered meanwhile are let go if its turn did not store them."""
         for message_id in ids:
@@ -446,19 +419,23 @@ class Worker:
         logger.info("cluster: worker %s gave partition %d up", self.name, partition)
 
     def _lost(self, partition: int) -> None:
-        """Another worker holds the lease (this one stalled past `lease_seconds`): stop at once."""
+        """The lease expired (this worker stalled past `lease_seconds`, or the server was away that long) and may be
+        another worker's: stop at once; the partition is taken again if it is still this worker's to own."""
         owned = self._owned.pop(partition, None)
         if owned is not None:
             self._stopping.add(partition)
-            self._tasks.spawn(self._stop_lost(partition, owned[1]), name=f"lost-{partition}")
+            self._tasks.spawn(self._stop_lost(partition, owned[1], owned[2]), name=f"lost-{partition}")
             logger.warning("cluster: worker %s lost partition %d (its lease expired)", self.name, partition)
 
-    async def _stop_lost(self, partition: int, loop: asyncio.Task[None]) -> None:
+    async def _stop_lost(self, partition: int, loop: asyncio.Task[None], stop: asyncio.Event) -> None:
         try:
+            stop.set()  # as well as cancelling: Python 3.11's `wait_for` (inside nats-py's fetch) can swallow a cancel
             loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await loop
-            self._drop_buffers(partition)
+            sids = self._drop_buffers(partition)
+            while any(self.app.scheduler.is_busy(sid) for sid in sids):  # fenced: they send and store nothing
+                await asyncio.sleep(0.05)
         finally:
             self._stopping.discard(partition)
 
@@ -488,6 +465,10 @@ class Worker:
                 await asyncio.sleep(0.25)
                 continue
             for msg in messages:
+                if stop.is_set():  # the partition is handed over or lost: its next owner gets the message
+                    with contextlib.suppress(*NATS_ERRORS):
+                        await msg.nak()
+                    continue
                 try:
                     await self._handle(msg)
                 except (HistoryError, *NATS_ERRORS) as exc:  # it was let go: delivered again, in order
@@ -540,8 +521,6 @@ class Worker:
         self._held[message_id] = (msg, asyncio.ensure_future(self._keep_alive(msg)))
         self._data[message_id] = data
         try:
-            if (retrying := self._retrying.get(sid)) is not None:  # an earlier turn of the session goes first
-                await retrying.wait()
             received = await self.app.receive(message, inbox_id=message_id)
             if received.turn is not None:
                 await asyncio.wait([received.turn])

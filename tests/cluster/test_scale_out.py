@@ -143,16 +143,11 @@ async def run_burst(tmp_path, nats_server, workers, *, kill: bool, restart: bool
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(reason="known defect, issue 15 left open: about one run in five still has a session with a "
-                          "message answered out of order or not at all around a worker's death", strict=False)
 async def test_every_message_is_answered_once_in_order_while_workers_are_killed(tmp_path, nats_server, workers):
     await run_burst(tmp_path, nats_server, workers, kill=True, restart=False)
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(reason="known defect, issue 15 left open: in most runs, a NATS server restart mid-burst leaves "
-                          "some sessions with a message (whose turn failed while the server was away) answered late, "
-                          "out of order or twice", strict=False)
 async def test_every_message_is_answered_once_in_order_across_a_nats_server_restart(tmp_path, nats_server, workers):
     await run_burst(tmp_path, nats_server, workers, kill=False, restart=True)
 

@@ -29,16 +29,18 @@ T = TypeVar("T")
 
 _DONE_KEPT = 4096  # ids of answered messages kept per session: far more than any redelivery can lag behind
 _CAS_TRIES = 20
+_WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a compare-and-set that lost
 #: Seconds a turn's read or write keeps retrying while the server is away (a restart), before the turn gives up.
 PATIENCE = 300.0
 
 
 async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
-    """The JSON value under `key` and its revision; (None, 0) when unset."""
+    """The JSON value under `key` and its revision; (None, 0) when never set, (None, revision of the deletion) when
+    deleted, so that the next write is one conditional update (`create` would first fail on the deletion)."""
     try:
         entry = await kv.get(key)
-    except nats.js.errors.KeyNotFoundError:
-        return None, 0
+    except nats.js.errors.KeyNotFoundError as exc:  # `entry` is the deletion's, when there is one
+        return None, (exc.entry.revision or 0) if exc.entry is not None else 0
     if not entry.value:
         return None, entry.revision or 0
     return json.loads(entry.value), entry.revision or 0
@@ -55,6 +57,10 @@ async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision:
             await kv.create(key, json.dumps(value, ensure_ascii=False).encode())
     except nats.js.errors.KeyWrongLastSequenceError:
         return False
+    except nats.js.errors.BadRequestError as exc:  # `delete` reports a moved revision as a plain bad request
+        if exc.err_code == _WRONG_LAST_SEQUENCE:
+            return False
+        raise
     return True
 
 

@@ -123,10 +123,12 @@ class Worker:
         self._held: dict[str, tuple[Any, asyncio.Task[None]]] = {}  # message id -> (JetStream message, keep-alive)
         self._data: dict[str, dict[str, Any]] = {}  # message id -> its published data, while held
         self._recovered: set[str] = set()  # ids of messages in batches this worker is redoing
+        self._suspects: set[str] = set()  # ids the last sweep found parked and held by nothing here
         self._stopping: set[int] = set()  # partitions whose lease was lost, while their loop and turns stop
         self._routes: OrderedDict[str, str] = OrderedDict()  # session -> the gateway that delivered its last message
         self._owned: dict[int, tuple[int, asyncio.Task[None], asyncio.Event]] = {}  # partition -> lease rev, loop, stop
         self._releasing: dict[int, int] = {}  # partition -> lease revision, while handing it over
+        self._renewed: dict[int, float] = {}  # partition -> when (monotonic) its last renewal that succeeded was sent
         self._tasks = TaskOwner(f"worker {self.name}")
         self._receipts: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._receipt_sub: Any = None
@@ -177,10 +179,14 @@ class Worker:
         return partition in self._owned or partition in self._releasing
 
     async def _holds_lease(self, sid: str) -> bool:
-        """Whether the server still has this worker as the owner of `sid`'s partition: asked before a message is
-        parked and before a turn begins, so a worker that stalled past its lease does not act for the new owner."""
+        """Whether the server still has this worker as the owner of `sid`'s partition: checked before a message is
+        parked and before a turn begins, so a worker that stalled past its lease does not act for the new owner.
+        Within half a lease of a renewal that succeeded, the lease cannot have expired: no need to ask."""
         assert self.bus.leases is not None
         partition = self.bus.partition(sid)
+        renewed = self._renewed.get(partition)
+        if renewed is not None and time.monotonic() - renewed < self.cluster.lease_seconds / 2:
+            return True
         try:
             entry = await self.bus.leases.get(f"p{partition}")
         except nats.js.errors.KeyNotFoundError:
@@ -242,6 +248,7 @@ class Worker:
                 self._lost(partition)
             elif partition in self._owned:
                 self._owned[partition] = (revision, loop, stop)
+                self._renewed[partition] = began
         for (partition, _), revision in zip(releasing, renewed[len(owned):]):
             if revision is not None and partition in self._releasing:
                 self._releasing[partition] = revision
@@ -279,6 +286,7 @@ class Worker:
     async def _acquire(self, partition: int) -> None:
         assert self.bus.leases is not None
         key = f"p{partition}"
+        began = time.monotonic()
         try:
             revision = await self.bus.leases.create(key, self.name.encode())
         except nats.js.errors.KeyWrongLastSequenceError:
@@ -293,6 +301,7 @@ class Worker:
         stop = asyncio.Event()
         loop = self._tasks.spawn(self._consume(partition, stop), name=f"partition-{partition}")
         self._owned[partition] = (revision, loop, stop)
+        self._renewed[partition] = began
         logger.info("cluster: worker %s took partition %d", self.name, partition)
 
     async def _recover(self, partition: int) -> None:
@@ -308,8 +317,9 @@ class Worker:
             self._flush_loose(sid, events)
 
     def _flush_loose(self, sid: str, events: dict[str, KiraMessageEvent]) -> None:
-        """Parked messages of no begun batch: into this worker's buffer and answered now, in one batch."""
-        for event in events.values():
+        """Parked messages of no begun batch: into this worker's buffer (before what it holds, which came later)
+        and answered now, in one batch."""
+        for event in [*events.values(), *self.app.buffers.drain(sid)]:
             self.app.buffers.append(event)
         turn = self.app.flush(sid) if events else None
         if turn is not None:
@@ -319,17 +329,20 @@ class Worker:
 
     async def _sweep(self) -> None:
         """A safety net: parked messages of this worker's partitions that nothing here holds (no buffer, no
-        running turn, no redo) and that are older than a redelivery could take are answered now. They can be
-        left behind when a turn fails while ownership moves; without this they would wait for the next move."""
-        cutoff = time.time() - (2 * self.cluster.lease_seconds + self.cluster.ack_wait)
+        running or queued turn, no redo) in two sweeps in a row are answered now. They are left behind by a turn
+        that gave up (the server away for `PATIENCE`), or by a race while a partition moves.
+
+        Two sightings, because one read can be stale: a turn that ends during the read looks stranded once, and is
+        answered (not parked) by the next sweep."""
+        suspects, self._suspects = self._suspects, set()
         for partition in list(self._owned):
             for sid, (turns, messages) in (await self.history.parked(partition)).items():
                 if self.app.scheduler.is_busy(sid):
                     continue
                 buffered = {e.inbox_id for e in self.app.buffers.peek(sid)}
-                stranded = {i: d for i, d in messages.items()
-                            if i not in buffered and i not in self._recovered and i not in self._held
-                            and float(d.get("message", {}).get("timestamp", 0)) < cutoff}
+                loose = {i for i in messages if i not in buffered and i not in self._recovered and i not in self._held}
+                self._suspects |= loose
+                stranded = {i: d for i, d in messages.items() if i in loose and i in suspects}
                 if not stranded or partition not in self._owned:
                     continue
                 logger.warning("cluster: worker %s answers %d stranded message(s) of %s", self.name, len(stranded),
@@ -402,6 +415,7 @@ class Worker:
     async def _release(self, partition: int) -> None:
         """Hand `partition` over: stop consuming, let its turns finish, then delete the lease."""
         owned = self._owned.pop(partition, None)
+        self._renewed.pop(partition, None)
         if owned is None:
             return
         revision, loop, stop = owned
@@ -422,6 +436,7 @@ class Worker:
         """The lease expired (this worker stalled past `lease_seconds`, or the server was away that long) and may be
         another worker's: stop at once; the partition is taken again if it is still this worker's to own."""
         owned = self._owned.pop(partition, None)
+        self._renewed.pop(partition, None)
         if owned is not None:
             self._stopping.add(partition)
             self._tasks.spawn(self._stop_lost(partition, owned[1], owned[2]), name=f"lost-{partition}")

@@ -1,0 +1,56 @@
+"""The cluster's shared state on a real NATS server: a session's parked buffer, emptied and parked into again (the
+bucket then holds a deletion marker), and a turn stored once even when a redelivery stores it again."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.cluster import Bus, ClusterHistory
+from core.cluster._state import _read, _write
+from core.config import ClusterConfig
+from core.provider import ChatMessage
+
+pytestmark = [pytest.mark.anyio]
+
+
+async def _done(ids) -> None:
+    pass
+
+
+@pytest.fixture
+async def history(nats_server):
+    bus = Bus(ClusterConfig(url=nats_server.url, partitions=4), "test")
+    await bus.connect()
+    try:
+        yield ClusterHistory(bus, max_turns=None, max_tokens=None, done=_done)
+    finally:
+        await bus.close()
+
+
+async def test_a_buffer_emptied_by_a_turn_takes_the_next_parked_message(history):
+    await history.park("s", "m1", {"n": 1})
+    await history.append_turn("s", [ChatMessage("user", "1")], done=["m1"])  # unparks m1: the key is deleted
+    assert await history.parked_of("s") is None
+    await history.park("s", "m2", {"n": 2})  # a conditional update on the deletion marker
+    assert await history.parked_of("s") == ([], {"m2": {"n": 2}})
+    assert await history.seen("s", "m1") and await history.seen("s", "m2")
+    assert not await history.seen("s", "m3")
+
+
+async def test_a_turn_stored_again_by_a_redelivery_is_stored_once(history):
+    first = await history.append_turn("s", [ChatMessage("user", "hi")], done=["m1"])
+    again = await history.append_turn("s", [ChatMessage("user", "hi")], done=["m1"])
+    assert first == 1 and again == 0  # 0: nothing stored
+    assert [t.messages[0].content for t in await history.list_turns("s")] == ["hi"]
+    assert await history.is_done("s", "m1")
+
+
+async def test_a_deletion_that_lost_its_compare_and_set_is_retried_not_raised(history):
+    # Two workers' writes to one key: the loser's delete must come back as "moved" (False) so `_change` reads the
+    # value again; JetStream reports it as a plain bad request, which once left answered messages in the bucket.
+    kv = history.bus.buffers
+    assert await _write(kv, "k", {"v": 1}, 0)
+    _, revision = await _read(kv, "k")
+    assert await _write(kv, "k", {"v": 2}, revision)  # the other writer
+    assert await _write(kv, "k", None, revision) is False
+    assert (await _read(kv, "k"))[0] == {"v": 2}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -46,36 +47,87 @@ async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
     return json.loads(entry.value), entry.revision or 0
 
 
-async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision: int) -> bool:
-    """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`; False if it moved."""
+async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision: int) -> int | None:
+    """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`. The new revision (0 after
+    a deletion, whose revision the server does not return); None if the key had moved on."""
     try:
         if value is None:
             await kv.delete(key, last=revision)
-        elif revision:
-            await kv.update(key, json.dumps(value, ensure_ascii=False).encode(), last=revision)
-        else:
-            await kv.create(key, json.dumps(value, ensure_ascii=False).encode())
+            return 0
+        data = json.dumps(value, ensure_ascii=False).encode()
+        return await (kv.update(key, data, last=revision) if revision else kv.create(key, data))
     except nats.js.errors.KeyWrongLastSequenceError:
-        return False
+        return None
     except nats.js.errors.BadRequestError as exc:  # `delete` reports a moved revision as a plain bad request
         if exc.err_code == _WRONG_LAST_SEQUENCE:
-            return False
+            return None
         raise
-    return True
 
 
-async def _change(kv: KeyValue, key: str, change: Callable[[dict[str, Any] | None], dict[str, Any] | None],
-                  what: str) -> dict[str, Any] | None:
-    """Apply `change` to the value under `key` by compare-and-set, retrying when another writer came first."""
-    for _ in range(_CAS_TRIES):
+Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+
+
+class _OwnedValues:
+    """The values (and revisions) of the sessions a worker owns, as it last read or wrote them, newest `size`.
+
+    While a worker holds a partition's lease no other worker writes its sessions' values, so reading them again
+    needs no round trip; a write still sends the revision it started from, so one that raced a stalled worker
+    finds the value moved and reads it again. A partition's values are forgotten whenever its ownership changes,
+    and only used while this worker owns the session (`owns`)."""
+
+    def __init__(self, owns: Callable[[str], bool], partition: Callable[[str], int], size: int = 2_000) -> None:
+        self._owns = owns
+        self._partition = partition
+        self._size = size
+        self._values: OrderedDict[tuple[str, str], tuple[str, dict[str, Any] | None, int]] = OrderedDict()
+
+    async def read(self, kv: KeyValue, key: str, sid: str) -> tuple[dict[str, Any] | None, int]:
+        """`_read`, from memory when this worker owns `sid` and read or wrote the key since it took the partition."""
+        slot = (kv._name, key)  # noqa: SLF001 - the bucket's name, which nats-py keeps only there
+        if self._owns(sid) and (known := self._values.get(slot)) is not None:
+            self._values.move_to_end(slot)
+            return known[1], known[2]
         value, revision = await _read(kv, key)
-        new = change(value)
-        if new is value:  # nothing to change
-            return value
-        if await _write(kv, key, new, revision):
+        self._keep(slot, sid, value, revision)
+        return value, revision
+
+    def _keep(self, slot: tuple[str, str], sid: str, value: dict[str, Any] | None, revision: int) -> None:
+        if not self._owns(sid):
+            return
+        self._values[slot] = (sid, value, revision)
+        self._values.move_to_end(slot)
+        if len(self._values) > self._size:
+            self._values.popitem(last=False)
+
+    async def change(self, kv: KeyValue, key: str, sid: str, change: Change, what: str) -> dict[str, Any] | None:
+        """Apply `change` to the value under `key` by compare-and-set, starting from the value in memory, and
+        again from the server's whenever another writer came first."""
+        slot = (kv._name, key)  # noqa: SLF001
+        for _ in range(_CAS_TRIES):
+            value, revision = await self.read(kv, key, sid)
+            new = change(value)
+            if new is value:
+                return value
+            try:
+                written = await _write(kv, key, new, revision)
+            except BaseException:  # it may have been stored with its answer lost: read it again next time
+                self._values.pop(slot, None)
+                raise
+            if written is None:  # another writer came first: read it again
+                self._values.pop(slot, None)
+                await asyncio.sleep(0)
+                continue
+            if written:
+                self._keep(slot, sid, new, written)
+            else:  # deleted: the server does not say at which revision
+                self._values.pop(slot, None)
             return new
-        await asyncio.sleep(0)
-    raise HistoryError(f"{what}: gave up after {_CAS_TRIES} concurrent writers")
+        raise HistoryError(f"{what}: gave up after {_CAS_TRIES} concurrent writers")
+
+    def forget(self, partition: int) -> None:
+        """Ownership of `partition` changed: its sessions' values are read from the server again."""
+        for slot in [slot for slot, (sid, _, _) in self._values.items() if self._partition(sid) == partition]:
+            del self._values[slot]
 
 
 class PartitionMoved(HistoryError):
@@ -101,6 +153,7 @@ class ClusterHistory:
         self.bus = bus
         self._owns = owns
         self._confirm = confirm
+        self._values = _OwnedValues(owns, bus.partition)
         #: Ids of messages whose turn could not begin (its batch was not written down): not done, but retried.
         self.abandoned: set[str] = set()
         self.max_turns = max_turns
@@ -148,7 +201,7 @@ class ClusterHistory:
 
     async def _session(self, sid: str) -> dict[str, Any]:
         try:
-            value, _ = await _read(self._kv, encode_key(sid))
+            value, _ = await self._values.read(self._kv, encode_key(sid), sid)
         except NATS_ERRORS as exc:
             raise HistoryError(f"cluster history of {sid} unreachable: {exc}") from exc
         return value or {"next": 1, "turns": [], "done": []}
@@ -177,7 +230,7 @@ class ClusterHistory:
         if await self.is_done(sid, message_id):
             return True
         assert self.bus.buffers is not None
-        value, _ = await _read(self.bus.buffers, self._buffer_key(sid))
+        value, _ = await self._values.read(self.bus.buffers, self._buffer_key(sid), sid)
         return value is not None and any(e["id"] == message_id for e in value["messages"])
 
     async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
@@ -202,7 +255,7 @@ class ClusterHistory:
             return {"next": number + 1, "turns": turns, "done": [*value["done"], *done][-_DONE_KEPT:]}
 
         what = f"storing a turn of {sid}"
-        await self.patiently(sid, what, lambda: _change(self._kv, encode_key(sid), change, what))
+        await self.patiently(sid, what, lambda: self._values.change(self._kv, encode_key(sid), sid, change, what))
         await self._finish(done)
         return number
 
@@ -250,7 +303,7 @@ class ClusterHistory:
             count = len(value["turns"])
             return {**value, "turns": []}
 
-        await _change(self._kv, encode_key(sid), change, f"clearing {sid}")
+        await self._values.change(self._kv, encode_key(sid), sid, change, f"clearing {sid}")
         return count
 
     async def sessions(self) -> list[str]:
@@ -279,10 +332,10 @@ class ClusterHistory:
 
     async def _fenced(self, sid: str, what: str, kv: KeyValue,
                       change: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> None:
-        """`_change`, once the server confirmed that this worker still holds `sid`'s partition."""
+        """A compare-and-set change, once the server confirmed that this worker still holds `sid`'s partition."""
         if not await self._still_owned(sid):  # the partition moved on: the message must reach its new owner
             raise PartitionMoved(f"{what}: its partition moved to another worker")
-        await _change(kv, self._buffer_key(sid), change, what)
+        await self._values.change(kv, self._buffer_key(sid), sid, change, what)
 
     async def intend(self, sid: str, ids: Sequence[str], unparked: dict[str, dict[str, Any]]) -> None:
         """Before a turn answers the messages `ids` (in this batch), write the batch down beside the parked
@@ -322,7 +375,8 @@ class ClusterHistory:
             return {"messages": kept, "turns": turns} if kept else None
 
         try:
-            await _change(self.bus.buffers, self._buffer_key(sid), change, f"unbuffering messages of {sid}")
+            await self._values.change(self.bus.buffers, self._buffer_key(sid), sid, change,
+                                      f"unbuffering messages of {sid}")
         except (HistoryError, *NATS_ERRORS) as exc:  # they stay parked; a later owner skips them (they are done)
             logger.warning("cluster: answered messages of %s stay in the buffers bucket: %s", sid, exc)
 
@@ -342,7 +396,7 @@ class ClusterHistory:
     async def parked_of(self, sid: str) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
         """`parked` for one session (None when it has nothing parked)."""
         assert self.bus.buffers is not None
-        value, _ = await _read(self.bus.buffers, self._buffer_key(sid))
+        value, _ = await self._values.read(self.bus.buffers, self._buffer_key(sid), sid)
         return await self._left(sid, value)
 
     async def _left(self, sid: str, value: dict[str, Any] | None
@@ -357,6 +411,10 @@ class ClusterHistory:
         if len(messages) < len(value["messages"]):
             await self.unpark(sid, [e["id"] for e in value["messages"] if e["id"] in answered])
         return ([t for t in turns if t], messages) if messages else None
+
+    def forget(self, partition: int) -> None:
+        """Ownership of `partition` changed: read its sessions' values from the server again (see `_OwnedValues`)."""
+        self._values.forget(partition)
 
     def forget_parked(self, sids: set[str]) -> None:
         """This worker no longer owns these sessions: their parked messages are the next owner's to answer."""

@@ -297,6 +297,7 @@ class Worker:
             if entry.value != self.name.encode():  # another worker still holds it: wait for it to expire or go
                 return
             revision = entry.revision or 0  # ours, from before a restart under the same name
+        self.history.forget(partition)  # another worker may have written its sessions' values since
         await self._recover(partition)
         stop = asyncio.Event()
         loop = self._tasks.spawn(self._consume(partition, stop), name=f"partition-{partition}")

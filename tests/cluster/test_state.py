@@ -46,11 +46,28 @@ async def test_a_turn_stored_again_by_a_redelivery_is_stored_once(history):
 
 
 async def test_a_deletion_that_lost_its_compare_and_set_is_retried_not_raised(history):
-    # Two workers' writes to one key: the loser's delete must come back as "moved" (False) so `_change` reads the
-    # value again; JetStream reports it as a plain bad request, which once left answered messages in the bucket.
+    # Two workers' writes to one key: the loser's delete must come back as "moved" (None) so the change is made
+    # again on the value read anew; JetStream reports it as a plain bad request, which once left answered messages
+    # in the bucket.
     kv = history.bus.buffers
     assert await _write(kv, "k", {"v": 1}, 0)
     _, revision = await _read(kv, "k")
     assert await _write(kv, "k", {"v": 2}, revision)  # the other writer
-    assert await _write(kv, "k", None, revision) is False
+    assert await _write(kv, "k", None, revision) is None
     assert (await _read(kv, "k"))[0] == {"v": 2}
+
+
+async def test_a_worker_that_remembers_a_value_still_sees_another_workers_write(history, nats_server):
+    # A worker keeps the values of the sessions it owns in memory; a stalled worker that still believes it owns
+    # the session writes meanwhile. The first worker's next write finds the revision moved and is made on the
+    # newer value: no turn is lost.
+    other_bus = Bus(ClusterConfig(url=nats_server.url, partitions=4), "stalled")
+    await other_bus.connect()
+    try:
+        other = ClusterHistory(other_bus, max_turns=None, max_tokens=None, done=_done)
+        await history.append_turn("s", [ChatMessage("user", "1")], done=["m1"])
+        await other.append_turn("s", [ChatMessage("user", "2")], done=["m2"])
+        await history.append_turn("s", [ChatMessage("user", "3")], done=["m3"])
+    finally:
+        await other_bus.close()
+    assert [t.messages[0].content for t in await history.list_turns("s")] == ["1", "2", "3"]

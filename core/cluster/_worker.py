@@ -286,10 +286,11 @@ class Worker:
     async def _acquire(self, partition: int) -> None:
         assert self.bus.leases is not None
         key = f"p{partition}"
-        began = time.monotonic()
+        began: float | None = time.monotonic()
         try:
             revision = await self.bus.leases.create(key, self.name.encode())
         except nats.js.errors.KeyWrongLastSequenceError:
+            began = None  # the lease was written before: it expires earlier than a fresh one
             try:
                 entry = await self.bus.leases.get(key)
             except nats.js.errors.KeyNotFoundError:
@@ -302,7 +303,8 @@ class Worker:
         stop = asyncio.Event()
         loop = self._tasks.spawn(self._consume(partition, stop), name=f"partition-{partition}")
         self._owned[partition] = (revision, loop, stop)
-        self._renewed[partition] = began
+        if began is not None:
+            self._renewed[partition] = began
         logger.info("cluster: worker %s took partition %d", self.name, partition)
 
     async def _recover(self, partition: int) -> None:

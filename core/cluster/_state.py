@@ -64,7 +64,7 @@ async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision:
         raise
 
 
-Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+_Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
 
 
 class _OwnedValues:
@@ -99,7 +99,7 @@ class _OwnedValues:
         if len(self._values) > self._size:
             self._values.popitem(last=False)
 
-    async def change(self, kv: KeyValue, key: str, sid: str, change: Change, what: str) -> dict[str, Any] | None:
+    async def change(self, kv: KeyValue, key: str, sid: str, change: _Change, what: str) -> dict[str, Any] | None:
         """Apply `change` to the value under `key` by compare-and-set, starting from the value in memory, and
         again from the server's whenever another writer came first."""
         slot = (kv._name, key)  # noqa: SLF001
@@ -154,7 +154,8 @@ class ClusterHistory:
         self._owns = owns
         self._confirm = confirm
         self._values = _OwnedValues(owns, bus.partition)
-        #: Ids of messages whose turn could not begin (its batch was not written down): not done, but retried.
+        #: Ids of messages whose turn could not begin (its batch was not written down): not done, left parked
+        #: for the partition's next owner or this worker's sweep.
         self.abandoned: set[str] = set()
         self.max_turns = max_turns
         self.max_tokens = max_tokens
@@ -330,8 +331,7 @@ class ClusterHistory:
         what = f"buffering a message of {sid}"
         await self.patiently(sid, what, lambda: self._fenced(sid, what, buffers, change))
 
-    async def _fenced(self, sid: str, what: str, kv: KeyValue,
-                      change: Callable[[dict[str, Any] | None], dict[str, Any] | None]) -> None:
+    async def _fenced(self, sid: str, what: str, kv: KeyValue, change: _Change) -> None:
         """A compare-and-set change, once the server confirmed that this worker still holds `sid`'s partition."""
         if not await self._still_owned(sid):  # the partition moved on: the message must reach its new owner
             raise PartitionMoved(f"{what}: its partition moved to another worker")

@@ -286,15 +286,20 @@ async def test_several_urls_serve_several_accounts_and_each_answers_its_own_sess
     assert first.calls("send_msg") == [to_first] and second.calls("send_msg") == [to_second]
 
 
-async def test_a_group_is_named_by_get_group_info_once_for_all_its_messages(mock_peer: MockPeer):
-    adapter = adapter_for(mock_peer)
+async def two_group_messages(adapter, mock_peer: MockPeer):
+    """The events of two messages the mock injects into one group, as the bot's hooks received them."""
     Recorder, inbox = recorder()
     async with running_bot(adapter, ScriptedProvider(), plugins=[Recorder]):
         with anyio.fail_after(10):
             await adapter.wait_connected()
             await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "first")
             await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "second")
-            first, second = await inbox.get(), await inbox.get()
+            return await inbox.get(), await inbox.get()
+
+
+async def test_a_group_is_named_by_get_group_info_once_for_all_its_messages(mock_peer: MockPeer):
+    adapter = adapter_for(mock_peer)
+    first, second = await two_group_messages(adapter, mock_peer)
     assert first.message.group.name == second.message.group.name == "测试群1"  # the mock's name for the group
     assert mock_peer.calls("get_group_info") == [{"group_id": int(GROUP_ID)}]  # remembered: asked once
     assert adapter.stats().group_names == 1
@@ -304,13 +309,7 @@ async def test_a_group_the_implementation_cannot_name_stays_unnamed_and_is_not_a
     adapter = adapter_for(mock_peer)
     mock_peer.server.set_response("get_group_info", {"status": "failed", "retcode": 100, "data": None,
                                                      "message": "", "wording": "unsupported"})
-    Recorder, inbox = recorder()
-    async with running_bot(adapter, ScriptedProvider(), plugins=[Recorder]):
-        with anyio.fail_after(10):
-            await adapter.wait_connected()
-            await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "first")
-            await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "second")
-            first, second = await inbox.get(), await inbox.get()
+    first, second = await two_group_messages(adapter, mock_peer)
     assert first.message.group.name == second.message.group.name == ""
     assert len(mock_peer.calls("get_group_info")) == 1  # the failure is remembered for a while too
 

@@ -189,15 +189,19 @@ async def test_an_oversized_frame_closes_the_connection_with_1009_and_the_accoun
                 await adapter.wait_until(lambda s: s.accounts[BOT_ID] and s.connections_made == 2)
 
 
+def heartbeat(interval_ms: int) -> str:
+    """A OneBot v11 heartbeat meta event announcing the next one within `interval_ms`."""
+    return json.dumps({"post_type": "meta_event", "meta_event_type": "heartbeat", "interval": interval_ms,
+                       "status": {"online": True, "good": True}, "time": 1, "self_id": int(BOT_ID)})
+
+
 async def test_a_silent_connection_after_heartbeats_is_closed():
     adapter = reverse_adapter()
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(10):
             async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
                                proxy=None) as ws:
-                await ws.send(json.dumps({"post_type": "meta_event", "meta_event_type": "heartbeat",
-                                          "status": {"online": True, "good": True}, "interval": 20,
-                                          "time": 1, "self_id": int(BOT_ID)}))
+                await ws.send(heartbeat(20))
                 await ws.wait_closed()  # three intervals without a frame
     assert ws.close_code == 1001 and ws.close_reason == "no heartbeat"
 
@@ -209,11 +213,9 @@ async def test_a_connection_whose_frames_keep_coming_outlives_its_heartbeat_dead
         with anyio.fail_after(10):
             async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
                                proxy=None) as ws:
-                heartbeat = json.dumps({"post_type": "meta_event", "meta_event_type": "heartbeat",
-                                        "status": {"online": True, "good": True}, "interval": 100,
-                                        "time": 1, "self_id": int(BOT_ID)})
+                beat = heartbeat(100)
                 for _ in range(16):  # 0.8 s of frames every 50 ms: more than two deadlines of 300 ms each
-                    await ws.send(heartbeat)
+                    await ws.send(beat)
                     await anyio.sleep(0.05)
                 assert ws.close_code is None
                 await ws.wait_closed()  # then silence: closed after three intervals

@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -36,8 +37,6 @@ from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
 from core.provider.agent import AgentLoop, AgentSettings
 from core.provider.local import LocalLlamaProvider
-from core.provider.openai_provider import OpenAIProvider
-from core.server import ToolRegistryServer
 from core.services import PluginStoreLike, PushService
 from core.trace import Tracer, default_file
 from core.utils.clock import Clock, LoopClock
@@ -45,6 +44,9 @@ from core.utils.log import logger
 from core.utils.path_utils import set_data_path
 from core.utils.signals import message_sent, send
 from core.utils.tasks import SHUTDOWN_GRACE, wait_or_abandon
+
+if TYPE_CHECKING:
+    from core.server import ToolRegistryServer
 
 __all__ = ["HookChat", "build_provider"]
 
@@ -62,6 +64,10 @@ def build_provider(config: HookchatConfig) -> LLMProvider:
         keys = {"model_path", "context_tokens", "threads", "temperature", "top_p", "max_tokens"}
         return LocalLlamaProvider(**chosen.model_dump(include=keys, exclude_none=True), stop=chosen.stop,
                                   name=chosen.name)
+    # Imported when chosen: the `openai` client costs a third of a second to import, which `hookchat --help`, the
+    # embedded model and a plugin's tests should not pay (bench/startup.py).
+    from core.provider.openai_provider import OpenAIProvider
+
     extra_body = chosen.model_dump(include={"top_p", "stop"}, exclude_none=True, exclude_defaults=True)
     return OpenAIProvider(
         base_url=chosen.base_url,
@@ -159,6 +165,8 @@ class HookChat:
         self.push: PushService | None = PushService(self)
         self.tool_server: ToolRegistryServer | None = None
         if serve_tools:  # `hookchat run`: the HTTP tool registry on [server] host:port
+            from core.server import ToolRegistryServer  # starlette and uvicorn: only for the commands that serve
+
             self.tool_server = ToolRegistryServer(self.config.server, self.plugins.tools, self.data_dir)
         #: Makes a plugin's `self.store` when it must live outside this process (a cluster worker sets it); None:
         #: each plugin's own SQLite file.

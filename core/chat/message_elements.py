@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
-import httpx
 
 from core.utils.path_utils import get_data_path
 
@@ -288,6 +287,8 @@ class _Media(BaseMessageElement):
 
 
 async def _download(url: str, kind: str) -> bytes:
+    import httpx  # imported on first download: every plugin imports this module, few download media
+
     try:
         async with httpx.AsyncClient(follow_redirects=True, timeout=30.0) as client:
             response = await client.get(url)

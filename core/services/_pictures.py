@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from PIL import Image as PILImage
-from PIL import ImageOps
 
 from core.chat.message_elements import Image, MediaError
 from core.utils.log import get_logger
@@ -54,6 +52,9 @@ def reencode_picture(data: bytes) -> tuple[bytes, tuple[int, int]]:
 
     Blocking (Pillow): call it in a worker thread. Raises `OSError`/`ValueError` for data Pillow cannot decode.
     """
+    # Pillow is imported by the first picture over budget, not by every plugin that imports core.plugin.
+    from PIL import Image as PILImage
+    from PIL import ImageOps
 
     with PILImage.open(io.BytesIO(data)) as opened:
         opened.draft("RGB", REENCODE_SIZE)  # JPEG only: decode at a reduced scale when that is enough

@@ -1,0 +1,41 @@
+"""What importing hookchat costs: a plugin module (`core.plugin`) and a plugin's tests (`core.testing`) start without
+the heavy machinery only some commands use, so `pytest` on a plugin and `hookchat --help` start at once. Each check
+runs in a fresh interpreter, since this test process has imported everything already."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# What the serving and model commands need, and nothing else should pull in on import (issue: start-up time).
+HEAVY = ("openai", "starlette", "uvicorn", "nats", "xllamacpp", "opentelemetry", "PIL", "websockets", "httpx",
+         "watchfiles")
+
+
+def heavy_modules_after(statement: str) -> list[str]:
+    code = f"import json, sys\n{statement}\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    return [name for name in HEAVY if name in json.loads(out.splitlines()[-1])]
+
+
+@pytest.mark.parametrize("module", ["core.plugin", "core.testing", "core.chat", "core.provider", "core.app"])
+def test_importing_the_plugin_api_loads_no_heavy_machinery(module):
+    assert heavy_modules_after(f"import {module}") == []
+
+
+def test_the_testing_kit_runs_a_turn_without_the_serving_machinery():
+    statement = (
+        "import anyio\n"
+        "from core.testing import ChatHarness, ScriptedProvider\n"
+        "async def turn():\n"
+        "    async with ChatHarness(provider=ScriptedProvider(['<msg>hi</msg>'])) as bot:\n"
+        "        [chain] = await bot.send('hello')\n"
+        "        assert chain.plain_text == 'hi', chain\n"
+        "anyio.run(turn)"
+    )
+    assert heavy_modules_after(statement) == []

@@ -1,4 +1,5 @@
-"""Start-up time with 50 plugin folders (model load excluded), against importing the same 50 modules by hand.
+"""Start-up time with 50 plugin folders (model load excluded), against importing the same 50 modules by hand; and
+the whole `hookchat --help` and `hookchat plugins` processes (wall and CPU time), against a bare `python -c pass`.
 
 Run: .venv/bin/python bench/startup.py
 """
@@ -9,6 +10,8 @@ import asyncio
 import importlib.util
 import json
 import logging
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,7 +58,8 @@ async def start_app(root: Path, data: Path) -> float:
     app = HookChat(config, provider=ScriptedProvider(), entry_points=False)
     await app.start()
     elapsed = time.perf_counter() - started
-    assert sum(s.state == "loaded" for s in app.plugins.statuses()) == PLUGINS
+    failed = [f"{s.plugin_id}: {s.reason}" for s in app.plugins.statuses() if s.state != "loaded"]
+    assert not failed, failed
     await app.aclose()
     return elapsed
 
@@ -69,9 +73,43 @@ def import_by_hand(root: Path, tag: str) -> float:
     return time.perf_counter() - started
 
 
+COMMAND_TARGET = 0.2  # seconds, whole process, on a quiet machine
+
+
+def whole_process(argv: list[str], cwd: Path, runs: int = 5) -> tuple[float, float]:
+    """The best wall time and the best CPU time (user + system) of `runs` runs of `argv`, in seconds."""
+    walls, cpus = [], []
+    for _ in range(runs):
+        before = os.times()
+        started = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        walls.append(time.perf_counter() - started)
+        after = os.times()
+        cpus.append(after.children_user - before.children_user + after.children_system - before.children_system)
+    return min(walls), min(cpus)
+
+
+def commands(tmp: Path) -> None:
+    """`hookchat --help` and `hookchat plugins` from an empty folder, against the interpreter starting alone."""
+    empty = tmp / "empty"
+    empty.mkdir()
+    env_root = str(Path(__file__).resolve().parent.parent)
+    python = sys.executable
+    cli = ["-c", f"import sys; sys.path.insert(0, {env_root!r}); from core.cli import main; sys.exit(main())"]
+    bare_wall, bare_cpu = whole_process([python, "-c", "pass"], empty)
+    print(f"baseline, python -c pass: {bare_wall * 1000:.0f} ms wall, {bare_cpu * 1000:.0f} ms CPU")
+    for args in (["--help"], ["plugins"]):
+        wall, cpu = whole_process([python, *cli, *args], empty)
+        met = "met" if wall <= COMMAND_TARGET else "not met"
+        print(f"hookchat {' '.join(args):8s}: {wall * 1000:.0f} ms wall ({wall / bare_wall:.1f}x the bare interpreter), "
+              f"{cpu * 1000:.0f} ms CPU (target: <= {COMMAND_TARGET * 1000:.0f} ms wall: {met}; "
+              f"load average {os.getloadavg()[0]:.1f})")
+
+
 def main() -> None:
     logging.disable(logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
+        commands(Path(tmp))
         root = Path(tmp) / "plugins"
         root.mkdir()
         write_plugins(root)

@@ -14,23 +14,23 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from core.adapter import AdapterError, build_adapters
-from core.adapter.console import ConsoleAdapter
-from core.app import HookChat
-from core.cluster import ClusterError, Gateway, Worker, cluster_status, render_status
-from core.config import ConfigError, HookchatConfig, load_config
-from core.plugin import priority_name
-from core.provider.local import LocalLlamaProvider, ModelNotInstalledError
-from core.scaffold import write_plugin_skeleton
-from core.reload import PluginReloader
-from core.trace import OtelNotInstalledError, Trace, Tracer, default_file, read_json_lines, render_trace
-from core.web import WebConsole, WebConsoleError
+# Each command imports what it runs, inside its function: `hookchat --help` and `hookchat plugins` must not pay for
+# the web server, the NATS client, the model runtime or the OpenAI client (bench/startup.py, tests/test_imports.py).
+if TYPE_CHECKING:
+    from core.adapter.console import ConsoleAdapter
+    from core.app import HookChat
+    from core.config import HookchatConfig
+    from core.trace import Trace, Tracer
+    from core.web import WebConsole
 
 __all__ = ["main"]
 
 
 def _app(config: HookchatConfig, *, console: ConsoleAdapter | None = None) -> HookChat:
+    from core.app import HookChat
+
     return HookChat(config, adapters=[console] if console else [])
 
 
@@ -38,8 +38,15 @@ def _app(config: HookchatConfig, *, console: ConsoleAdapter | None = None) -> Ho
 async def _serving(app: HookChat, *, reload: bool, web: bool, host: str | None = None,
                    port: int | None = None) -> AsyncIterator[WebConsole | None]:
     """Run `app`, with the plugin reloader (`--reload`) and the web console when asked; stop them in reverse."""
-    reloader = PluginReloader(app) if reload else None
-    console = WebConsole(app, host=host, port=port, reloader=reloader) if web else None  # before start: adds the chat
+    reloader = console = None
+    if reload:
+        from core.reload import PluginReloader
+
+        reloader = PluginReloader(app)
+    if web:
+        from core.web import WebConsole
+
+        console = WebConsole(app, host=host, port=port, reloader=reloader)  # before start: adds the chat
     async with app:
         if reloader is not None:
             await reloader.start()
@@ -58,6 +65,10 @@ async def _serving(app: HookChat, *, reload: bool, web: bool, host: str | None =
 
 
 async def _chat(config: HookchatConfig, show_traces: bool = False, reload: bool = False) -> int:
+    from core.adapter.console import ConsoleAdapter
+    from core.provider.local import LocalLlamaProvider
+    from core.trace import render_trace
+
     if show_traces:
         config.trace.enabled = True
     console = ConsoleAdapter()
@@ -82,6 +93,10 @@ async def _chat(config: HookchatConfig, show_traces: bool = False, reload: bool 
 
 
 async def _run(config: HookchatConfig, reload: bool = False) -> int:
+    from core.adapter import AdapterError, build_adapters
+    from core.adapter.console import ConsoleAdapter
+    from core.app import HookChat
+
     try:
         adapters = build_adapters(config)
     except AdapterError as exc:
@@ -102,6 +117,10 @@ async def _run(config: HookchatConfig, reload: bool = False) -> int:
 
 async def _run_role(config: HookchatConfig, role: str) -> int:
     """`hookchat run --role gateway|worker`: one part of a cluster (docs/scale-out.md)."""
+    from core.adapter import AdapterError, build_adapters
+    from core.adapter.console import ConsoleAdapter
+    from core.cluster import ClusterError, Gateway, Worker
+
     try:
         if role == "gateway":
             part: Gateway | Worker = Gateway(config, [a for a in build_adapters(config)
@@ -121,6 +140,8 @@ async def _run_role(config: HookchatConfig, role: str) -> int:
 
 
 async def _status(config: HookchatConfig, as_json: bool) -> int:
+    from core.cluster import ClusterError, cluster_status, render_status
+
     try:
         status = await cluster_status(config.cluster)
     except ClusterError as exc:
@@ -131,6 +152,8 @@ async def _status(config: HookchatConfig, as_json: bool) -> int:
 
 
 async def _web(config: HookchatConfig, host: str | None, port: int | None, reload: bool) -> int:
+    from core.app import HookChat
+
     async with _serving(HookChat(config), reload=reload, web=True, host=host, port=port):
         await asyncio.Event().wait()  # until Ctrl-C
     return 0
@@ -157,6 +180,8 @@ async def _plugins(config: HookchatConfig, as_json: bool) -> int:
 
 
 async def _hooks(config: HookchatConfig, as_json: bool) -> int:
+    from core.plugin import priority_name
+
     async with _app(config) as app:
         chains = app.plugins.hook_chains()
         offers = {s.plugin_id: (s.tools, s.tags) for s in app.plugins.statuses() if s.tools or s.tags}
@@ -179,6 +204,8 @@ async def _hooks(config: HookchatConfig, as_json: bool) -> int:
 
 
 def _trace(config: HookchatConfig, count: int, trace_id: str | None, as_json: bool) -> int:
+    from core.trace import default_file, read_json_lines, render_trace
+
     path = default_file(Path(config.data.dir), config.trace.file)
     if path is None:
         print("hookchat: [trace] file is empty, so no traces are written; set it to read them here",
@@ -202,6 +229,8 @@ def _trace(config: HookchatConfig, count: int, trace_id: str | None, as_json: bo
 
 
 def _new_plugin(name: str, root: Path) -> int:
+    from core.scaffold import write_plugin_skeleton
+
     plugin_id = re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_")
     if not plugin_id or not plugin_id[0].isalpha():
         print(f"hookchat: {name!r} cannot be a plugin id: use letters, digits and '_', starting with a letter",
@@ -277,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     terminal = logging.getLogger().handlers[0]
     terminal.setLevel(logging.INFO if args.verbose else logging.WARNING)
     terminal.setFormatter(_TraceFormatter())
+    from core.config import ConfigError, load_config
+
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -300,9 +331,20 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_hooks(config, args.json))
     except KeyboardInterrupt:
         return 130
-    except (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError) as exc:
+    except _reported_errors() as exc:  # evaluated only when something was raised
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
+
+
+def _reported_errors() -> tuple[type[Exception], ...]:
+    """The errors a command reports in one line (exit 2) instead of a traceback: no embedded model, a web console that
+    cannot start, OpenTelemetry asked for but not installed. Imported once one was raised: their modules are among
+    the heavy ones a command imports only when it runs."""
+    from core.provider.local import ModelNotInstalledError
+    from core.trace import OtelNotInstalledError
+    from core.web import WebConsoleError
+
+    return ModelNotInstalledError, WebConsoleError, OtelNotInstalledError
 
 
 if __name__ == "__main__":

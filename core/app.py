@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -243,29 +243,50 @@ class HookChat:
         return self._started
 
     async def aclose(self) -> None:
-        """Fire `shutdown`, stop turns, adapters and plugins, close history, the provider and the engine."""
+        """Fire `shutdown`, stop turns, adapters and plugins, close history, the provider and the engine.
+
+        Bounded by `[deadlines] shutdown_timeout`: each stage gets a share of the time left, and one that
+        overruns it (a `terminate()` that never returns, a shutdown hook that ignores its cancellation) is
+        abandoned with a log line, so the later stages still run and history is always closed. It runs in a task
+        of its own: a cancellation of the caller (Ctrl-C under `asyncio.run`) cannot stop it half-way.
+        """
+        closing = asyncio.get_running_loop().create_task(self._aclose(), name="hookchat shutdown")
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            await asyncio.wait({closing}, timeout=self.config.deadlines.shutdown_timeout)
+            raise
+
+    async def _aclose(self) -> None:
+        timeout = self.config.deadlines.shutdown_timeout
+        reserve = min(1.0, timeout / 4)  # kept for history, the provider and the engine
+        deadline = time.monotonic() + timeout - reserve
+
+        def left(share: float = 1.0) -> float:
+            return max(deadline - time.monotonic(), 0.0) * share
+
+        async def stage(work: Coroutine[Any, Any, Any], what: str, seconds: float) -> None:
+            await wait_or_abandon(work, seconds * 0.8, what, grace=seconds * 0.2)
+
         if self._started:
-            # Bounded: a shutdown hook that ignores its cancellation is abandoned (and reported), and the rest of
-            # the shutdown proceeds without it.
-            budget = sum(entry.deadline for entry in self.engine.chain("shutdown")) * 2 + SHUTDOWN_GRACE
-            shutdown = self.engine.dispatch("shutdown", KiraLifecycleEvent(None))
-            await wait_or_abandon(shutdown, budget, "the shutdown hooks")
+            hooks = sum(entry.deadline for entry in self.engine.chain("shutdown")) * 2 + SHUTDOWN_GRACE
+            await stage(self.engine.dispatch("shutdown", KiraLifecycleEvent(None)), "the shutdown hooks",
+                        min(hooks, left(1 / 3)))
         self._started = False
         if self.tool_server is not None:  # first: the remote registrations it stored stay stored
-            await self.tool_server.stop()
+            await stage(self.tool_server.stop(), "the tool registry", min(SHUTDOWN_GRACE, left(1 / 4)))
         if self.push is not None:
-            await self.push.aclose()
-        await self.scheduler.aclose()
+            await stage(self.push.aclose(), "the push service", min(SHUTDOWN_GRACE, left(1 / 4)))
+        await stage(self.scheduler.aclose(grace=min(SHUTDOWN_GRACE, left(1 / 5))), "the turn scheduler",
+                    min(SHUTDOWN_GRACE, left(1 / 4)))
         for adapter in self.adapters.values():
-            try:
-                await adapter.stop()
-            except Exception:
-                logger.exception("adapter %r failed to stop", adapter.name)
-        await self.plugins.shutdown()
+            await stage(adapter.stop(), f"adapter {adapter.name!r}: stop()", min(SHUTDOWN_GRACE, left(1 / 4)))
+        await self.plugins.shutdown(timeout=left())
+        closing = min(SHUTDOWN_GRACE, max(left(), reserve))
         if self.history is not None:
-            await self.history.close()
-        await self.provider.aclose()
-        await self.engine.aclose()
+            await stage(self.history.close(), "closing history", closing)
+        await stage(self.provider.aclose(), "the model provider", closing / 2)
+        await stage(self.engine.aclose(), "the hook engine", closing / 2)
         await anyio.to_thread.run_sync(self.tracer.close)  # it drains the trace file's writer thread
 
     async def __aenter__(self) -> HookChat:

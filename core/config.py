@@ -249,11 +249,13 @@ class LimitsConfig(_Section):
 
 class DeadlinesConfig(_Section):
     """`[deadlines]`: how long a hook may run before it is cancelled, when the loop counts as stalled (0.1 s, so
-    a 0.2 s block is reported), and how long one plugin's import or `initialize()` may take at start-up."""
+    a 0.2 s block is reported), how long one plugin's import or `initialize()` may take at start-up, and how long
+    a shutdown (Ctrl-C, SIGTERM) may take before the process exits anyway."""
 
     hook_default: float = Field(default=10.0, gt=0)
     stall_threshold: float = Field(default=0.1, gt=0)
     plugin_start: float = Field(default=30.0, gt=0)
+    shutdown_timeout: float = Field(default=10.0, gt=0)
 
 
 class AdapterConfig(_Section):

@@ -32,7 +32,8 @@ from core.history import SessionHistory
 from core.plugin import HookEngine
 from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
-from core.utils.tasks import TaskOwner
+from core.utils.signals import hook_stuck
+from core.utils.tasks import SHUTDOWN_GRACE, TaskOwner
 from core.utils.text import valid_text
 
 __all__ = ["TurnScheduler", "MessagePipeline", "inbox_record", "message_from_inbox"]
@@ -79,7 +80,9 @@ class TurnScheduler:
     """Runs turns: one at a time per session in arrival order; sessions concurrently, at most `max_concurrent`.
 
     Each busy session has one worker task (owned by the scheduler, cancelled by `aclose`); an idle session keeps
-    no state here.
+    no state here. A worker blocked in a hook that ignored its cancellation (the engine's `hook_stuck` signal) is
+    abandoned: its turn's future is cancelled and a new worker runs the session's later turns; the old one, if
+    its hook ever returns, ends without touching the session.
     """
 
     def __init__(self, run_turn: Callable[[KiraMessageBatchEvent], Awaitable[TurnResult]], max_concurrent: int = 64):
@@ -88,7 +91,8 @@ class TurnScheduler:
         self._queues: dict[str, deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]] = {}
         self._workers = TaskOwner("the turn scheduler")
         self._running: dict[str, asyncio.Task[None]] = {}  # session -> its worker, while a turn runs
-        self._cancelling: set[str] = set()  # sessions whose running turn `cancel()` asked to end
+        self._cancelling: set[asyncio.Task[None]] = set()  # workers whose running turn `cancel()` asked to end
+        hook_stuck.connect(self._abandon_stuck)  # held weakly: gone with the scheduler
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
         """Queue a batch for its session; the future resolves to the turn's result (cancelled once closed)."""
@@ -102,12 +106,14 @@ class TurnScheduler:
         if queue is not None:
             queue.append((batch, future))
             return future
-        self._queues[batch.sid] = deque([(batch, future)])
-        self._workers.spawn(self._drain(batch.sid), name=f"turns:{batch.sid}")
+        self._start_worker(batch.sid, deque([(batch, future)]))
         return future
 
-    async def _drain(self, sid: str) -> None:
-        queue = self._queues[sid]
+    def _start_worker(self, sid: str, queue: deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]) -> None:
+        self._queues[sid] = queue
+        self._workers.spawn(self._drain(sid, queue), name=f"turns:{sid}")
+
+    async def _drain(self, sid: str, queue: deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]) -> None:
         worker = asyncio.current_task()
         assert worker is not None
         try:
@@ -123,9 +129,9 @@ class TurnScheduler:
                 except asyncio.CancelledError:
                     # `cancel(sid)` ends this turn only: the session's later turns still run. Any other
                     # cancellation (the scheduler closing, or one from outside alongside) ends the worker.
-                    if sid not in self._cancelling:
+                    if worker not in self._cancelling:
                         raise
-                    self._cancelling.discard(sid)
+                    self._cancelling.discard(worker)
                     if worker.uncancel() != 0:
                         raise
                     logger.info("turn of %s cancelled", sid)
@@ -138,16 +144,37 @@ class TurnScheduler:
                     if not future.done():
                         future.set_result(result)
                 finally:
-                    self._running.pop(sid, None)
-                    if sid in self._cancelling:  # the turn swallowed its cancellation: undo the request
-                        self._cancelling.discard(sid)
+                    if self._running.get(sid) is worker:
+                        del self._running[sid]
+                    if worker in self._cancelling:  # the turn swallowed its cancellation: undo the request
+                        self._cancelling.discard(worker)
                         worker.uncancel()
                 queue.popleft()
         finally:
-            self._cancelling.discard(sid)
+            self._cancelling.discard(worker)
             for _, future in queue:
                 future.cancel()
-            del self._queues[sid]
+            if self._queues.get(sid) is queue:  # not when this worker was abandoned: the queue is another's now
+                del self._queues[sid]
+
+    def _abandon_stuck(self, _engine: object, *, task: object, plugin_id: str, hook_name: str, event_name: str,
+                       **_: object) -> None:
+        """`hook_stuck`: if `task` is one of this scheduler's workers, abandon its turn and move the session on."""
+        sid = next((s for s, worker in self._running.items() if worker is task), None)
+        if sid is None:
+            return
+        queue = self._queues[sid]
+        stuck_batch, stuck_future = queue.popleft()
+        later = deque(queue)
+        queue.clear()
+        queue.append((stuck_batch, stuck_future))  # the old worker keeps only its stuck turn
+        del self._running[sid]
+        del self._queues[sid]
+        stuck_future.cancel()
+        logger.error("turn of %s abandoned: plugin %r hook %s (%s) ignored its cancellation; the session goes on "
+                     "with its next turn", sid, plugin_id, hook_name, event_name)
+        if later:
+            self._start_worker(sid, later)
 
     def cancel(self, sid: str) -> bool:
         """Cancel the turn running for session `sid` (a stop button, Ctrl-C): its future is cancelled, and the
@@ -156,9 +183,9 @@ class TurnScheduler:
         Safe because the loop is single-threaded: while `sid` has a running turn, its worker is suspended at an
         await inside that turn, which is where the cancellation lands."""
         worker = self._running.get(sid)
-        if worker is None or sid in self._cancelling:
+        if worker is None or worker in self._cancelling:
             return False
-        self._cancelling.add(sid)
+        self._cancelling.add(worker)
         worker.cancel()
         return True
 
@@ -178,9 +205,10 @@ class TurnScheduler:
         """Wait until every queued turn has finished."""
         await self._workers.join()
 
-    async def aclose(self) -> None:
-        """Cancel every running and queued turn, and refuse new ones."""
-        await self._workers.aclose()
+    async def aclose(self, grace: float = SHUTDOWN_GRACE) -> None:
+        """Cancel every running and queued turn, and refuse new ones; a turn still running `grace` seconds after
+        its cancellation is abandoned."""
+        await self._workers.aclose(grace)
 
 
 class MessagePipeline:

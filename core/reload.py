@@ -2,7 +2,8 @@
 that failed to load when its files change; load a plugin folder that appears.
 
 A reload waits until no turn is in flight (at most `settle_timeout`), so a turn that started on the old code
-finishes on it. Each outcome is logged, and kept in `events` for the web console: whether the new code is in effect.
+finishes on it. A change that does not load (a syntax error saved) leaves the previous version running. Each outcome
+is logged once, and kept in `events` for the web console: whether the new code is in effect.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ _IGNORED_PARTS = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache
 
 @dataclass(frozen=True)
 class ReloadEvent:
-    """One reload: which plugin, when, whether the new code is in effect, and why not."""
+    """One reload: which plugin, when, whether the new code is in effect, and why not (`state` is `loaded`
+    when the previous version kept running)."""
 
     plugin_id: str
     at: float
@@ -146,14 +148,13 @@ class PluginReloader:
             if current is not None and current.state == "disabled":
                 return None  # the operator disabled it; a file change does not enable it
             status = await loader.reload(plugin_id)
-        ok = status is not None and status.state == "loaded"
+        ok = status is not None and status.state == "loaded" and not status.previous_version
         event = ReloadEvent(plugin_id, time.time(), ok, status.state if status else "unknown",
                             status.reason if status else None)
         self.events.append(event)
         if ok:
             await loader.dispatch_loaded(plugin_id)
             _log.warning("--reload: plugin %r reloaded from %s: the new code is in effect", plugin_id, folder)
-        else:
-            _log.error("--reload: plugin %r failed to load from %s: %s (fix the files; it is retried on the next "
-                       "change)", plugin_id, folder, event.reason)
+        # A failure is not logged here: the plugin manager logged it once, with its reason (and whether the
+        # previous version keeps running); it is retried on the next change.
         return event

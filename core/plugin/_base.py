@@ -21,7 +21,7 @@ from core.services import (
     PluginServicesMixin,
     get_plugin_logger,
 )
-from core.utils.tasks import TaskOwner
+from core.utils.tasks import SHUTDOWN_GRACE, TaskOwner, must_propagate
 
 if TYPE_CHECKING:  # the loader builds contexts, so it imports this module
     from core.plugin._loader import PluginLoader
@@ -138,17 +138,20 @@ class PluginContext(PluginContextServicesMixin, KiraContextMixin):
         """The plugin's background tasks still running."""
         return self._tasks.tasks
 
-    async def close(self) -> None:
-        """Cancel and await every owned task, then run the `on_stop` cleanups (each failure logged)."""
-        await self._tasks.aclose()
+    async def close(self, grace: float = SHUTDOWN_GRACE) -> None:
+        """Cancel and await every owned task (one that ignores its cancellation for `grace` seconds is abandoned),
+        then run the `on_stop` cleanups (each failure logged, `SystemExit` included)."""
+        await self._tasks.aclose(grace)
         while self._cleanups:
             cleanup = self._cleanups.pop()
             try:
                 result = cleanup()
                 if asyncio.iscoroutine(result) or isinstance(result, Awaitable):
                     await result
-            except Exception:
-                self.logger.exception("cleanup of plugin %r failed", self.plugin_id)
+            except BaseException as exc:
+                if must_propagate(exc):
+                    raise
+                self.logger.error("cleanup of plugin %r failed", self.plugin_id, exc_info=exc)
 
     def __repr__(self) -> str:
         return f"PluginContext({self.plugin_id!r})"

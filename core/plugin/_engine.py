@@ -3,8 +3,9 @@
 Hooks of an event run one after another in descending priority; ties run in plugin load order (plugins load
 sorted by plugin id), then in source order within a plugin. The sorted chain per event is cached and rebuilt only
 when plugins are registered or unregistered; a dispatch keeps the chain it started with. A hook that raises or
-passes its deadline is logged with its plugin id and hook name, reported to `exception` hooks, and the chain
-goes on. Deadlines cost no cancel scope per hook: one watchdog task cancels a dispatch whose hook has not moved
+passes its deadline is logged with its plugin id, hook name and file:line, reported to `exception` hooks, and the
+chain goes on; that holds for `SystemExit` and every other `BaseException` of plugin code too (only a requested
+cancellation and a real Ctrl-C propagate). A hook that swallows its cancellation is abandoned (`hook_stuck`). Deadlines cost no cancel scope per hook: one watchdog task cancels a dispatch whose hook has not moved
 for its deadline, and a watchdog thread reports event-loop stalls with the plugin and hook that was running.
 """
 
@@ -31,7 +32,8 @@ from core.plugin._decorators import HOOK_ATTR, PROJECT, HookMeta
 from core.trace import Tracer, clock
 from core.utils.declarations import declared
 from core.utils.log import logger
-from core.utils.signals import hook_failed, loop_stalled, send
+from core.utils.signals import hook_failed, hook_stuck, loop_stalled, send
+from core.utils.tasks import must_propagate, raised_at
 
 __all__ = ["HookEngine", "HookEntry", "HookRegistrationError", "HookTimeout"]
 
@@ -53,6 +55,11 @@ def _marked_names(cls: type) -> frozenset[str]:
 def _source_of(fn: Callable[..., Any]) -> str:
     code = getattr(fn, "__code__", None)
     return f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
+
+
+def _file_of(fn: Callable[..., Any]) -> str | None:
+    code = getattr(inspect.unwrap(getattr(fn, "__func__", fn)), "__code__", None)
+    return code.co_filename if code else None
 
 
 def _check_signature(where: str, method: Callable[..., Any], event: str) -> None:
@@ -222,7 +229,9 @@ class HookEngine(pluggy.PluginManager):
     async def dispatch(self, event_name: str, event: Any, *args: Any) -> None:
         """Run the hooks of `event_name` as `hook(event, *args)` in order, until one calls `event.stop()`.
 
-        A hook that raises or passes its deadline is reported and skipped; cancellation from outside propagates.
+        A hook that raises (any `BaseException`: `SystemExit`, `KeyboardInterrupt`, `GeneratorExit`, a
+        `CancelledError` nobody requested) or passes its deadline is reported and skipped; a cancellation from
+        outside and a real Ctrl-C propagate (`core.utils.tasks.must_propagate`).
         """
         chain = self._chains.get(event_name)
         if chain is None:
@@ -255,14 +264,24 @@ class HookEngine(pluggy.PluginManager):
                         await entry.fn(event, first, second)
                     else:
                         await entry.fn(event, *args)
-                except asyncio.CancelledError:
+                except asyncio.CancelledError as exc:
                     # Only the watchdog's own cancellation is absorbed; clear its mark either way, or a stale mark
                     # would disable this task's deadlines and swallow a later cancellation from outside.
                     expired, record.expired = record.expired, None
-                    if expired is None or not self._absorb_timeout(task):
-                        raise
-                    await self._report(expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"), event)
+                    if expired is not None:
+                        if not self._absorb_timeout(task):
+                            raise
+                        await self._report(expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"),
+                                           event)
+                    elif task is None or task.cancelling():
+                        raise  # a cancellation of this dispatch, from outside
+                    else:  # a CancelledError nobody requested: the hook raised it
+                        await self._report(entry, exc, event)
                 except Exception as exc:  # noqa: BLE001 - isolation is the point
+                    await self._report(entry, exc, event)
+                except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit of plugin code
+                    if must_propagate(exc):  # a real Ctrl-C
+                        raise
                     await self._report(entry, exc, event)
                 if mark is not None:  # trace
                     mark(clock())
@@ -317,8 +336,8 @@ class HookEngine(pluggy.PluginManager):
             entry.plugin_id,
             entry.hook_name,
             entry.event,
-            "timed out" if timed_out else "raised",
-            error,
+            "timed out" if timed_out else f"raised at {raised_at(error, _file_of(entry.fn))}",
+            error if isinstance(error, Exception) else f"{type(error).__name__}({error})",
             f"\n{tb}" if tb else "",
         )
         send(
@@ -386,7 +405,7 @@ class HookEngine(pluggy.PluginManager):
                     and now - record.seen_at >= 2 * entry.deadline
                 ):
                     record.stuck = entry
-                    self._mark_faulty(entry)
+                    self._mark_faulty(entry, record.task)
             tick = max(0.005, min(tick, min((r.entry.deadline / 4 for r in records if r.entry), default=tick)))
 
     def mark_faulty(self, plugin_id: str, reason: str) -> None:
@@ -394,9 +413,11 @@ class HookEngine(pluggy.PluginManager):
         self.faulty[plugin_id] = reason
         self._chains = {}
 
-    def _mark_faulty(self, entry: HookEntry) -> None:
-        """A hook swallowed the cancellation of its deadline and still runs a deadline later: say so, and run its
-        plugin's hooks no more (the task stays blocked in it until it returns; shutdown abandons it)."""
+    def _mark_faulty(self, entry: HookEntry, task: asyncio.Task[Any]) -> None:
+        """A hook swallowed the cancellation of its deadline and still runs a deadline later: say so, run its
+        plugin's hooks no more, and tell the owner of the blocked task (`hook_stuck`), which abandons it: a turn
+        scheduler hands the session to a new worker; the task stays blocked in the hook until it returns, and
+        shutdown abandons it."""
         reason = (f"hook {entry.hook_name} ({entry.event}) ignored its cancellation at its {entry.deadline:g} s "
                   "deadline and kept running")
         logger.error("plugin %r is faulty: %s; its hooks will not run again until it is reloaded",
@@ -404,6 +425,8 @@ class HookEngine(pluggy.PluginManager):
         self.mark_faulty(entry.plugin_id, reason)
         send(hook_failed, self, plugin_id=entry.plugin_id, hook_name=entry.hook_name, event_name=entry.event,
              error=HookTimeout(reason), timed_out=True)
+        send(hook_stuck, self, plugin_id=entry.plugin_id, hook_name=entry.hook_name, event_name=entry.event,
+             task=task)
 
     def _watch_stalls(self) -> None:
         """Runs in a thread: when the loop's heartbeat stops, report the hook the blocked task is running."""

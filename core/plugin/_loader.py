@@ -4,22 +4,25 @@ plugin removes everything it registered (hooks, tools, tags, tasks), by owner, n
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import importlib
 import importlib.machinery
 import importlib.metadata
 import importlib.util
 import inspect
+import itertools
 import json
 import re
 import sys
+import threading
 import time
 import traceback
 import types
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import anyio
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -41,7 +44,7 @@ from core.utils.declarations import declared
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
 from core.utils.signals import plugin_failed, plugin_loaded, plugin_unloaded, send
-from core.utils.tasks import call_handler
+from core.utils.tasks import SHUTDOWN_GRACE, call_handler, must_propagate, wait_or_abandon
 from core.utils.tool_utils import BaseTool
 
 __all__ = [
@@ -73,6 +76,7 @@ _MODULE_ROOT = "hookchat_plugins"
 SLOW_START = 2.0
 
 State = Literal["discovered", "loaded", "disabled", "error"]
+T = TypeVar("T")
 
 
 class PluginLoadError(Exception):
@@ -121,6 +125,19 @@ class PluginStatus:
     compat: str | None = None
     #: Problems that did not stop the plugin: a second plugin refused for the same id, unknown manifest keys.
     warnings: list[str] = field(default_factory=list)
+    #: True when the last reload failed and the previous version is the one running (`reason` says why).
+    previous_version: bool = False
+
+
+@dataclass
+class _Imported:
+    """A plugin's code, imported and not yet started."""
+
+    source: PluginSource
+    plugin_class: type
+    modules: list[str]
+    compat: str | None
+    cfg: dict[str, Any]
 
 
 @dataclass
@@ -129,6 +146,9 @@ class _Loaded:
     instance: Any
     ctx: PluginContext
     modules: list[str]
+    plugin_class: type
+    compat: str | None
+    cfg: dict[str, Any]  # the validated settings it started with (a failed reload restarts it with them)
 
 
 class PluginLoader:
@@ -278,42 +298,62 @@ class PluginLoader:
             return self._fail(plugin_id, f"no plugin {plugin_id!r} was found in {self.plugin_dirs} or entry points")
         if plugin_id in self._loaded:
             return self._status[plugin_id]
+        try:
+            loaded = await self._start(plugin_id, await self._import_code(plugin_id, source))
+        except BaseException as exc:
+            if not _plugins_failure(exc):
+                raise
+            return self._fail(plugin_id, _reason(exc), source.origin, None if _expected(exc) else exc)
+        return self._loaded_now(loaded)
+
+    def _loaded_now(self, loaded: _Loaded) -> PluginStatus:
+        plugin_id, source = loaded.ctx.plugin_id, loaded.source
+        self._loaded[plugin_id] = loaded
+        self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version,
+                                               compat=loaded.compat)
+        logger.info("plugin %r loaded from %s%s", plugin_id, source.origin,
+                    f" ({loaded.compat})" if loaded.compat else "")
+        send(plugin_loaded, self, plugin_id=plugin_id)
+        return self.status(plugin_id)  # type: ignore[return-value] - known now
+
+    async def _import_code(self, plugin_id: str, source: PluginSource) -> _Imported:
+        """Check the manifest's `core_version`, import the plugin's code under the start-up deadline and check the
+        operator's settings against its schema (raises)."""
+        compat = _check_core_version(source.manifest)
+        plugin_class, modules = await self._timed(plugin_id, "import", self._import(source))
+        try:
+            cfg = validate_config(plugin_id, source.schema, self.plugin_config.get(plugin_id, {}))
+        except PluginConfigError:
+            await anyio.to_thread.run_sync(_forget_modules, modules)
+            raise
+        return _Imported(source, plugin_class, modules, compat, cfg)
+
+    async def _start(self, plugin_id: str, code: _Imported, *, forget_on_failure: bool = True) -> _Loaded:
+        """Configure, construct and initialise an imported plugin and register what it declares (raises; on a
+        failure everything it registered is removed, and its modules too unless `forget_on_failure` is False)."""
         ctx: PluginContext | None = None
         instance: Any = None
-        modules: list[str] = []
-        compat: str | None = None
         try:
-            compat = _check_core_version(source.manifest)
-            plugin_class, modules = await self._timed(
-                plugin_id, "import", anyio.to_thread.run_sync(self._import, source, abandon_on_cancel=True)
-            )
-            cfg = validate_config(plugin_id, source.schema, self.plugin_config.get(plugin_id, {}))
             ctx = PluginContext(
                 plugin_id,
-                manifest=source.manifest,
-                plugin_dir=source.path,
+                manifest=code.source.manifest,
+                plugin_dir=code.source.path,
                 data_dir=self.data_dir / "plugin_data" / plugin_id,
-                config=cfg,
+                config=code.cfg,
                 manager=self,
             )
-            instance = _construct(plugin_class, ctx, ctx.config)  # one object: in-place config updates reach cfg
+            instance = _construct(code.plugin_class, ctx, ctx.config)  # one object: in-place config updates reach cfg
             await self._timed(plugin_id, "initialize()", call_handler(instance.initialize))
             self.engine.register(instance, name=plugin_id)
             self._register_declared(instance, ctx)
         except BaseException as exc:
             # Plugin code may raise SystemExit, KeyboardInterrupt or any BaseException: that is this plugin's
-            # failure, never the app's end. Only a cancellation of the loader itself propagates.
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise
-            await self._discard(plugin_id, instance, ctx, modules, terminate=instance is not None)
-            unexpected = not isinstance(exc, PluginLoadError | PluginConfigError)
-            return self._fail(plugin_id, _reason(exc), source.origin, exc if unexpected else None)
-        self._loaded[plugin_id] = _Loaded(source, instance, ctx, modules)
-        self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version,
-                                               compat=compat)
-        logger.info("plugin %r loaded from %s%s", plugin_id, source.origin, f" ({compat})" if compat else "")
-        send(plugin_loaded, self, plugin_id=plugin_id)
-        return self.status(plugin_id)  # type: ignore[return-value] - known now
+            # failure, never the app's end (the caller reports it). A cancellation of the loader propagates.
+            if _plugins_failure(exc):
+                await self._discard(plugin_id, instance, ctx, code.modules if forget_on_failure else [],
+                                    terminate=instance is not None)
+            raise
+        return _Loaded(code.source, instance, ctx, code.modules, code.plugin_class, code.compat, code.cfg)
 
     async def unload(self, plugin_id: str) -> None:
         """Stop a plugin and forget it: hooks, tools, tags, tasks and its imported modules are removed."""
@@ -335,16 +375,69 @@ class PluginLoader:
         return await self.load(plugin_id)
 
     async def reload(self, plugin_id: str) -> PluginStatus:
-        """Stop a plugin, re-read its folder (manifest, schema, code) and load it again (enabling it if disabled)."""
+        """Re-read a plugin's folder (manifest, schema, code) and load it again (enabling it if disabled).
+
+        A running plugin keeps serving until the new version has imported: a folder that cannot be read or code
+        that does not import (a syntax error saved) leaves the old version running, and the status says why
+        (`reason`, state still `loaded`). Then the old version stops and the new one initialises; if that fails,
+        the old version is started again (a fresh instance of its class: its in-memory state is gone).
+        """
         source = self._sources.get(plugin_id)
         self.disabled_ids.discard(plugin_id)
-        await self._stop(plugin_id)
-        if source is not None and source.path is not None:
-            try:
-                self._sources[plugin_id] = await anyio.to_thread.run_sync(_read_folder, source.path)
-            except PluginLoadError as exc:
-                return self._fail(plugin_id, str(exc), str(source.path))
-        return await self.load(plugin_id)
+        old = self._loaded.get(plugin_id)
+        fresh = source
+        try:
+            if source is not None and source.path is not None:
+                fresh = await anyio.to_thread.run_sync(_read_folder, source.path)
+        except PluginLoadError as exc:
+            if old is None:
+                return self._fail(plugin_id, str(exc), str(source.path if source else plugin_id))
+            return self._keep_old(plugin_id, exc)
+        if old is None or fresh is None:
+            await self._stop(plugin_id)
+            if fresh is not None:
+                self._sources[plugin_id] = fresh
+            return await self.load(plugin_id)
+        try:
+            await anyio.to_thread.run_sync(_forget_caches, old.modules)  # the new version reads the files afresh
+            code = await self._import_code(plugin_id, fresh)
+        except BaseException as exc:
+            if not _plugins_failure(exc):
+                raise
+            return self._keep_old(plugin_id, exc)
+        await self._stop(plugin_id, forget_modules=False)
+        self._sources[plugin_id] = fresh
+        try:
+            loaded = await self._start(plugin_id, code)
+        except BaseException as exc:
+            if not _plugins_failure(exc):
+                raise
+            return await self._restore(old, exc)
+        await anyio.to_thread.run_sync(_forget_modules, old.modules)
+        return self._loaded_now(loaded)
+
+    def _keep_old(self, plugin_id: str, exc: BaseException, kept: str = "keeps running") -> PluginStatus:
+        """A reload whose new version did not start: the previous version runs; one log line says why."""
+        reason = f"reload failed, the previous version {kept}: {_reason(exc)}"
+        logger.error("plugin %r: %s", plugin_id, reason, exc_info=None if _expected(exc) else exc)
+        status = self._status[plugin_id]
+        status.reason, status.previous_version = reason, True
+        return self.status(plugin_id)  # type: ignore[return-value] - known
+
+    async def _restore(self, old: _Loaded, exc: BaseException) -> PluginStatus:
+        """The new version failed to start after the old one stopped: start the old version again."""
+        plugin_id = old.ctx.plugin_id
+        self._sources[plugin_id] = old.source
+        try:
+            loaded = await self._start(plugin_id, _Imported(old.source, old.plugin_class, old.modules, old.compat,
+                                                            old.cfg))
+        except BaseException as again:
+            if not _plugins_failure(again):
+                raise
+            return self._fail(plugin_id, f"the new version failed ({_reason(exc)}), and the previous one failed to "
+                              f"start again ({_reason(again)})", old.source.origin)
+        self._loaded_now(loaded)
+        return self._keep_old(plugin_id, exc, "was started again")
 
     def source(self, plugin_id: str) -> PluginSource | None:
         """Where the plugin comes from (its folder, entry point or class), or None when unknown."""
@@ -369,37 +462,43 @@ class PluginLoader:
             return await self.reload(plugin_id)
         return self._status.get(plugin_id) or self._fail(plugin_id, f"no plugin {plugin_id!r}")
 
-    async def shutdown(self) -> None:
-        """Stop every loaded plugin, in reverse load order."""
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop every loaded plugin, in reverse load order. With `timeout` (seconds) the whole takes at most about
+        that long: each `terminate()` gets what is left (at most `init_timeout`), and one that does not return in
+        time is abandoned, so the plugins after it still stop."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         for pid in sorted(self._loaded, reverse=True):
-            await self._stop(pid)
+            await self._stop(pid, deadline=deadline)
 
-    async def _stop(self, plugin_id: str) -> None:
+    async def _stop(self, plugin_id: str, *, forget_modules: bool = True, deadline: float | None = None) -> None:
         loaded = self._loaded.pop(plugin_id, None)
         if loaded is None:
             return
-        await self._discard(plugin_id, loaded.instance, loaded.ctx, loaded.modules, terminate=True)
+        await self._discard(plugin_id, loaded.instance, loaded.ctx, loaded.modules if forget_modules else [],
+                            terminate=True, deadline=deadline)
         logger.info("plugin %r stopped", plugin_id)
         send(plugin_unloaded, self, plugin_id=plugin_id)
 
     async def _discard(
-        self, plugin_id: str, instance: Any, ctx: PluginContext | None, modules: list[str], *, terminate: bool
+        self, plugin_id: str, instance: Any, ctx: PluginContext | None, modules: list[str], *, terminate: bool,
+        deadline: float | None = None,
     ) -> None:
-        """Remove everything `plugin_id` registered; run `terminate()` (isolated, bounded) if asked."""
+        """Remove everything `plugin_id` registered; run `terminate()` if asked: isolated (its `SystemExit` is
+        logged), bounded by `init_timeout` and `deadline` (a `time.monotonic()` value), and abandoned if it
+        ignores its cancellation."""
         if ctx is not None:
             ctx.closing = True  # from now on the plugin's services refuse new registrations
         if instance is not None and self.engine.is_registered(instance):
             self.engine.unregister(instance)
         self.tools.remove_owner(plugin_id)
         self.tags.remove_owner(plugin_id)
+        left = self.init_timeout if deadline is None else min(self.init_timeout, deadline - time.monotonic())
         if terminate and instance is not None:
-            try:
-                with anyio.fail_after(self.init_timeout):
-                    await instance.terminate()
-            except Exception:
-                logger.exception("plugin %r: terminate() failed", plugin_id)
+            await wait_or_abandon(call_handler(instance.terminate), left * 0.8, f"plugin {plugin_id!r}: terminate()",
+                                  grace=left * 0.2)
         if ctx is not None:
-            await ctx.close()
+            left = SHUTDOWN_GRACE if deadline is None else min(SHUTDOWN_GRACE, deadline - time.monotonic())
+            await ctx.close(grace=max(left, 0))
         # Again, after terminate() and the plugin's tasks are done: anything they registered meanwhile goes too.
         self.tools.remove_owner(plugin_id)
         self.tags.remove_owner(plugin_id)
@@ -436,20 +535,32 @@ class PluginLoader:
                            "task)", plugin_id, stage, elapsed)
         return result
 
-    def _import(self, source: PluginSource) -> tuple[type, list[str]]:
-        """Runs in a worker thread: import the plugin's code and find its plugin class."""
+    async def _import(self, source: PluginSource) -> tuple[type, list[str]]:
+        """Import the plugin's code in a daemon thread and find its plugin class. A folder's code is imported
+        under a package name no other import holds: the running version's (a reload) and one an abandoned
+        import still executes are skipped, so a fixed save imports although that thread holds its import lock."""
         if source.plugin_class is not None:
             return source.plugin_class, []
         if source.entry_point is not None:
-            try:
-                obj = source.entry_point.load()
-            except BaseException as exc:  # noqa: BLE001 - plugin code: SystemExit is its failure, in a thread
-                raise PluginLoadError(f"import of entry point {source.entry_point.value} failed: "
-                                      f"{type(exc).__name__}: {exc}") from exc
-            cls = obj if isinstance(obj, type) else _find_plugin_class(obj, source.plugin_id)
-            return cls, []
+            entry_point = source.entry_point
+
+            def load_entry_point() -> tuple[type, list[str]]:
+                try:
+                    obj = entry_point.load()
+                except BaseException as exc:  # noqa: BLE001 - plugin code: SystemExit is its failure, in a thread
+                    raise PluginLoadError(f"import of entry point {entry_point.value} failed: "
+                                          f"{type(exc).__name__}: {exc}") from exc
+                cls = obj if isinstance(obj, type) else _find_plugin_class(obj, source.plugin_id)
+                return cls, []
+
+            return await _in_daemon_thread(load_entry_point, f"import of entry point {entry_point.name}")
         assert source.path is not None
-        return _import_folder(source)
+        package = _free_package_name(source.plugin_id)
+        try:
+            return await _in_daemon_thread(lambda: _import_folder(source, package), f"import of {package}")
+        except anyio.get_cancelled_exc_class():
+            _ABANDONED.add(package)  # the thread runs on, holding the package's import lock
+            raise
 
     def _register_declared(self, instance: Any, ctx: PluginContext) -> None:
         """Register a plugin instance's declarations, owned by its id: tools (`@register.tool`, `@llm_tool`),
@@ -529,6 +640,17 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def _plugins_failure(exc: BaseException) -> bool:
+    """Whether `exc`, out of loading a plugin, is that plugin's failure: anything but a cancellation of the loader
+    (or a real Ctrl-C)."""
+    return not must_propagate(exc)
+
+
+def _expected(exc: BaseException) -> bool:
+    """A failure whose reason says everything (no traceback is logged for it)."""
+    return isinstance(exc, PluginLoadError | PluginConfigError)
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, PluginLoadError | PluginConfigError):
         return str(exc)
@@ -595,19 +717,56 @@ def _check_core_version(manifest: Manifest) -> str | None:
     )
 
 
-def _import_folder(source: PluginSource) -> tuple[type, list[str]]:
+#: Package names whose import was abandoned at the start-up deadline: its thread may still hold their import lock.
+_ABANDONED: set[str] = set()
+
+
+def _free_package_name(plugin_id: str) -> str:
+    """`hookchat_plugins.<module name>`, or the same under `hookchat_plugins_2`, `_3`, ... when that name is
+    taken (by the running version of the plugin, or by an abandoned import); the root module is made if needed."""
+    name = module_name_for(plugin_id)
+    for n in itertools.count(1):
+        root = _MODULE_ROOT if n == 1 else f"{_MODULE_ROOT}_{n}"
+        package = f"{root}.{name}"
+        if package not in sys.modules and package not in _ABANDONED:
+            break
+    if root not in sys.modules:
+        module = types.ModuleType(root)
+        module.__path__ = []
+        sys.modules[root] = module
+    return package
+
+
+async def _in_daemon_thread(work: Callable[[], T], name: str) -> T:
+    """Run `work` in a new daemon thread and await its result. Cancelling the caller abandons the thread: it
+    runs on until `work` returns, and being a daemon it never keeps the process from exiting."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def run() -> None:
+        try:
+            outcome = (True, work())
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, never raised in this thread
+            outcome = (False, exc if isinstance(exc, Exception) else PluginLoadError(f"{type(exc).__name__}: {exc}"))
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name=f"hookchat {name}", daemon=True).start()
+    return await future
+
+
+def _import_folder(source: PluginSource, package: str) -> tuple[type, list[str]]:
     folder = source.path
     assert folder is not None
     entry = next((name for name in ENTRY_MODULES if (folder / name).is_file()), None)
     if entry is None:
         raise PluginLoadError(f"{folder} has no entry module ({', '.join(ENTRY_MODULES)})")
-    package = f"{_MODULE_ROOT}.{module_name_for(source.plugin_id)}"
-    if _MODULE_ROOT not in sys.modules:
-        root = types.ModuleType(_MODULE_ROOT)
-        root.__path__ = []
-        sys.modules[_MODULE_ROOT] = root
-    for name in _package_modules(package):
-        del sys.modules[name]  # a reload re-imports from the files
     importlib.invalidate_caches()  # a file added since the last import must be found
     try:
         init = folder / "__init__.py"
@@ -652,12 +811,18 @@ def _package_modules(package: str) -> list[str]:
 
 
 def _forget_modules(modules: list[str]) -> None:
-    """Drop a stopped plugin's modules and their bytecode caches, so the next import runs the files as they are
-    then: a cache is trusted while the source keeps its size and its mtime in whole seconds, which misses an edit
-    saved within the same second."""
+    """Drop a stopped plugin's modules and their bytecode caches (`_forget_caches`)."""
+    _forget_caches(modules)
     for name in modules:
-        module = sys.modules.pop(name, None)
-        cached = getattr(getattr(module, "__spec__", None), "cached", None)
+        sys.modules.pop(name, None)
+
+
+def _forget_caches(modules: list[str]) -> None:
+    """Delete the bytecode caches of a plugin's modules, so the next import runs the files as they are then: a
+    cache is trusted while the source keeps its size and its mtime in whole seconds, which misses an edit saved
+    within the same second."""
+    for name in modules:
+        cached = getattr(getattr(sys.modules.get(name), "__spec__", None), "cached", None)
         if cached:
             try:
                 Path(cached).unlink(missing_ok=True)

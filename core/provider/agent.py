@@ -52,6 +52,7 @@ from core.tag import BaseTag, StreamParser, TagSet, parse_output
 from core.utils.json_schema import UnusableSchemaError, schema_errors
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
+from core.utils.tasks import must_propagate, raised_at
 from core.trace import current_trace
 from core.utils.text import valid_text
 from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
@@ -540,6 +541,12 @@ class AgentLoop:
             return error(f"error: the tool {call.name} cannot be called: its parameters schema is broken")
         except Exception as exc:  # noqa: BLE001 - a tool failure is the model's information, not a crash
             logger.exception("tool %s (plugin %r) raised", call.name, tool.owner)
+            return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... of the tool's code: its failure too
+            if must_propagate(exc):
+                raise
+            logger.error("tool %s (plugin %r) raised %s at %s", call.name, tool.owner, type(exc).__name__,
+                         raised_at(exc), exc_info=exc)
             return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")
         result.tool_name, result.arguments, result.call_id = call.name, call.arguments, call.id
         return result

@@ -24,7 +24,7 @@ from core.services._declarations import (
 )
 from core.services._result import Err, Ok, Result, SdkError
 from core.services._tools import refuse_if_stopping
-from core.utils.tasks import call_handler
+from core.utils.tasks import call_handler, must_propagate, raised_at
 
 __all__ = ["Entry", "EntryRegistry", "TimerRunner", "call_handler", "DEFAULT_ENTRY_TIMEOUT"]
 
@@ -172,8 +172,10 @@ class EntryRegistry:
                 return await self._run(entry, args)
         except TimeoutError:
             return Err(SdkError(f"entry {target} did not finish within {limit:g} s", code="timeout"))
-        except Exception as exc:  # noqa: BLE001 - reported as the Err the caller sees
-            self.logger.exception("entry %s failed", target)
+        except BaseException as exc:  # noqa: BLE001 - reported as the Err the caller sees (SystemExit too)
+            if must_propagate(exc):
+                raise
+            self.logger.error("entry %s failed at %s", target, raised_at(exc), exc_info=exc)
             return Err(SdkError(f"entry {target} failed: {type(exc).__name__}: {exc}", code="entry_failed"))
 
     async def _run(self, entry: Entry, args: dict[str, Any]) -> Result[Any, Any]:
@@ -284,3 +286,8 @@ class TimerRunner:
                 self.logger.exception("timer %r failed; it keeps running", meta.id)
             except Exception:
                 self.logger.exception("timer %r failed; it keeps running", meta.id)
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... of the handler: its failure
+                if must_propagate(exc):
+                    raise
+                self.logger.error("timer %r raised %s at %s; it keeps running", meta.id, type(exc).__name__,
+                                  raised_at(exc), exc_info=exc)

@@ -14,6 +14,7 @@ from typing import Any
 from core.chat import BaseMessageElement, MessageChain
 from core.chat.message_elements import Text
 from core.tag._tags import BaseTag, TagSet, TagTimeout, _current_event
+from core.utils.tasks import must_propagate
 from core.utils.text import valid_text
 
 __all__ = ["StreamParser", "parse_output", "parse_stream", "decode_references", "OnTagError"]
@@ -498,13 +499,13 @@ class StreamParser:
                         elements = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
                         deadline.finish()
                         _add_elements(chain, elements, tag)
-                    except (Exception, asyncio.CancelledError) as caught:
+                    except BaseException as caught:  # a handler's SystemExit or KeyboardInterrupt is its failure
                         deadline.running = False
                         exc = caught
-                        if isinstance(caught, asyncio.CancelledError):
-                            if not deadline.absorb():
-                                raise
+                        if isinstance(caught, asyncio.CancelledError) and deadline.absorb():
                             exc = TagTimeout(f"tag <{tag.name}> did not finish within {tag.timeout:g} s")
+                        elif must_propagate(caught):  # a cancellation from outside, a real Ctrl-C
+                            raise
                         await self._report(tag, exc)
                         if value and not value.isspace():
                             chain.append(Text(value))
@@ -515,7 +516,7 @@ class StreamParser:
             _current_event.reset(token)
         return chains
 
-    async def _report(self, tag: BaseTag, exc: Exception) -> None:
+    async def _report(self, tag: BaseTag, exc: BaseException) -> None:
         """Tell `on_error` about a failed handler; without one (or when it fails too), log the failure."""
         if self._on_error is not None:
             try:

@@ -11,7 +11,8 @@ import blinker
 
 from core.utils.log import logger
 
-__all__ = ["plugin_loaded", "plugin_unloaded", "plugin_failed", "hook_failed", "loop_stalled", "message_sent", "send"]
+__all__ = ["plugin_loaded", "plugin_unloaded", "plugin_failed", "hook_failed", "hook_stuck", "loop_stalled",
+           "message_sent", "send"]
 
 _ns = blinker.Namespace()
 
@@ -23,6 +24,10 @@ plugin_unloaded = _ns.signal("plugin-unloaded")
 plugin_failed = _ns.signal("plugin-failed")
 #: A hook raised or passed its deadline. kwargs: plugin_id, hook_name, event_name, error, timed_out.
 hook_failed = _ns.signal("hook-failed")
+#: A hook ignored its cancellation and still runs a deadline later: its plugin is faulty, and the owner of the
+#: task blocked in it abandons that task (the turn scheduler moves the session on). kwargs: plugin_id, hook_name,
+#: event_name, task.
+hook_stuck = _ns.signal("hook-stuck")
 #: The event loop was blocked. kwargs: seconds, plugin_id, hook_name (None when no hook was running).
 loop_stalled = _ns.signal("loop-stalled")
 #: The bot sent a message. kwargs: session, chain, result.

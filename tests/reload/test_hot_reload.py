@@ -68,7 +68,7 @@ async def test_an_edited_plugin_reloads_alone_after_the_turn_in_flight_finishes_
         assert bot.plugin("chat") is chat_before, "only the changed plugin was reloaded"
 
 
-async def test_the_watcher_reloads_on_a_file_change_and_retries_a_plugin_that_failed(tmp_path):
+async def test_a_save_that_does_not_load_keeps_the_old_version_serving_said_once_and_retried(tmp_path, caplog):
     main = write_plugin(tmp_path, "v1")
     model = ScriptedProvider(["<msg>a</msg>", "<msg>b</msg>"])
     async with ChatHarness(provider=model, config={"plugins": {"dirs": [str(tmp_path)]}}) as bot:
@@ -77,14 +77,19 @@ async def test_the_watcher_reloads_on_a_file_change_and_retries_a_plugin_that_fa
         try:
             main.write_text("this is not python(\n", encoding="utf-8")
             failed = await _next_event(reloader, 0)
-            assert (failed.plugin_id, failed.ok, failed.state) == ("tagger", False, "error")
-            assert "SyntaxError" in failed.reason
-            assert bot.app.plugins.status("tagger").state == "error"
+            assert (failed.plugin_id, failed.ok, failed.state) == ("tagger", False, "loaded")
+            assert "SyntaxError" in failed.reason and "previous version keeps running" in failed.reason
+            status = bot.app.plugins.status("tagger")
+            assert status.state == "loaded" and status.previous_version and status.reason == failed.reason
+            assert [c.plain_text for c in await bot.send("hi")] == ["a [v1]"], "the old version's hooks still run"
+            said = [r for r in caplog.records if "SyntaxError" in r.getMessage()]
+            assert len(said) == 1 and "previous version keeps running" in said[0].getMessage()
 
             write_plugin(tmp_path, "v3")
             fixed = await _next_event(reloader, 1)
-            assert (fixed.plugin_id, fixed.ok) == ("tagger", True), "a failed plugin is retried when its files change"
-            assert [c.plain_text for c in await bot.send("hi")] == ["a [v3]"]
+            assert (fixed.plugin_id, fixed.ok) == ("tagger", True), "a failed reload is retried when files change"
+            assert not bot.app.plugins.status("tagger").previous_version
+            assert [c.plain_text for c in await bot.send("hi")] == ["b [v3]"]
         finally:
             await reloader.stop()
 

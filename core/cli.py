@@ -25,6 +25,7 @@ from core.provider.local import LocalLlamaProvider, ModelNotInstalledError
 from core.scaffold import write_plugin_skeleton
 from core.reload import PluginReloader
 from core.trace import OtelNotInstalledError, Trace, Tracer, default_file, read_json_lines, render_trace
+from core.utils.net import InsecureListenerError
 from core.web import WebConsole, WebConsoleError
 
 __all__ = ["main"]
@@ -46,7 +47,8 @@ async def _serving(app: HookChat, *, reload: bool, web: bool, host: str | None =
         try:
             if console is not None:
                 await console.start()
-                print(f"[hookchat] web console on {console.url}", file=sys.stderr, flush=True)
+                # Printed once, here, and never logged: the log is visible in the console and may be shipped away.
+                print(f"[hookchat] web console on {console.login_url}", file=sys.stderr, flush=True)
             try:
                 yield console
             finally:
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_hooks(config, args.json))
     except KeyboardInterrupt:
         return 130
-    except (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError) as exc:
+    except (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError, InsecureListenerError, AdapterError) as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
 

@@ -29,7 +29,7 @@ from core.chat import (
     TurnResult,
 )
 from core.chat.message_elements import Text
-from core.config import HookchatConfig
+from core.config import ConfigError, HookchatConfig
 from core.history import HistoryStore, SessionHistory
 from core.kira import KiraRuntimeImpl
 from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
@@ -37,6 +37,7 @@ from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
 from core.provider.agent import AgentLoop, AgentSettings
 from core.provider.local import LocalLlamaProvider
+from core.tag import MediaPolicy
 from core.services import PluginStoreLike, PushService
 from core.trace import Tracer, default_file
 from core.utils.clock import Clock, LoopClock
@@ -49,6 +50,17 @@ if TYPE_CHECKING:
     from core.server import ToolRegistryServer
 
 __all__ = ["HookChat", "build_provider"]
+
+
+def _media_policy(config: HookchatConfig) -> MediaPolicy:
+    """The `[media]` consent for model-steered tags; `ConfigError` naming the key for an unusable entry."""
+    media = config.media
+    try:
+        return MediaPolicy.from_settings(allow_mention_all=media.allow_mention_all,
+                                         allowed_url_hosts=media.allowed_url_hosts)
+    except ValueError as exc:
+        raise ConfigError(f"{config.source}: {exc}", path=config.file,
+                          issues=[("media.allowed_url_hosts", str(exc))]) from None
 
 
 def build_provider(config: HookchatConfig) -> LLMProvider:
@@ -123,6 +135,7 @@ class HookChat:
             plugin_config=dict(self.config.plugins.config),
             is_enabled=self.config.plugins.is_enabled,
             media_roots=list(self.config.media.allowed_dirs),
+            media_policy=_media_policy(self.config),
             init_timeout=deadlines.plugin_start,
             private_paths=[self.config.file] if self.config.file is not None else [],
             entry_points=entry_points,

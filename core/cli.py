@@ -55,7 +55,8 @@ async def _serving(app: HookChat, *, reload: bool, web: bool, host: str | None =
         try:
             if console is not None:
                 await console.start()
-                print(f"[hookchat] web console on {console.url}", file=sys.stderr, flush=True)
+                # Printed once, here, and never logged: the log is visible in the console and may be shipped away.
+                print(f"[hookchat] web console on {console.login_url}", file=sys.stderr, flush=True)
             try:
                 yield console
             finally:
@@ -414,13 +415,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _reported_errors() -> tuple[type[Exception], ...]:
     """The errors a command reports in one line (exit 2) instead of a traceback: no embedded model, a web console that
-    cannot start, OpenTelemetry asked for but not installed. Imported once one was raised: their modules are among
+    cannot start, OpenTelemetry asked for but not installed, a listener that would be open to strangers, a refused
+    adapter configuration. Imported once one was raised: their modules are among
     the heavy ones a command imports only when it runs."""
+    from core.adapter import AdapterError
     from core.provider.local import ModelNotInstalledError
     from core.trace import OtelNotInstalledError
+    from core.utils.net import InsecureListenerError
     from core.web import WebConsoleError
 
-    return ModelNotInstalledError, WebConsoleError, OtelNotInstalledError
+    return ModelNotInstalledError, WebConsoleError, OtelNotInstalledError, InsecureListenerError, AdapterError
 
 
 if __name__ == "__main__":

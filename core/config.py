@@ -302,9 +302,13 @@ class ServerConfig(_Section):
 
 
 class MediaConfig(_Section):
-    """`[media]`: directories, besides the bot's own data, that `<file>` and `<img>` tags may read from."""
+    """`[media]`: what output tags the model steers may send: files from `allowed_dirs` (besides tool
+    attachments), a mention of everyone only with `allow_mention_all`, and URLs only of public addresses unless
+    their host or network is in `allowed_url_hosts` (names, addresses or networks such as `192.168.1.0/24`)."""
 
     allowed_dirs: list[_ResolvedPath] = []
+    allow_mention_all: bool = False
+    allowed_url_hosts: list[str] = []
 
 
 class TraceConfig(_Section):
@@ -325,8 +329,9 @@ class TraceConfig(_Section):
 class WebConfig(_Section):
     """`[web]`: the web console (`hookchat run` serves it when `enabled`; `hookchat web` always does).
 
-    Bound to loopback by default. Bound to any other address it needs a token: from the variable named by
-    `token_env` (or `token`); browsers pass it once as `?token=...` and keep it in a cookie.
+    Bound to loopback by default, and always behind a token: the variable named by `token_env` (or `token`), else
+    one generated at the first start and kept in `<data dir>/web/token` (mode 0600); bound to any other address
+    it must be configured. Browsers pass it once as `?token=...` and keep it in a cookie.
     """
 
     enabled: bool = False
@@ -334,11 +339,10 @@ class WebConfig(_Section):
     port: int = Field(default=8780, ge=0, le=65535)
     token_env: str = Field(default=WEB_TOKEN_ENV, pattern=_ENV_NAME)
     token: SecretStr | None = None
-
-    @property
-    def is_loopback(self) -> bool:
-        """Whether `host` only accepts connections from this machine."""
-        return self.host in ("127.0.0.1", "::1", "localhost") or self.host.startswith("127.")
+    #: The names a browser may use to reach the console (the `Host` header; a literal loopback address always
+    #: works, and so does `host` when it is an address): anything else is refused, which defeats DNS rebinding.
+    #: `"*"` accepts any name (behind a proxy that checks it).
+    allowed_hosts: list[Annotated[str, Field(min_length=1)]] = ["localhost", "127.0.0.1", "::1"]
 
 
 class ClusterConfig(_Section):

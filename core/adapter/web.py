@@ -181,7 +181,8 @@ class WebChatAdapter(Adapter):
                 if future.cancelled():
                     ended.update(stopped=True, error="stopped")
                 elif future.exception() is not None:
-                    ended["error"] = f"the turn failed: {future.exception()}"
+                    # The exception's text is for the operator (the log has it): it may carry URLs and server text.
+                    ended["error"] = "the turn failed (the bot's log says why)"
                 else:
                     result = future.result()
                     ended.update(stopped=result.stopped, error=result.error, sent=len(result.sent),

@@ -13,7 +13,10 @@ __all__ = ["TurnResult", "Received"]
 
 @dataclass
 class TurnResult:
-    """What one turn did: the messages it sent, whether a hook stopped it, and the error shown, if any."""
+    """What one turn did: the messages it sent, whether a hook stopped it, and the error shown, if any.
+
+    `error` is what a chat user may see (`ProviderError.public` for a model failure: never the provider's URL,
+    error body or key); the detail is in the log and the turn's trace."""
 
     batch: KiraMessageBatchEvent
     sent: list[KiraIMSentResult] = field(default_factory=list)

@@ -21,6 +21,7 @@ from core.services import (
     PluginServicesMixin,
     get_plugin_logger,
 )
+from core.tag import MediaPolicy
 from core.utils.tasks import SHUTDOWN_GRACE, TaskOwner, must_propagate
 
 if TYPE_CHECKING:  # the loader builds contexts, so it imports this module
@@ -99,6 +100,12 @@ class PluginContext(PluginContextServicesMixin, KiraContextMixin):
     def allowed_media_roots(self) -> list[Path]:
         """Directories whose files output tags such as `<file>` and `<img>` may send (operator-configured)."""
         return list(self.manager.media_roots) if self.manager is not None else []
+
+    @property
+    def media_policy(self) -> MediaPolicy:
+        """The operator's consent for model-steered tags: whether `<at id="all"/>` may mention everyone, and which
+        URLs `<img>`, `<record>`, `<video>` and `<file>` may hand to the platform (`[media]`)."""
+        return self.manager.media_policy if self.manager is not None else MediaPolicy()
 
     @property
     def private_paths(self) -> list[Path]:

@@ -39,7 +39,7 @@ from core.plugin._decorators import TAG_ATTR, TagMeta
 from core.plugin._ids import module_name_for
 from core.plugin._kira import KiraRuntime
 from core.services import PluginConfigError, PluginHost, bind_plugin, validate_config
-from core.tag import FunctionTag
+from core.tag import FunctionTag, MediaPolicy
 from core.utils.declarations import declared
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
@@ -172,6 +172,7 @@ class PluginLoader:
         is_enabled: Callable[[str], bool] | None = None,
         media_roots: list[Path | str] = (),  # type: ignore[assignment]
         private_paths: list[Path | str] = (),  # type: ignore[assignment]
+        media_policy: MediaPolicy | None = None,
         entry_points: bool = True,
         builtins: Iterable[str] = (),
         config_source: str = "the configuration",
@@ -188,6 +189,8 @@ class PluginLoader:
         #: Never sendable by a tag: the data directory (history, plugin stores, runtime config) and `private_paths`.
         self.private_paths = [self.data_dir, *(Path(p) for p in private_paths)]
         self.media_roots = _public_roots([Path(p) for p in media_roots], self.private_paths)
+        #: What model-steered tags may do beyond local files (mention everyone, media URLs): `[media]`.
+        self.media_policy = media_policy or MediaPolicy()
         self.use_entry_points = entry_points
         self.builtins = tuple(builtins)
         self.config_source = config_source

@@ -199,7 +199,7 @@ class AgentLoop:
                     trace.model_call(self.provider.name, req, None, model_started, streamed=streaming, error=str(exc))
                     trace.error = str(exc)
                 logger.error("model call failed for %s: %s", batch.sid, exc)
-                result.error = str(exc)
+                result.error = exc.public  # shown to whoever chats (the web chat's `turn_ended`): no URL, no body
                 sent_all.extend(e for r in step_sent for e in r.chain)  # a stream may have sent part of it
                 if step_sent:
                     turn.append(ChatMessage("assistant", _sent_text(step_sent)))

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import base64
 import email.utils
+import functools
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import anyio
 import openai
@@ -241,14 +242,29 @@ class OpenAIProvider(LLMProvider):
             else "the model service is unavailable")
 
     def _redact(self, text: str) -> str:
-        """`text` with the API key blotted out, in case a server echoed it back (also URL-encoded or base64)."""
+        """`text` with the API key blotted out, in case a server echoed it back: as is, percent-encoded (any of its
+        bytes, up to all of them, in either case of hex digits), or in base64."""
         if not self._secret:
             return text
         secret = self._secret
-        for form in (secret, quote(secret, safe=""), base64.b64encode(secret.encode()).decode().rstrip("="),
+        text = _percent_forms(secret).sub("***", text)
+        for form in (base64.b64encode(secret.encode()).decode().rstrip("="),
                      base64.urlsafe_b64encode(secret.encode()).decode().rstrip("=")):
             text = text.replace(form, "***")
         return text
+
+
+@functools.lru_cache(maxsize=8)
+def _percent_forms(secret: str) -> re.Pattern[str]:
+    """A pattern matching `secret` with any of its UTF-8 bytes written as `%XX` (`%6b`, `%6B`) or as itself."""
+    def hex_digit(value: int) -> str:
+        return f"[{value:x}{value:X}]" if value > 9 else str(value)
+
+    parts = []
+    for char in secret:
+        encoded = "".join(f"%{hex_digit(byte >> 4)}{hex_digit(byte & 15)}" for byte in char.encode())
+        parts.append(f"(?:{re.escape(char)}|{encoded})")
+    return re.compile("".join(parts))
 
 
 @dataclass(slots=True)

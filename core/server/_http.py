@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from core.utils.log import get_logger
+from core.utils.nesting import NestingError, loads_bounded
 from core.utils.tasks import cancel_and_wait
 from core.utils.text import valid_text
 
@@ -73,11 +74,11 @@ async def read_json_body(request: Request, limit: int) -> Any:
         chunks.append(chunk)
     try:
         text = (b"".join(chunks) or b"null").decode("utf-8")
-        payload = json.loads(text)
-    except (ValueError, RecursionError):
+        payload = loads_bounded(text, MAX_BODY_DEPTH)
+    except NestingError as exc:
+        raise HTTPProblem(400, f"the request body is not valid JSON (or is nested too deeply): {exc}") from None
+    except ValueError:
         raise HTTPProblem(400, "the request body is not valid JSON (or is nested too deeply)") from None
-    if _depth(payload) > MAX_BODY_DEPTH:
-        raise HTTPProblem(400, f"the request body is nested more than {MAX_BODY_DEPTH} levels deep")
     if "\\u" in text:  # a `\\ud83d` escape decodes to a lone surrogate, which nothing can store or send
         dumped = json.dumps(payload, ensure_ascii=False)
         if valid_text(dumped) is not dumped:
@@ -88,18 +89,6 @@ async def read_json_body(request: Request, limit: int) -> Any:
 #: How deep a request body's JSON may nest: a tool's parameters schema needs a handful of levels, and recursion
 #: over a deeper one (schema checks, validation) would run out of stack.
 MAX_BODY_DEPTH = 32
-
-
-def _depth(value: Any) -> int:
-    """How deeply `value` nests (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        node, level = stack.pop()
-        if isinstance(node, dict | list):
-            level += 1
-            deepest = max(deepest, level)
-            stack.extend((child, level) for child in (node.values() if isinstance(node, dict) else node))
-    return deepest
 
 
 def _same_secret(given: str, expected: str) -> bool:

@@ -13,6 +13,7 @@ from core.server._http import EmbeddedServer
 from core.server.registry import RemoteToolRegistry
 from core.server.routes import build_registry_app
 from core.utils.log import get_logger
+from core.utils.net import InsecureListenerError, is_loopback_host
 from core.utils.registry import OwnedRegistry
 from core.utils.tasks import cancel_and_wait
 from core.utils.tool_utils import BaseTool
@@ -86,9 +87,15 @@ class ToolRegistryServer:
 
     async def start(self) -> None:
         """Open the registry (stored tools come back when reachable), then serve. Raises `OSError` when the
-        address is taken."""
+        address is taken, `InsecureListenerError` when bound beyond loopback without a token (on loopback it starts
+        and refuses every request but `/api/health`)."""
         if self.running:
             return
+        if self._token is None and not is_loopback_host(self.host):
+            raise InsecureListenerError(
+                f"the tool registry is bound to {self.host}, beyond this machine, without a token: set the variable "
+                f"{self.config.token_env} (named by [server] token_env) or [server] token, or bind [server] host to "
+                "127.0.0.1")
         if self._token is None:
             logger.warning("tool registry: no token configured, so every registration will be refused (set %s)",
                            self.config.token_env)

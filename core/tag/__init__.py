@@ -13,6 +13,7 @@ from core.tag._tags import (
     validate_tag_name,
 )
 from core.tag.paths import MediaPathError, check_media_path, find_attachment, resolve_media_path
+from core.tag.urls import MENTION_ALL_IDS, MediaPolicy, MediaURLError, is_mention_all
 
 __all__ = [
     "BaseTag",
@@ -32,4 +33,8 @@ __all__ = [
     "check_media_path",
     "resolve_media_path",
     "find_attachment",
+    "MediaPolicy",
+    "MediaURLError",
+    "MENTION_ALL_IDS",
+    "is_mention_all",
 ]

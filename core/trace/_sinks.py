@@ -101,7 +101,7 @@ class JsonLinesSink:
                 stop = None in batch
                 lines = [self._line(t) for t in batch if t is not None]
                 try:
-                    file = self._append(file, "".join(line for line in lines if line))
+                    file = self._append(file, [line for line in lines if line])
                 except Exception:  # noqa: BLE001 - a full disk must not stop the bot or its writer; say so, go on
                     _log.exception("could not write %d trace(s) to %s", len(lines), self.path)
                     file = None
@@ -118,17 +118,28 @@ class JsonLinesSink:
             _log.exception("could not serialise trace %s", trace.id)
             return ""
 
-    def _append(self, file: Any, text: str) -> Any:
-        if not text:
+    def _append(self, file: Any, lines: list[str]) -> Any:
+        """Write `lines`, moving the file to `<path>.1` before a line that would take it past `max_bytes` (counted
+        in bytes: a line of CJK text is three times its length); a single larger line gets a file of its own."""
+        if not lines:
             return file
         if file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            file = self.path.open("a", encoding="utf-8", errors="replace")  # a lone surrogate in a trace: U+FFFD
-        if file.tell() + len(text) > self.max_bytes and file.tell() > 0:
-            file.close()
-            self.path.replace(self.path.with_name(self.path.name + ".1"))
-            file = self.path.open("a", encoding="utf-8", errors="replace")
-        file.write(text)
+            file = self.path.open("ab")
+        pending: list[bytes] = []
+        size = file.tell()
+        for line in lines:
+            data = line.encode("utf-8", errors="replace")  # a lone surrogate left in a trace: "?"
+            if size + len(data) > self.max_bytes and size > 0:
+                file.write(b"".join(pending))
+                pending.clear()
+                file.close()
+                self.path.replace(self.path.with_name(self.path.name + ".1"))
+                file = self.path.open("ab")
+                size = 0
+            pending.append(data)
+            size += len(data)
+        file.write(b"".join(pending))
         file.flush()
         return file
 

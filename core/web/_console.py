@@ -21,7 +21,8 @@ from core.app import HookChat
 from core.plugin import EventType, PluginConfigError
 from core.reload import PluginReloader
 from core.server import EmbeddedServer
-from core.web._auth import TokenGate
+from core.utils.net import is_loopback_host
+from core.web._auth import ConsoleGate, stored_token
 from core.web._logs import LogFilter, LogHub
 from core.web._plugin_pages import PluginPages
 
@@ -42,22 +43,36 @@ class WebConsole:
     """The console of `app`. Construct it before `app.start()`: it adds the web chat adapter to the app and
     applies the plugin settings saved from the console. Then `await start()` serves `[web] host:port`; `stop()`.
 
-    `host`, `port` and `token` override `[web]` (tests use port 0: a free port, see `.port`); `reloader` is the
+    It always has a token (`.token`; `.login_url` is the address to open): `token`, else `[web] token` or the
+    variable named by `[web] token_env`, else on loopback the one kept in `<data dir>/web/token` (generated at the
+    first start). Bound beyond loopback it must be configured: `WebConsoleError` otherwise. `host`, `port`,
+    `token` and `allowed_hosts` override `[web]` (tests use port 0: a free port, see `.port`); `reloader` is the
     hot reloader of `--reload`, whose state the console shows.
     """
 
     def __init__(self, app: HookChat, *, host: str | None = None, port: int | None = None,
-                 token: str | None = None, reloader: PluginReloader | None = None) -> None:
+                 token: str | None = None, reloader: PluginReloader | None = None,
+                 allowed_hosts: list[str] | None = None) -> None:
         cfg = app.config.web
         self.app = app
         self.reloader = reloader
         self.host = host if host is not None else cfg.host
         configured = cfg.token.get_secret_value() if cfg.token is not None else os.environ.get(cfg.token_env)
-        self.token = token if token is not None else (configured or None)
-        loopback = self.host in ("127.0.0.1", "::1", "localhost") or self.host.startswith("127.")
-        if not loopback and not self.token:
+        token = token or configured or None
+        if token is None and not is_loopback_host(self.host):
             raise WebConsoleError(f"the web console is bound to {self.host}, beyond this machine: it needs a token "
-                                  f"(set {cfg.token_env}, or bind [web] host to 127.0.0.1)")
+                                  f"you chose (set the variable {cfg.token_env}, named by [web] token_env, or "
+                                  "[web] token), or bind [web] host to 127.0.0.1")
+        if token is None:
+            try:
+                token = stored_token(Path(app.data_dir))
+            except OSError as exc:
+                raise WebConsoleError(f"cannot keep the web console's token in {app.data_dir}: {exc} (set the "
+                                      f"variable {cfg.token_env}, or make [data] dir writable)") from None
+        self.token: str = token
+        hosts = list(allowed_hosts if allowed_hosts is not None else cfg.allowed_hosts)
+        if not is_loopback_host(self.host) and self.host not in ("0.0.0.0", "::"):
+            hosts.append(self.host)  # the address it is bound to is a name it is reached by
         self.chat = app.adapters.get("web") if isinstance(app.adapters.get("web"), WebChatAdapter) else None
         if self.chat is None:
             self.chat = WebChatAdapter()
@@ -66,7 +81,7 @@ class WebConsole:
         self.pages = PluginPages(app)
         self.saved_config_path = Path(app.data_dir) / SAVED_CONFIG_NAME
         self._load_saved_config()
-        self.asgi = TokenGate(self._build(), self.token)
+        self.asgi = ConsoleGate(self._build(), self.token, hosts)
         self.http = EmbeddedServer(self.asgi, self.host, port if port is not None else cfg.port, name="web console")
 
     @property
@@ -78,6 +93,12 @@ class WebConsole:
     def url(self) -> str:
         """The console's address, e.g. `http://127.0.0.1:8780`."""
         return self.http.url
+
+    @property
+    def login_url(self) -> str:
+        """The address to open in a browser, with the token: `http://127.0.0.1:8780/?token=...` (the console then
+        keeps the token in a cookie and drops it from the address bar)."""
+        return f"{self.http.url}/?token={self.token}"
 
     async def start(self) -> None:
         """Collect logs and serve (starting the web chat adapter if the app is already running). Raises `OSError`

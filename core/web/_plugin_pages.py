@@ -59,7 +59,10 @@ class PluginPages:
         await response(scope, receive, send)
 
     async def _page(self, request: Request) -> Response:
-        plugin_id, _, rest = _tail(request, "/page/plugin/").partition("/")
+        tail = _tail(request, "/page/plugin/")
+        if "\x00" in tail:  # `%00`: no file name holds it, and the file system refuses it (ValueError)
+            return _problem(404, "no such page (a path cannot contain a NUL character)")
+        plugin_id, _, rest = tail.partition("/")
         instance = self.app.plugins.get_plugin(plugin_id)
         if instance is None:
             return _problem(404, f"plugin {plugin_id!r} is not loaded")

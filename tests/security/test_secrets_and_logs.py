@@ -73,7 +73,9 @@ async def test_a_model_error_shown_to_the_user_carries_no_server_text_or_url() -
 
 async def test_the_api_key_is_redacted_in_every_form_a_server_may_echo(caplog) -> None:
     key = "sk-test/key+with=odd&chars"
-    echoed = f"raw {key} url {quote(key, safe='')} b64 {base64.b64encode(key.encode()).decode()}"
+    every_byte = "".join(f"%{b:02X}" for b in key.encode())  # a fully percent-encoded key, as some proxies log it
+    echoed = (f"raw {key} url {quote(key, safe='')} b64 {base64.b64encode(key.encode()).decode()} "
+              f"all {every_byte} lower {every_byte.lower()}")
     body = json.dumps({"error": {"message": echoed}}).encode()
 
     class Echoes(http.server.BaseHTTPRequestHandler):
@@ -101,6 +103,7 @@ async def test_the_api_key_is_redacted_in_every_form_a_server_may_echo(caplog) -
 
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "could answer" in logged  # the detail is logged...
-    for form in (key, quote(key, safe=""), base64.b64encode(key.encode()).decode().rstrip("=")):
+    for form in (key, quote(key, safe=""), base64.b64encode(key.encode()).decode().rstrip("="), every_byte,
+                 every_byte.lower(), every_byte[:12]):
         assert form not in logged and form not in chain.plain_text  # ...without the key in any form
     assert "127.0.0.1" not in chain.plain_text

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from core.chat.message_elements import At, Emoji, File, Image, Poke, Record, Reply, Text
+from core.chat.message_elements import At, Emoji, File, Image, Poke, Record, Reply, Text, Video
 from core.plugin import PluginLoader
 from core.provider import LLMRequest, ToolResult
-from core.tag import BaseTag, TagSet, parse_output
+from core.tag import BaseTag, MediaPolicy, TagSet, parse_output
 from core.testing import BUILTIN_PLUGINS_DIR
 
 PLUGIN_DIR = BUILTIN_PLUGINS_DIR / "builtin_tags"
-ALL_TAGS = ["text", "at", "reply", "img", "record", "emoji", "poke", "file"]
+ALL_TAGS = ["text", "at", "reply", "img", "record", "video", "emoji", "poke", "file"]
 
 
 class Event:
@@ -43,7 +43,10 @@ def media(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def manager(tmp_path: Path, media: Path):
-    manager = PluginLoader(data_dir=tmp_path / "data", media_roots=[media], entry_points=False)
+    # example.com stands for a public host the operator named (the sandbox has no DNS); tests/security/
+    # test_media_urls.py covers the policy itself.
+    manager = PluginLoader(data_dir=tmp_path / "data", media_roots=[media], entry_points=False,
+                           media_policy=MediaPolicy.from_settings(allowed_url_hosts=["example.com"]))
     manager.add_folder(PLUGIN_DIR)
     status = await manager.load("builtin_tags")
     assert status.state == "loaded", status
@@ -133,9 +136,11 @@ async def test_traversal_is_refused(tags: TagSet, media: Path, caplog, tag: str,
 
 
 @pytest.mark.anyio
-async def test_http_urls_pass_only_for_img(tags: TagSet) -> None:
-    chains = await parse("<file>https://example.com/x.zip</file>", tags)
-    assert chains == [[Text("[could not send x.zip]")]]
+async def test_http_urls_pass_the_url_policy_for_every_media_tag(tags: TagSet) -> None:
+    chains = await parse("<msg><file>https://example.com/x.zip</file><video src='https://example.com/v.mp4'/></msg>",
+                         tags)
+    assert chains == [[File(url="https://example.com/x.zip"), Video(url="https://example.com/v.mp4")]]
+    assert await parse("<record>http://localhost:8780/api/sessions</record>", tags) == [[Text("[could not send sessions]")]]
 
 
 @pytest.mark.anyio

@@ -158,6 +158,18 @@ def test_a_lone_surrogate_in_a_trace_is_written_as_a_replacement_and_the_writer_
         ("t1", "half an emoji \ufffd"), ("t2", "next")]
 
 
+def test_the_trace_file_is_rotated_by_bytes_so_cjk_text_stays_within_max_file_bytes(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    sink = JsonLinesSink(path, max_bytes=4096)
+    for i in range(60):  # one batch or several, whatever the writer thread makes of them
+        sink.write(_Recorded(f"t{i}", "你好世界，今天天气很好。" * 10))  # 120 characters, 360 bytes
+    sink.close()
+    rotated = path.with_name("traces.jsonl.1")
+    assert rotated.stat().st_size <= 4096 and path.stat().st_size <= 4096, "max_file_bytes counts bytes"
+    kept = read_json_lines(path)
+    assert kept[-1]["id"] == "t59" and all(t["name"].startswith("你好世界") for t in kept)
+
+
 async def test_the_ring_keeps_only_the_newest_traces():
     provider = ScriptedProvider([f"<msg>{i}</msg>" for i in range(5)])
     async with ChatHarness(provider=provider, config={"trace": {"ring_size": 3, "file": ""}}) as bot:

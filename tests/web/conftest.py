@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from core.testing import ChatHarness, ScriptedProvider
@@ -28,7 +29,11 @@ def copy_sample(name: str, into: Path) -> Path:
 
 
 class LiveConsole:
-    """A running bot and its console on an event loop in a background thread; `call(coro)` runs on that loop."""
+    """A running bot and its console on an event loop in a background thread; `call(coro)` runs on that loop.
+
+    The console has its token as always (generated into the data directory unless `token` is given): `client()`
+    is an HTTP client that sends it, `auth` the header for other clients, `login_url` the address for a browser.
+    """
 
     def __init__(self, plugins: list[Path], provider: ScriptedProvider, data_dir: Path, token: str | None = None):
         self.provider = provider
@@ -58,6 +63,22 @@ class LiveConsole:
     def url(self) -> str:
         assert self.console is not None
         return self.console.url
+
+    @property
+    def login_url(self) -> str:
+        """The console's address with `?token=`, as `hookchat web` prints it."""
+        assert self.console is not None
+        return self.console.login_url
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The `Authorization` header that carries the console's token."""
+        assert self.console is not None
+        return {"Authorization": f"Bearer {self.console.token}"}
+
+    def client(self) -> httpx.Client:
+        """An HTTP client of the console that sends its token."""
+        return httpx.Client(base_url=self.url, headers=self.auth)
 
     def call(self, coro: Any, timeout: float = 30) -> Any:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)

@@ -39,6 +39,8 @@ def text_in(selector: str, text: str):
 
 def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser):
     live_console.provider.add("<msg>Hello, I am the bot.</msg><msg>Here is a second message.</msg>")
+    browser.get(live_console.login_url)  # as `hookchat web` prints it: the token moves into a cookie
+    assert "token" not in browser.current_url, "the token leaves the address bar (and the history)"
     browser.get(live_console.url + "/#chat")
     wait_for(browser, EC.presence_of_element_located((By.CSS_SELECTOR, "#chat-log[data-ready]")))
 

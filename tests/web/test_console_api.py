@@ -17,6 +17,11 @@ def ws_url(live: LiveConsole, query: str = "") -> str:
     return live.url.replace("http://", "ws://") + "/ws/chat" + query
 
 
+def connect_chat(live: LiveConsole, query: str = ""):
+    """The chat WebSocket, opened as a script does: with the console's token in a header, no Origin."""
+    return connect(ws_url(live, query), additional_headers=live.auth)
+
+
 def frames_until(ws, kind: str) -> list[dict]:
     frames = []
     while True:
@@ -28,7 +33,7 @@ def frames_until(ws, kind: str) -> list[dict]:
 
 def test_a_web_chat_turn_streams_each_message_with_its_trace_and_renders_elements(live_console):
     live_console.provider.add('<msg>one <at user_id="42" /></msg><msg>two</msg>')
-    with connect(ws_url(live_console, "?session=s1")) as ws:
+    with connect_chat(live_console, "?session=s1") as ws:
         assert json.loads(ws.recv(timeout=10)) == {"type": "ready", "session": "s1", "sid": "web:dm:s1"}
         ws.send(json.dumps({"type": "message", "text": "hello"}))
         frames = frames_until(ws, "turn_ended")
@@ -43,13 +48,13 @@ def test_a_web_chat_turn_streams_each_message_with_its_trace_and_renders_element
     assert second["text"] == "two"
     assert first["trace_id"] == second["trace_id"] == ended["trace_id"] != ""
     assert ended["stopped"] is False and ended["sent"] == 2
-    trace = httpx.get(f"{live_console.url}/api/traces/{ended['trace_id']}").json()
+    trace = live_console.client().get(f"/api/traces/{ended['trace_id']}").json()
     assert trace["sid"] == "web:dm:s1" and trace["outcome"] == "completed"
 
 
 def test_bad_frames_are_refused_with_a_reason_and_the_socket_stays_usable(live_console):
     live_console.provider.add("<msg>fine</msg>")
-    with connect(ws_url(live_console, "?session=s2")) as ws:
+    with connect_chat(live_console, "?session=s2") as ws:
         ws.recv(timeout=10)
         ws.send("not json")
         assert json.loads(ws.recv(timeout=10)) == {"type": "error", "error": "a frame must be JSON"}
@@ -57,13 +62,13 @@ def test_bad_frames_are_refused_with_a_reason_and_the_socket_stays_usable(live_c
         assert "non-empty" in json.loads(ws.recv(timeout=10))["error"]
         ws.send(json.dumps({"type": "message", "text": "now a real one"}))
         assert [f["type"] for f in frames_until(ws, "turn_ended")][-2] == "message"
-    with connect(ws_url(live_console, "?session=bad%20id")) as ws:
+    with connect_chat(live_console, "?session=bad%20id") as ws:
         assert "session id" in json.loads(ws.recv(timeout=10))["error"]
 
 
 def test_the_stop_button_stops_the_turn_in_progress(live_console):
     gate = live_console.call(_blocking_model(live_console))
-    with connect(ws_url(live_console, "?session=s3")) as ws:
+    with connect_chat(live_console, "?session=s3") as ws:
         ws.recv(timeout=10)
         ws.send(json.dumps({"type": "message", "text": "take your time"}))
         assert json.loads(ws.recv(timeout=10))["type"] == "turn_started"
@@ -99,11 +104,11 @@ async def _set(event):
 
 def test_hooks_plugins_sessions_and_logs(live_console):
     live_console.provider.add("<msg>hi</msg>")
-    with connect(ws_url(live_console, "?session=s4")) as ws:
+    with connect_chat(live_console, "?session=s4") as ws:
         ws.recv(timeout=10)
         ws.send(json.dumps({"type": "message", "text": "hello"}))
         frames_until(ws, "turn_ended")
-    client = httpx.Client(base_url=live_console.url)
+    client = live_console.client()
     hooks = client.get("/api/hooks").json()
     events = [e["event"] for e in hooks["events"]]
     assert events.index("im_message") < events.index("message_buffered") < events.index("llm_request")
@@ -137,7 +142,7 @@ def test_settings_are_checked_before_saving_and_kept_for_the_next_start(tmp_path
     greeter = copy_sample("greeter", plugins)
     live = LiveConsole([greeter], ScriptedProvider(), tmp_path / "data")
     try:
-        client = httpx.Client(base_url=live.url)
+        client = live.client()
         bad = client.put("/api/plugins/greeter/config", json={"values": {"times": "many"}})
         assert bad.status_code == 400 and "times" in bad.json()["error"]
         assert client.put("/api/plugins/greeter/config", content=b"{oops").status_code == 400
@@ -179,7 +184,7 @@ async def test_beyond_loopback_the_console_needs_a_token_and_checks_it(tmp_path)
 
 
 def test_plugin_pages_and_endpoints_live_under_the_plugin_id_while_it_is_loaded(live_console):
-    client = httpx.Client(base_url=live_console.url)
+    client = live_console.client()
     assert client.get("/page/plugin/greeter/hello").text == "<h1>Hello from greeter</h1>"
     page = client.get("/page/plugin/greeter/dashboard/")
     assert page.status_code == 200 and 'id="greeter-page"' in page.text
@@ -212,7 +217,8 @@ async def test_the_plugins_page_says_whether_a_reloaded_plugins_new_code_is_in_e
     async with ChatHarness(provider=ScriptedProvider(), config={"plugins": {"dirs": [str(root)]}}) as bot:
         reloader = PluginReloader(bot.app)
         async with WebConsole(bot.app, port=0, reloader=reloader) as console:
-            async with httpx.AsyncClient(base_url=console.url) as http:
+            async with httpx.AsyncClient(base_url=console.url,
+                                         headers={"Authorization": f"Bearer {console.token}"}) as http:
                 (greeter / "main.py").write_text("broken(\n", encoding="utf-8")
                 await reloader.apply([greeter / "main.py"])
                 listed = {p["plugin_id"]: p for p in (await http.get("/api/plugins")).json()}

@@ -44,6 +44,7 @@ from core.adapter.onebot._segments import to_messages, to_segments
 from core.chat.message_elements import MediaError, Poke
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Session
+from core.utils.net import is_loopback_host
 from core.utils.tasks import cancel_and_wait
 
 __all__ = ["OneBotAdapter", "OneBotStats", "CAPABILITIES"]
@@ -133,9 +134,12 @@ class OneBotAdapter(Adapter):
         await super().start(app)
         if self.settings.mode == "reverse":
             s = self.settings
-            if self._token is None and s.host not in ("127.0.0.1", "localhost", "::1"):
-                logger.warning("onebot %s: listening on %s without an access token: anyone who reaches the port "
-                               "can act as a bot account (set token_env)", self.name, s.host)
+            if self._token is None and not is_loopback_host(s.host):
+                # Anyone who reaches the port could connect as a bot account and have forged messages answered.
+                raise AdapterError(f"adapter {self.name!r} (onebot): reverse mode on {s.host}, beyond this machine, "
+                                   "needs an access token: set options.token_env (the variable holding it) or "
+                                   "options.token of this [[adapters.instances]] entry, and the same token in the "
+                                   "implementation, or bind options.host to 127.0.0.1")
             try:
                 self._server = await serve_reverse(self._serve_reverse, host=s.host, port=s.port, path=s.path,
                                                    token=self._token, self_ids=s.self_ids,

@@ -23,6 +23,7 @@ from websockets.frames import CloseCode
 
 from core.adapter import AdapterError
 from core.adapter.onebot._events import ActionResponse, Frame, MalformedFrame, MetaEvent, parse_frame
+from core.utils.nesting import loads_bounded
 
 __all__ = [
     "Connection",
@@ -38,6 +39,9 @@ logger = logging.getLogger("hookchat.adapter.onebot")
 
 #: A connection whose implementation announced heartbeats is closed after this many intervals without a frame.
 HEARTBEAT_MISSES = 3
+#: How deeply a frame may nest. A real event or answer needs a few levels per forwarded message inside another;
+#: a deeper one is skipped as malformed (parsed without a bound it raised RecursionError and dropped the connection).
+MAX_FRAME_DEPTH = 64
 
 
 class OneBotError(AdapterError):
@@ -206,7 +210,7 @@ class Connection:
                 self._answered(answer)
                 return
         try:
-            data = json.loads(raw)
+            data = loads_bounded(raw, MAX_FRAME_DEPTH)
             frame = parse_frame(data)
         except (ValueError, MalformedFrame) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             self._on_malformed()

@@ -1,16 +1,17 @@
-"""The built-in output tags: `<text>`, `<at>`, `<reply>`, `<img>`, `<record>`, `<emoji>`, `<poke>` and `<file>`.
-Each request offers only the tags whose element the adapter can send; media tags send only files under the
-operator's media directories (`ctx.allowed_media_roots`), never hookchat's own data (`ctx.private_paths`), or
-attachments a tool returned this turn."""
+"""The built-in output tags: `<text>`, `<at>`, `<reply>`, `<img>`, `<record>`, `<video>`, `<emoji>`, `<poke>` and
+`<file>`. Each request offers only the tags whose element the adapter can send; media tags send only files under the
+operator's media directories (`ctx.allowed_media_roots`), never hookchat's own data (`ctx.private_paths`),
+attachments a tool returned this turn, or URLs the operator's policy allows (`ctx.media_policy`: public http(s) by
+default); `<at>` mentions everyone only with the operator's consent."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from core.chat.message_elements import At, BaseMessageElement, Emoji, File, Image, Poke, Record, Reply, Text
+from core.chat.message_elements import At, BaseMessageElement, Emoji, File, Image, Poke, Record, Reply, Text, Video
 from core.plugin import BasePlugin, on, register
-from core.tag import MediaPathError, current_event, find_attachment, resolve_media_path
+from core.tag import MediaPathError, MediaURLError, current_event, find_attachment, is_mention_all, resolve_media_path
 
 #: The element type (as in `event.capabilities`) each built-in tag produces.
 ELEMENT_TYPES: dict[str, str] = {
@@ -19,6 +20,7 @@ ELEMENT_TYPES: dict[str, str] = {
     "reply": "reply",
     "img": "image",
     "record": "record",
+    "video": "video",
     "emoji": "emoji",
     "poke": "poke",
     "file": "file",
@@ -66,6 +68,12 @@ class BuiltinTagsPlugin(BasePlugin):
     async def at_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:
         """A mention: `id` (or `user_id`) attribute, else the value."""
         user_id, rest = _target(value, attrs, "id", "user_id")
+        if user_id and is_mention_all(user_id) and not self.ctx.media_policy.allow_mention_all:
+            # Anyone who writes to the bot can ask the model for this: everyone is pinged only if the operator
+            # consents ([media] allow_mention_all); otherwise the words stay, as text that pings nobody.
+            self.logger.warning("<at id=%r/> sent as text: mentioning everyone needs [media] allow_mention_all",
+                                user_id)
+            return _and_text([Text(f"@{user_id.lstrip('@')}")], rest)
         return _and_text([At(user_id)] if user_id else [], rest)
 
     @register.tag(name="reply", description='quote a message by its id, first in the block: <reply id="MESSAGE_ID"/>')
@@ -90,20 +98,27 @@ class BuiltinTagsPlugin(BasePlugin):
     async def img_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:
         """An image from an http(s) URL, an attachment of this turn, or a file under the media directories."""
         source, rest = _target(value, attrs, "src", "url", "path")
-        if source.lower().startswith(("http://", "https://")):
-            return _and_text([Image(url=source)], rest)
         return _and_text(await self._media("img", Image, source, attrs), rest)
 
-    @register.tag(name="record", description="send a voice message (a path or tool attachment): <record>PATH</record>")
+    @register.tag(name="record", description="send a voice message (a path, https URL or tool attachment): "
+                                             "<record>PATH</record>")
     async def record_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:
-        """A voice recording from an attachment of this turn or a file under the media directories."""
-        source, rest = _target(value, attrs, "src", "path")
+        """A voice recording from an http(s) URL, an attachment of this turn or a file under the media directories."""
+        source, rest = _target(value, attrs, "src", "url", "path")
         return _and_text(await self._media("record", Record, source, attrs), rest)
 
-    @register.tag(name="file", description="send a file a tool returned (by its name) or a path: <file>NAME</file>")
+    @register.tag(name="video", description="send a video (a path, https URL or tool attachment): <video>PATH</video>")
+    async def video_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:
+        """A video from an http(s) URL, an attachment of this turn or a file under the media directories."""
+        source, rest = _target(value, attrs, "src", "url", "path")
+        return _and_text(await self._media("video", Video, source, attrs), rest)
+
+    @register.tag(name="file", description="send a file a tool returned (by its name), a path or an https URL: "
+                                           "<file>NAME</file>")
     async def file_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:
-        """An attachment of this turn (sent as the tool returned it), or a file under the media directories."""
-        source, rest = _target(value, attrs, "src", "path")
+        """An attachment of this turn (sent as the tool returned it), an http(s) URL, or a file under the media
+        directories."""
+        source, rest = _target(value, attrs, "src", "url", "path")
         if not source:  # <file name="report.pdf"/>
             source = attrs.get("name", "").strip()
         return _and_text(await self._media("file", File, source, attrs), rest)
@@ -120,9 +135,14 @@ class BuiltinTagsPlugin(BasePlugin):
             return [kind(url=attachment.url, path=attachment.path, base64=attachment.base64, name=attachment.name,
                          mime=attachment.mime)]
         try:
+            if source.lower().startswith(("http://", "https://")):
+                # The platform, not hookchat, fetches it: from where the bot runs, so only where the operator lets
+                # hookchat itself go (not the metadata service, the router or this machine's own ports).
+                url = await self.ctx.media_policy.check_url(source)
+                return [kind(url=str(url), name=attrs.get("name") or None)]
             path = await resolve_media_path(source, self.ctx.allowed_media_roots, self.ctx.private_paths)
-        except MediaPathError as exc:
+        except (MediaPathError, MediaURLError) as exc:
             self.logger.warning("<%s> refused to send %r: %s", tag, source, exc)
-            label = Path(source.replace("\\", "/")).name[:60] or "file"
+            label = Path(source.replace("\\", "/").split("?", 1)[0]).name[:60] or "file"
             return [Text(f"[could not send {label}]")]
         return [kind(path=str(path), name=attrs.get("name") or path.name)]

@@ -404,7 +404,19 @@ async function showSession(sid) {
 
 // -- plugin pages -------------------------------------------------------------------------------------------------
 
-views.page = async (url) => { $("#page-frame").src = url; };
+// The address comes from the location hash, which any link can set: only a path of this console is framed, never
+// `javascript:`, `data:` or another site (`//evil.example` is another site too).
+function sameOriginPath(url) {
+  if (typeof url !== "string" || !url.startsWith("/") || url.startsWith("//")) return null;
+  let parsed;
+  try { parsed = new URL(url, location.origin); } catch { return null; }
+  return parsed.origin === location.origin ? parsed.pathname + parsed.search + parsed.hash : null;
+}
+views.page = async (url) => {
+  const path = sameOriginPath(url);
+  if (path === null) { $("#page-frame").removeAttribute("src"); throw new Error("a page link must be a path of this console"); }
+  $("#page-frame").src = path;
+};
 
 async function start() {
   try {

@@ -259,8 +259,10 @@ class HookChat:
             await self.inbox.start_attempt([m.inbox_id for m in batch.messages if m.inbox_id is not None])
         return await self.agent.run_turn(batch)
 
-    def _forget(self, batch: KiraMessageBatchEvent) -> None:
-        """Messages no turn will answer (cancelled, reset, refused) leave the inbox: a restart does not replay them."""
+    def _forget(self, batch: KiraMessageBatchEvent, why: str) -> None:
+        """Messages no turn will answer (cancelled, reset, refused) leave the inbox, so a restart does not replay
+        them, and their traces end."""
+        self.tracer.drop(batch.messages, why)
         if self.history is not None:
             self.history.mark_done([m.inbox_id for m in batch.messages if m.inbox_id is not None])
 
@@ -369,7 +371,7 @@ class HookChat:
         sid = session if isinstance(session, str) else session.sid
         buffered = self.pipeline.buffers.drain(sid)
         if buffered:
-            self._forget(KiraMessageBatchEvent(buffered, buffered[-1].session))
+            self._forget(KiraMessageBatchEvent(buffered, buffered[-1].session), "dropped by a reset")
         self.scheduler.drop_waiting(sid)
         return await self.history.clear(sid) if self.history is not None else 0
 

@@ -105,9 +105,9 @@ class TurnScheduler:
     into one session makes one turn of everything that came during the running one, not a turn per message. At
     most `max_waiting` messages wait per session (None: unbounded); past it the rest are refused: `forget` is
     called with them, and `overflow(session, limit)` (awaited in a task of the scheduler) once per filling of the
-    waiting batch, to tell the session. `forget(batch)` is also called for a batch that will not be answered because
-    the user said so: its running turn cancelled by `cancel()`, every submitter's future cancelled before it
-    started, or dropped by `drop_waiting()`. A batch interrupted by `aclose()` is not forgotten (it is answered
+    waiting batch, to tell the session. `forget(batch, why)` is also called for a batch that will not be answered
+    because the user said so: its running turn cancelled by `cancel()`, every submitter's future cancelled before
+    it started, or dropped by `drop_waiting()`. A batch interrupted by `aclose()` is not forgotten (it is answered
     after a restart).
 
     Each busy session has one worker task (owned by the scheduler, cancelled by `aclose`); an idle session keeps
@@ -120,7 +120,7 @@ class TurnScheduler:
         max_concurrent: int = 64,
         *,
         max_waiting: int | None = None,
-        forget: Callable[[KiraMessageBatchEvent], None] | None = None,
+        forget: Callable[[KiraMessageBatchEvent, str], None] | None = None,
         overflow: Callable[[Session, int], Awaitable[None]] | None = None,
     ):
         self._run_turn = run_turn
@@ -162,6 +162,10 @@ class TurnScheduler:
             queue.append(_Queued(batch, future))
         return future
 
+    def batches(self, sid: str) -> int:
+        """How many batches session `sid` has running or waiting (plain messages: at most two)."""
+        return len(self._queues.get(sid, ()))
+
     def waiting(self, sid: str) -> int:
         """How many messages of session `sid` wait for a turn (not counting the turn running now)."""
         return sum(len(q.batch.messages) for q in self._queues.get(sid, ()) if not q.started)
@@ -181,7 +185,7 @@ class TurnScheduler:
         logger.warning("%d message(s) of %s refused: %d already wait for an answer ([limits] max_waiting_messages)",
                        len(refused), session.sid, self.max_waiting)
         if self._forget is not None:
-            self._forget(KiraMessageBatchEvent(refused, session))
+            self._forget(KiraMessageBatchEvent(refused, session), "refused: the session's waiting batch was full")
         if self._overflow is not None and session.sid not in self._overflowed:
             self._overflowed.add(session.sid)
             self._workers.spawn(self._overflow(session, self.max_waiting or 0), name=f"overflow:{session.sid}")
@@ -242,7 +246,7 @@ class TurnScheduler:
     def _forgotten(self, batch: KiraMessageBatchEvent, why: str) -> None:
         logger.info("turn of %s %s: its %d message(s) will not be answered", batch.sid, why, len(batch.messages))
         if self._forget is not None:
-            self._forget(batch)
+            self._forget(batch, why)
 
     def drop_waiting(self, sid: str) -> int:
         """Drop the batches of `sid` that wait (not the running one), as `/reset` does: their futures are cancelled

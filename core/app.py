@@ -30,7 +30,7 @@ from core.chat import (
 )
 from core.chat.message_elements import Text
 from core.config import ConfigError, HookchatConfig
-from core.history import HistoryStore, SessionHistory
+from core.history import HistoryStore, InboxEntry, SessionHistory
 from core.kira import KiraRuntimeImpl
 from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
 from core.plugin import HookEngine, PluginLoader
@@ -170,7 +170,9 @@ class HookChat:
                 max_messages=limits.max_messages_per_turn, max_chars=limits.max_chars_per_turn,
             ),
         )
-        self.scheduler = TurnScheduler(self.agent.run_turn, limits.max_concurrent_turns)
+        self.scheduler = TurnScheduler(self._run_turn, limits.max_concurrent_turns,
+                                       max_waiting=limits.max_waiting_messages, forget=self._forget,
+                                       overflow=self._waiting_full)
         self.pipeline = MessagePipeline(
             self.engine, self.scheduler, self.capabilities, max_buffered_sessions=limits.max_buffered_sessions,
             clock=self.clock, inbox=self.history,
@@ -218,28 +220,43 @@ class HookChat:
         await self._answer_unfinished()
 
     async def _answer_unfinished(self) -> None:
-        """After a crash: the messages received and never answered (the inbox) are answered now, one batch per
-        session, or, when older than `[limits] unanswered_max_age`, their senders are told the bot restarted.
-        Never silence: a message whose adapter is gone stays in the inbox, with a warning."""
+        """After a crash: the messages received and never answered (the inbox) are answered now, in arrival order,
+        one batch per session, or, when older than `[limits] unanswered_max_age`, their senders are told the bot
+        restarted. A message whose turns already ended the process `[limits] message_attempts` times is set aside
+        as poison (kept, listed by `hookchat status`) and its sender told. Never silence: a message whose adapter
+        is gone stays in the inbox, with a warning."""
         if self.history is None:
             return
         now = time.time()
-        max_age = self.config.limits.unanswered_max_age
+        limits = self.config.limits
+        if self.inbox is not None:
+            entries = await self.inbox.waiting()
+        else:  # a store of the caller's: no attempts are counted there
+            entries = [InboxEntry(*row) for row in await self.history.unfinished()]
         by_session: dict[str, list[KiraMessageEvent]] = {}
-        for inbox_id, sid, received_at, data in await self.history.unfinished():
+        for entry in entries:
+            inbox_id, sid = entry.id, entry.sid
             try:
-                message = message_from_inbox(data, received_at)
+                message = message_from_inbox(entry.message, entry.received_at)
             except (KeyError, ValueError, TypeError) as exc:
-                logger.error("unanswered message %d of %s cannot be restored (%s): dropped", inbox_id, sid, exc)
+                logger.error("unanswered message %s of %s cannot be restored (%s): dropped", inbox_id, sid, exc)
                 self.history.mark_done([inbox_id])
                 continue
             if not self.serves(message.session):
-                logger.warning("unanswered message %d of %s kept: no adapter %r serves it", inbox_id, sid,
+                logger.warning("unanswered message %s of %s kept: no adapter %r serves it", inbox_id, sid,
                                message.session.adapter_name)
                 continue
-            if now - received_at > max_age:
-                preview = message.message_repr[:80]
-                notice = MessageChain([Text(self.config.limits.unanswered_notice.format(message=preview))])
+            preview = message.message_repr[:80]
+            if self.inbox is not None and entry.attempts >= limits.message_attempts:
+                # Set aside (durably) before the notice goes out: if sending it ends the process too, the
+                # message is not tried again at the next start.
+                await self.inbox.set_aside([inbox_id])
+                logger.error("message %s of %s set aside as poison: %d turn(s) for it ended the process (see "
+                             "`hookchat status`; [limits] message_attempts)", inbox_id, sid, entry.attempts)
+                await self.send(message.session, MessageChain([Text(limits.poison_notice.format(message=preview))]))
+                continue
+            if now - entry.received_at > limits.unanswered_max_age:
+                notice = MessageChain([Text(limits.unanswered_notice.format(message=preview))])
                 await self.send(message.session, notice)
                 self.history.mark_done([inbox_id])
                 continue
@@ -249,6 +266,30 @@ class HookChat:
         for events in by_session.values():
             logger.warning("answering %d message(s) of %s left unanswered by a restart", len(events), events[0].sid)
             self.pipeline.submit(KiraMessageBatchEvent(events, events[0].session))
+
+    @property
+    def inbox(self) -> HistoryStore | None:
+        """This process's durable inbox, which counts attempts and keeps poison messages: the history store when
+        it is the app's SQLite one (None without history, or with a store of the caller's, such as a cluster
+        worker's, whose broker redelivers and bounds deliveries itself)."""
+        return self.history if isinstance(self.history, HistoryStore) else None
+
+    async def _run_turn(self, batch: KiraMessageBatchEvent) -> TurnResult:
+        """The scheduler's turn: the attempt is counted durably for the batch's messages, then the agent runs."""
+        if self.inbox is not None:
+            await self.inbox.start_attempt([m.inbox_id for m in batch.messages if m.inbox_id is not None])
+        return await self.agent.run_turn(batch)
+
+    def _forget(self, batch: KiraMessageBatchEvent, why: str) -> None:
+        """Messages no turn will answer (cancelled, reset, refused) leave the inbox, so a restart does not replay
+        them, and their traces end."""
+        self.tracer.drop(batch.messages, why)
+        if self.history is not None:
+            self.history.mark_done([m.inbox_id for m in batch.messages if m.inbox_id is not None])
+
+    async def _waiting_full(self, session: Session, limit: int) -> None:
+        """Tell a session that its waiting batch is full and later messages were refused."""
+        await self.send(session, MessageChain([Text(self.config.limits.waiting_full_notice.format(limit=limit))]))
 
     @property
     def started(self) -> bool:
@@ -366,10 +407,14 @@ class HookChat:
         return self.scheduler.cancel(session if isinstance(session, str) else session.sid)
 
     async def reset(self, session: Session | str) -> int:
-        """Forget a conversation: delete the session's history and drop its buffered messages. Returns how many
-        stored turns were deleted. The turn running now (if any) still finishes and is stored."""
+        """Forget a conversation: delete the session's history and drop the messages waiting for an answer (its
+        buffer and its waiting batch), which leave the inbox too, so a restart does not answer them. Returns how
+        many stored turns were deleted. The turn running now (if any) still finishes and is stored."""
         sid = session if isinstance(session, str) else session.sid
-        self.pipeline.buffers.drain(sid)
+        buffered = self.pipeline.buffers.drain(sid)
+        if buffered:
+            self._forget(KiraMessageBatchEvent(buffered, buffered[-1].session), "dropped by a reset")
+        self.scheduler.drop_waiting(sid)
         return await self.history.clear(sid) if self.history is not None else 0
 
     @property

@@ -1,6 +1,7 @@
 """The `hookchat` command: `chat` (terminal chat), `run` (start the configured adapters and the tool registry),
 `web` (the web console alone), `plugins` (status and failure reasons), `hooks` (the resolved order per event),
-`trace` (the last turns' traces), `status` (a cluster's workers and lag) and `new-plugin NAME`."""
+`trace` (the last turns' traces), `status` (the inbox's waiting and poison messages, or with `[cluster]` a
+cluster's workers and lag) and `new-plugin NAME`."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -214,6 +216,8 @@ async def _run_role(config: HookchatConfig, role: str) -> int:
 
 
 async def _status(config: HookchatConfig, as_json: bool) -> int:
+    if "cluster" not in config.model_fields_set:  # one process: its durable inbox
+        return await _inbox_status(config, as_json)
     from core.cluster import ClusterError, cluster_status, render_status
 
     try:
@@ -222,6 +226,31 @@ async def _status(config: HookchatConfig, as_json: bool) -> int:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(status, indent=2) if as_json else render_status(status))
+    return 0
+
+
+async def _inbox_status(config: HookchatConfig, as_json: bool) -> int:
+    """The inbox of the history database: how many messages wait for an answer, and those set aside as poison."""
+    from core.history import HistoryStore
+
+    path = Path(config.data.history_path)
+    waiting, poison = [], []
+    if path.is_file():
+        async with HistoryStore(path) as store:
+            waiting, poison = await store.waiting(), await store.poisoned()
+    if as_json:
+        print(json.dumps({"inbox": str(path), "waiting": len(waiting), "poison": [e.summary() for e in poison]},
+                         indent=2, ensure_ascii=False))
+        return 0
+    print(f"inbox {path}: {len(waiting)} message(s) waiting for an answer, {len(poison)} set aside as poison")
+    if poison:
+        print(f"poison (each time a turn for it started, the process ended; [limits] message_attempts = "
+              f"{config.limits.message_attempts}):")
+    for entry in poison:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.received_at))
+        text = entry.summary()["text"]
+        print(f"  {when}  {entry.sid}  {entry.attempts} attempt(s)  {json.dumps(text[:80], ensure_ascii=False)}"
+              f"  id {entry.id}")
     return 0
 
 
@@ -343,7 +372,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--role", choices=("single", "gateway", "worker"), default="single",
                      help="single (default): everything in this process; gateway: the adapters, publishing to NATS "
                           "JetStream; worker: the pipeline and plugins, consuming from it (docs/scale-out.md)")
-    status = sub.add_parser("status", help="show a cluster's gateways, workers, partitions and lag",
+    status = sub.add_parser("status", help="show the messages waiting in the inbox and those set aside as poison "
+                                              "(with [cluster]: the cluster's gateways, workers, partitions and lag)",
                             parents=[common])
     status.add_argument("--json", action="store_true", help="print JSON")
     web = sub.add_parser("web", help="start the web console alone (chat in the browser)", parents=[common])

@@ -219,7 +219,8 @@ class LimitsConfig(_Section):
     `history_turns`/`history_tokens` bound the history sent with each request (see History);
     `history_retain_turns` (optional) trims each session's stored history to about that many turns.
     `max_messages_per_turn`/`max_chars_per_turn` cap what one turn sends; past a cap the rest is dropped and the
-    user told so.
+    user told so. `max_waiting_messages` bounds each session's backlog and `message_attempts` the turns one
+    message may cause before it is set aside as poison (docs/pipeline.md, "The durable inbox").
     """
 
     max_concurrent_turns: int = Field(default=64, gt=0)
@@ -237,6 +238,17 @@ class LimitsConfig(_Section):
     unanswered_notice: str = ("Sorry, I restarted and could not answer your message (\"{message}\"). "
                               "Please send it again.")
     max_chars_per_turn: int = Field(default=20_000, gt=0)
+    #: Messages of one session that may wait for a turn while its turn runs (they join one waiting batch); past
+    #: it the rest are refused and the session is told with `waiting_full_notice` (once per filling).
+    max_waiting_messages: int = Field(default=200, gt=0)
+    waiting_full_notice: str = ("Too many messages are waiting for an answer here: I will answer the first "
+                                "{limit} and skipped the ones after them. Please send again what still needs "
+                                "an answer once I have replied.")
+    #: Turns that may start for one message: one whose turns ended the process this many times (a crash, a kill)
+    #: is set aside as poison at the next start, kept in the inbox, and its sender told with `poison_notice`.
+    message_attempts: int = Field(default=3, ge=1)
+    poison_notice: str = ("Sorry, something went wrong every time I tried to answer your message (\"{message}\"), "
+                          "so I have stopped trying. Please rephrase it, or tell the bot's operator.")
 
     @field_validator("tool_timeout")
     @classmethod

@@ -19,7 +19,8 @@ from core.utils.sqlite import SqliteOpenError, SqliteWorker
 from core.utils.log import logger
 from core.utils.text import valid_text
 
-__all__ = ["HistoryStore", "SessionHistory", "Turn", "HistoryError", "TurnNotFoundError", "estimate_tokens"]
+__all__ = ["HistoryStore", "SessionHistory", "Turn", "InboxEntry", "HistoryError", "TurnNotFoundError",
+           "estimate_tokens"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS turns (
@@ -31,16 +32,41 @@ CREATE TABLE IF NOT EXISTS turns (
     meta TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_sid_id ON turns (sid, id);
-CREATE TABLE IF NOT EXISTS inbox (
-    id TEXT PRIMARY KEY,
-    sid TEXT NOT NULL,
-    received_at REAL NOT NULL,
-    message TEXT NOT NULL
-);
 """
 # The inbox holds every received message whose turn is not stored yet (a row is deleted when it is done), so what
-# it holds after a crash is exactly what was received and not answered.
+# it holds after a crash is exactly what was received and not answered. `seq` is the arrival order (AUTOINCREMENT:
+# never reused, so always increasing; the `id` the pipeline holds is a random handle). `attempts` counts the turns
+# that started for the message; one that used them all is set aside (`set_aside_at`) as poison and kept.
 # AUTOINCREMENT: a turn id is never reused after a delete, so a plugin holding an old id cannot edit a newer turn.
+_INBOX = """
+CREATE TABLE IF NOT EXISTS inbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    sid TEXT NOT NULL,
+    received_at REAL NOT NULL,
+    message TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    set_aside_at REAL
+);
+"""
+# An inbox of an earlier version (`id` a random UUID as its key, no `seq`): its rows are copied in the best order
+# it knows, their arrival time.
+_MIGRATE_INBOX = f"""
+BEGIN IMMEDIATE;
+ALTER TABLE inbox RENAME TO inbox_before_seq;
+{_INBOX}
+INSERT INTO inbox (id, sid, received_at, message)
+    SELECT id, sid, received_at, message FROM inbox_before_seq ORDER BY received_at, rowid;
+DROP TABLE inbox_before_seq;
+COMMIT;
+"""
+
+
+def _setup(conn: sqlite3.Connection) -> None:
+    conn.executescript(_SCHEMA)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(inbox)")}
+    conn.executescript(_MIGRATE_INBOX if columns and "seq" not in columns else _INBOX)
+
 
 T = TypeVar("T")
 
@@ -64,6 +90,27 @@ class Turn:
     created_at: float
     messages: list[ChatMessage]
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InboxEntry:
+    """A received message the durable inbox holds: not answered yet, or set aside as poison.
+
+    `message` is the record the pipeline wrote (`core.pipeline.inbox_record`); `attempts` counts the turns that
+    started for it (a process that died mid-turn counted one); `set_aside_at` is when it was set aside as poison
+    (None: it still waits for an answer)."""
+
+    id: str
+    sid: str
+    received_at: float
+    message: dict[str, Any]
+    attempts: int = 0
+    set_aside_at: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """What `hookchat status --json` and the console show of it: ids, times, attempts and the message's text."""
+        return {"id": self.id, "sid": self.sid, "received_at": self.received_at, "attempts": self.attempts,
+                "set_aside_at": self.set_aside_at, "text": str(self.message.get("text", ""))}
 
 
 class SessionHistory(Protocol):
@@ -195,7 +242,7 @@ class HistoryStore:
         worker = self._worker = SqliteWorker(
             self.path,
             name="history database",
-            setup=lambda conn: conn.executescript(_SCHEMA),
+            setup=_setup,
             group_commit=True,  # each caller's await returns after the commit that holds its job: durable
             synchronous=self.synchronous,
             database_error=lambda exc: HistoryError(f"history database {self.path} failed: {exc}"),
@@ -370,8 +417,9 @@ class HistoryStore:
         return inbox_id
 
     def mark_done(self, ids: Sequence[str]) -> asyncio.Future[None] | None:
-        """Queue marking inbox entries done without a turn (discarded, stopped, or answered otherwise); returns the
-        job's future (None when there is nothing to do), which callers may await. A failure is logged."""
+        """Queue marking inbox entries done without a turn (discarded, stopped, cancelled, reset, or answered
+        otherwise); returns the job's future (None when there is nothing to do), which callers may await. A failure
+        is logged."""
         rows = [(i,) for i in ids]
         if not rows:
             return None
@@ -380,12 +428,40 @@ class HistoryStore:
         return fut
 
     async def unfinished(self) -> list[tuple[str, str, float, dict[str, Any]]]:
-        """Inbox entries not done, oldest first: `(id, sid, received_at, message)`; after a crash, the messages
-        received and never answered."""
-        rows = await self._submit(
-            lambda conn: conn.execute("SELECT id, sid, received_at, message FROM inbox ORDER BY id").fetchall()
-        )
-        return [(row[0], row[1], row[2], json.loads(row[3])) for row in rows]
+        """Inbox entries not done and not set aside, in arrival order: `(id, sid, received_at, message)`; after a
+        crash, the messages received and never answered."""
+        return [(e.id, e.sid, e.received_at, e.message) for e in await self.waiting()]
+
+    async def waiting(self) -> list[InboxEntry]:
+        """The entries still waiting for an answer (not set aside), in arrival order, with their attempts."""
+        return await self._entries("set_aside_at IS NULL")
+
+    async def poisoned(self) -> list[InboxEntry]:
+        """The entries set aside as poison (every attempt to answer them ended the process), in arrival order.
+        They stay until removed with `mark_done`."""
+        return await self._entries("set_aside_at IS NOT NULL")
+
+    async def start_attempt(self, ids: Sequence[str]) -> None:
+        """Count one more attempt for each of the entries `ids` (a turn for them starts now); committed when this
+        returns, so a process that dies during the turn has counted it."""
+        rows = [(i,) for i in ids]
+        if rows:
+            await self._submit(
+                lambda conn: conn.executemany("UPDATE inbox SET attempts = attempts + 1 WHERE id = ?", rows) and None)
+
+    async def set_aside(self, ids: Sequence[str]) -> None:
+        """Set the entries `ids` aside as poison: kept (see `poisoned`), never replayed again."""
+        now, rows = time.time(), [(i,) for i in ids]
+        if rows:
+            await self._submit(lambda conn: conn.executemany(
+                "UPDATE inbox SET set_aside_at = ? WHERE id = ? AND set_aside_at IS NULL",
+                [(now, *row) for row in rows]) and None)
+
+    async def _entries(self, where: str) -> list[InboxEntry]:
+        rows = await self._submit(lambda conn: conn.execute(
+            "SELECT id, sid, received_at, message, attempts, set_aside_at FROM inbox WHERE " + where + " ORDER BY seq"
+        ).fetchall())
+        return [InboxEntry(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5]) for r in rows]
 
     def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         if self._worker is None:

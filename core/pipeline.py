@@ -76,8 +76,40 @@ def _make_valid(message: KiraIMMessage) -> None:
 _MESSAGE_BUFFERED = "message_buffered"
 
 
+def _mergeable(waiting: KiraMessageBatchEvent, batch: KiraMessageBatchEvent) -> bool:
+    """Whether `batch` may join the batch that waits: plain messages of the same kind (a push that asks for an
+    answer, or a batch of another persona or other capabilities, is a turn of its own)."""
+    return (waiting.push is None and batch.push is None and waiting.role == batch.role
+            and waiting.capabilities == batch.capabilities and not waiting.is_stopped and not batch.is_stopped)
+
+
+class _Queued:
+    """A batch in a session's queue and the futures of everyone who submitted messages to it."""
+
+    __slots__ = ("batch", "futures", "started")
+
+    def __init__(self, batch: KiraMessageBatchEvent, future: asyncio.Future[TurnResult]) -> None:
+        self.batch = batch
+        self.futures = [future]
+        self.started = False
+
+    def cancel(self) -> None:
+        for future in self.futures:
+            future.cancel()
+
+
 class TurnScheduler:
     """Runs turns: one at a time per session in arrival order; sessions concurrently, at most `max_concurrent`.
+
+    A session has at most one running and one waiting batch: a batch submitted while another one waits joins it
+    (unless one of them is a push or speaks as another persona, which waits as a turn of its own), so a flood
+    into one session makes one turn of everything that came during the running one, not a turn per message. At
+    most `max_waiting` messages wait per session (None: unbounded); past it the rest are refused: `forget` is
+    called with them, and `overflow(session, limit)` (awaited in a task of the scheduler) once per filling of the
+    waiting batch, to tell the session. `forget(batch, why)` is also called for a batch that will not be answered
+    because the user said so: its running turn cancelled by `cancel()`, every submitter's future cancelled before
+    it started, or dropped by `drop_waiting()`. A batch interrupted by `aclose()` is not forgotten (it is answered
+    after a restart).
 
     Each busy session has one worker task (owned by the scheduler, cancelled by `aclose`); an idle session keeps
     no state here. A worker blocked in a hook that ignored its cancellation (the engine's `hook_stuck` signal) is
@@ -85,27 +117,53 @@ class TurnScheduler:
     its hook ever returns, ends without touching the session.
     """
 
-    def __init__(self, run_turn: Callable[[KiraMessageBatchEvent], Awaitable[TurnResult]], max_concurrent: int = 64):
+    def __init__(
+        self,
+        run_turn: Callable[[KiraMessageBatchEvent], Awaitable[TurnResult]],
+        max_concurrent: int = 64,
+        *,
+        max_waiting: int | None = None,
+        forget: Callable[[KiraMessageBatchEvent, str], None] | None = None,
+        overflow: Callable[[Session, int], Awaitable[None]] | None = None,
+    ):
         self._run_turn = run_turn
         self._limit = asyncio.Semaphore(max_concurrent) if max_concurrent else None
-        self._queues: dict[str, deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]] = {}
+        self.max_waiting = max_waiting
+        self._forget = forget
+        self._overflow = overflow
+        self._queues: dict[str, deque[_Queued]] = {}
         self._workers = TaskOwner("the turn scheduler")
         self._running: dict[str, asyncio.Task[None]] = {}  # session -> its worker, while a turn runs
+<<<<<<< HEAD
         self._cancelling: set[asyncio.Task[None]] = set()  # workers whose running turn `cancel()` asked to end
         hook_stuck.connect(self._abandon_stuck)  # held weakly: gone with the scheduler
+=======
+        self._cancelling: set[str] = set()  # sessions whose running turn `cancel()` asked to end
+        self._overflowed: set[str] = set()  # sessions told their waiting batch is full (until it starts)
+>>>>>>> inbox
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
-        """Queue a batch for its session; the future resolves to the turn's result (cancelled once closed)."""
+        """Queue a batch for its session (joining the batch that waits, if any); the future resolves to the
+        result of the turn that answers it (cancelled once closed, or when all of it was refused)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[TurnResult] = loop.create_future()
         if self._workers.closing:
             logger.warning("turn of %s refused: the bot is shutting down", batch.sid)
             future.cancel()
             return future
-        queue = self._queues.get(batch.sid)
-        if queue is not None:
-            queue.append((batch, future))
+        sid = batch.sid
+        queue = self._queues.get(sid)
+        refused = self._take_room(sid, queue, batch)
+        if refused:
+            self._refuse(batch.session, refused)
+            if not batch.messages:
+                future.cancel()
+                return future
+        if queue is None:
+            self._queues[sid] = deque([_Queued(batch, future)])
+            self._workers.spawn(self._drain(sid), name=f"turns:{sid}")
             return future
+<<<<<<< HEAD
         self._start_worker(batch.sid, deque([(batch, future)]))
         return future
 
@@ -114,11 +172,57 @@ class TurnScheduler:
         self._workers.spawn(self._drain(sid, queue), name=f"turns:{sid}")
 
     async def _drain(self, sid: str, queue: deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]) -> None:
+=======
+        if queue and not queue[-1].started and _mergeable(queue[-1].batch, batch):
+            queue[-1].batch.messages.extend(batch.messages)
+            queue[-1].futures.append(future)
+        else:
+            queue.append(_Queued(batch, future))
+        return future
+
+    def batches(self, sid: str) -> int:
+        """How many batches session `sid` has running or waiting (plain messages: at most two)."""
+        return len(self._queues.get(sid, ()))
+
+    def waiting(self, sid: str) -> int:
+        """How many messages of session `sid` wait for a turn (not counting the turn running now)."""
+        return sum(len(q.batch.messages) for q in self._queues.get(sid, ()) if not q.started)
+
+    def _take_room(self, sid: str, queue: deque[_Queued] | None, batch: KiraMessageBatchEvent) -> list[KiraMessageEvent]:
+        """Cut `batch` to the room left under `max_waiting`; returns the messages that did not fit."""
+        if self.max_waiting is None:
+            return []
+        room = self.max_waiting - (self.waiting(sid) if queue is not None else 0)
+        if len(batch.messages) <= room:
+            return []
+        refused = batch.messages[max(room, 0):]
+        del batch.messages[max(room, 0):]
+        return refused
+
+    def _refuse(self, session: Session, refused: list[KiraMessageEvent]) -> None:
+        logger.warning("%d message(s) of %s refused: %d already wait for an answer ([limits] max_waiting_messages)",
+                       len(refused), session.sid, self.max_waiting)
+        if self._forget is not None:
+            self._forget(KiraMessageBatchEvent(refused, session), "refused: the session's waiting batch was full")
+        if self._overflow is not None and session.sid not in self._overflowed:
+            self._overflowed.add(session.sid)
+            self._workers.spawn(self._overflow(session, self.max_waiting or 0), name=f"overflow:{session.sid}")
+
+    async def _drain(self, sid: str) -> None:
+        queue = self._queues[sid]
+>>>>>>> inbox
         worker = asyncio.current_task()
         assert worker is not None
         try:
             while queue:
-                batch, future = queue[0]
+                entry = queue[0]
+                batch = entry.batch
+                if all(f.cancelled() for f in entry.futures):  # everyone took it back before it started
+                    queue.popleft()
+                    self._forgotten(batch, "taken back before it started")
+                    continue
+                entry.started = True
+                self._overflowed.discard(sid)
                 self._running[sid] = worker
                 try:
                     if self._limit is None:
@@ -134,15 +238,17 @@ class TurnScheduler:
                     self._cancelling.discard(worker)
                     if worker.uncancel() != 0:
                         raise
-                    logger.info("turn of %s cancelled", sid)
-                    future.cancel()
+                    entry.cancel()
+                    self._forgotten(batch, "cancelled")
                 except Exception as exc:  # the agent loop reports its own failures; this is a last resort
                     logger.exception("turn of %s failed", sid)
-                    if not future.done():
-                        future.set_exception(exc)
+                    for future in entry.futures:
+                        if not future.done():
+                            future.set_exception(exc)
                 else:
-                    if not future.done():
-                        future.set_result(result)
+                    for future in entry.futures:
+                        if not future.done():
+                            future.set_result(result)
                 finally:
                     if self._running.get(sid) is worker:
                         del self._running[sid]
@@ -151,6 +257,7 @@ class TurnScheduler:
                         worker.uncancel()
                 queue.popleft()
         finally:
+<<<<<<< HEAD
             self._cancelling.discard(worker)
             for _, future in queue:
                 future.cancel()
@@ -175,6 +282,33 @@ class TurnScheduler:
                      "with its next turn", sid, plugin_id, hook_name, event_name)
         if later:
             self._start_worker(sid, later)
+=======
+            self._cancelling.discard(sid)
+            self._overflowed.discard(sid)
+            for entry in queue:
+                entry.cancel()
+            del self._queues[sid]
+>>>>>>> inbox
+
+    def _forgotten(self, batch: KiraMessageBatchEvent, why: str) -> None:
+        logger.info("turn of %s %s: its %d message(s) will not be answered", batch.sid, why, len(batch.messages))
+        if self._forget is not None:
+            self._forget(batch, why)
+
+    def drop_waiting(self, sid: str) -> int:
+        """Drop the batches of `sid` that wait (not the running one), as `/reset` does: their futures are cancelled
+        and `forget` is called for each. Returns how many messages they held."""
+        queue = self._queues.get(sid)
+        if not queue:
+            return 0
+        kept = [entry for entry in queue if entry.started]
+        dropped = [entry for entry in queue if not entry.started]
+        queue.clear()
+        queue.extend(kept)
+        for entry in dropped:
+            entry.cancel()
+            self._forgotten(entry.batch, "dropped by a reset")
+        return sum(len(entry.batch.messages) for entry in dropped)
 
     def cancel(self, sid: str) -> bool:
         """Cancel the turn running for session `sid` (a stop button, Ctrl-C): its future is cancelled, and the

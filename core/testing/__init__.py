@@ -238,6 +238,7 @@ class ManualClock:
         self._now = start
         self._timers: list[tuple[float, int, _ManualTimer]] = []
         self._seq = itertools.count()
+        self._compact_at = 64  # heap size at which cancelled timers are swept out (a debounce cancels one a message)
 
     def now(self) -> float:
         """The clock's time: `start` plus everything advanced so far."""
@@ -246,6 +247,10 @@ class ManualClock:
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> _ManualTimer:
         """Run `callback(*args)` once the clock has advanced `delay` seconds."""
         timer = _ManualTimer(self._now + max(0.0, delay), callback, args)
+        if len(self._timers) >= self._compact_at:
+            self._timers = [entry for entry in self._timers if not entry[2].cancelled]
+            heapq.heapify(self._timers)
+            self._compact_at = max(64, 2 * len(self._timers))
         heapq.heappush(self._timers, (timer.when, next(self._seq), timer))
         return timer
 

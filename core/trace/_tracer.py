@@ -11,7 +11,7 @@ import contextvars
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -217,6 +217,14 @@ class Tracer:
             while len(self._pending) > MAX_PENDING_MESSAGES:
                 _, (_, old) = self._pending.popitem(last=False)
                 self.finish(old, "dropped", "the message waited too long for a turn")
+
+    def drop(self, events: Iterable[KiraMessageEvent], why: str) -> None:
+        """Finish, as "dropped" because of `why`, the open traces of messages no turn will adopt (refused by a full
+        backlog, taken back, reset)."""
+        for event in events:
+            found = self._pending.pop(id(event), None)
+            if found is not None and found[0] is event:
+                self.finish(found[1], "dropped", why)
 
     @contextmanager
     def turn(self, batch: KiraMessageBatchEvent) -> Iterator[Trace | None]:

@@ -176,6 +176,7 @@ class WebConsole:
             Route("/api/logs", self.log_lines),
             Route("/api/logs/stream", self.log_stream),
             Route("/api/sessions", self.sessions),
+            Route("/api/inbox", self.inbox),
             Route("/api/sessions/{sid:path}", self.session, methods=["GET", "DELETE"]),
             WebSocketRoute("/ws/chat", self.chat.endpoint),
             Mount("/static", app=StaticFiles(directory=STATIC)),
@@ -304,13 +305,21 @@ class WebConsole:
             out.append({"sid": sid, "turns": len(await history.list_turns(sid))})
         return JSONResponse(out)
 
+    async def inbox(self, request: Request) -> Response:
+        """The durable inbox: how many messages wait for an answer, and those set aside as poison."""
+        inbox = self.app.inbox
+        if inbox is None:
+            return JSONResponse({"waiting": 0, "poison": []})
+        waiting, poison = await inbox.waiting(), await inbox.poisoned()
+        return JSONResponse({"waiting": len(waiting), "poison": [e.summary() for e in poison]})
+
     async def session(self, request: Request) -> Response:
         sid = request.path_params["sid"]
         history = self.app.history
         if history is None:
             return _problem(404, "this bot keeps no history")
-        if request.method == "DELETE":
-            removed = await history.clear(sid)
+        if request.method == "DELETE":  # like /reset: the messages waiting for an answer go too
+            removed = await self.app.reset(sid)
             _log.info("history of %s cleared from the web console (%d turns)", sid, removed)
             return JSONResponse({"ok": True, "removed": removed})
         turns = await history.list_turns(sid)

@@ -1,5 +1,5 @@
 """The user's chat commands, an ordinary plugin: `/help` lists them and `/reset` forgets the conversation (history
-and buffered messages). A command is answered and stopped before any other hook sees it; a message that only looks
+and the messages waiting for an answer, which leave the inbox). A command is answered and stopped before any other hook sees it; a message that only looks
 like one (`/unknown`) goes on as chat."""
 
 from __future__ import annotations

@@ -389,10 +389,14 @@ views.sessions = async () => {
     el("td", {}, el("a", { href: "#sessions", class: "open", onclick: (ev) => { ev.preventDefault(); showSession(s.sid); } }, s.sid)),
     el("td", {}, s.turns),
     el("td", {}, el("button", { class: "clear", onclick: async () => {
-      if (!confirm(`Clear the history of ${s.sid}?`)) return;
+      if (!confirm(`Clear the history of ${s.sid} and the messages waiting for an answer?`)) return;
       await api(`/api/sessions/${encodeURIComponent(s.sid)}`, { method: "DELETE" });
       await views.sessions();
     } }, "Clear")))));
+  const inbox = await api("/api/inbox");
+  $("#poison-table tbody").replaceChildren(...inbox.poison.map((p) => el("tr", {},
+    el("td", {}, new Date(p.received_at * 1000).toLocaleString()), el("td", {}, p.sid), el("td", {}, p.attempts),
+    el("td", {}, p.text))));
 };
 async function showSession(sid) {
   const data = await api(`/api/sessions/${encodeURIComponent(sid)}`);

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from core.adapter.adapter_utils import IMAdapter
+from core.adapter.onebot import OneBotAdapter
 from core.chat import (
     AdapterInfo,
     KiraCustomEvent,
@@ -33,6 +34,7 @@ from core.chat import (
 )
 from core.chat.session import SessionIdError
 from core.history import HistoryStore, SessionHistory
+from core.kira._clients import OneBotClient
 from core.kira._config import KiraConfigView
 from core.plugin import NotSupportedHere, custom_event_name
 from core.provider.llm import ChatMessage, OpenAIMessage, ToolCall
@@ -253,9 +255,14 @@ class AdapterView(IMAdapter):
         """Send to the user `user_id` of this adapter in a direct chat."""
         return await self._app.send(Session(self.info.name, "dm", str(user_id)), MessageChain(send_message_obj))
 
-    def get_client(self) -> Any:
-        """Not supported: hookchat adapters expose no platform client."""
-        raise NotSupportedHere("adapter.get_client", "hookchat adapters expose no platform client")
+    def get_client(self) -> OneBotClient:
+        """The platform's client: for a OneBot (QQ) adapter KiraAI's NapCat client shape (`await
+        client.send_action(action, params, timeout=10.0) -> dict`) on the adapter's connection. Other adapters have
+        no platform client here (`NotSupportedHere`)."""
+        if isinstance(self.adapter, OneBotAdapter):
+            return OneBotClient(self.adapter)
+        raise NotSupportedHere("adapter.get_client",
+                               f"the {type(self.adapter).__name__} adapter has no platform client; OneBot (QQ) has one")
 
     def publish(self, message: Any) -> None:
         """Not supported: incoming messages enter with `await ctx.event_bus.publish(event)`."""

@@ -7,9 +7,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import anyio
 import pytest
 
-from core.testing import ChatHarness, ScriptedProvider
+from core.adapter.onebot import OneBotAdapter
+from core.plugin import NotSupportedHere
+from core.testing import ChatHarness, ScriptedProvider, ToolCall
+from tests.adapter.conftest import running_bot
+from tests.adapter.napcat import FRIEND_ID, GROUP_ID, MockPeer
 
 pytestmark = pytest.mark.anyio
 
@@ -70,3 +75,35 @@ async def test_session_manager_answers_plainly_outside_the_loop_and_when_awaited
         with pytest.raises(ValueError, match="not an OpenAI chat message"):
             sessions.write_memory(SID, [[{"role": "nobody", "content": "x"}]])
         assert sessions.get_memory_count(SID) == 2, "bad input lost nothing"
+
+
+async def test_napcat_client_from_get_client_carries_the_plugins_action_to_the_onebot_peer():
+    peer = MockPeer()
+    await peer.start()
+    adapter = OneBotAdapter("qq", url=peer.url, reconnect_initial=0.01, reconnect_max=0.05)
+    provider = ScriptedProvider([
+        [ToolCall("set_card", {"group_id": GROUP_ID, "user_id": FRIEND_ID, "card": "Captain"})],
+        [ToolCall("set_card", {"group_id": "999", "user_id": FRIEND_ID, "card": "Nobody"})],
+        "<msg>done</msg>",
+    ])
+    try:
+        async with running_bot(adapter, provider, plugins=[PLUGINS / "qq"]):
+            with anyio.fail_after(10):
+                await adapter.wait_connected()
+                await peer.server.inject_private_message(FRIEND_ID, "call me Captain in our group")
+                await peer.next_sent()
+    finally:
+        await peer.stop()
+
+    assert peer.calls("set_group_card") == [{"group_id": int(GROUP_ID), "user_id": int(FRIEND_ID), "card": "Captain"}]
+    assert provider.requests[1].messages[-1].content == "好友1 is now Captain", "the peer's answer, read back"
+    failed = provider.requests[2].messages[-1].content
+    assert failed.startswith("failed: ") and len(failed) > len("failed: "), "a failed action is answered, not raised"
+    assert len(peer.calls("get_group_member_info")) == 2
+
+
+async def test_get_client_of_an_adapter_without_a_platform_client_names_the_method_and_the_page():
+    async with ChatHarness([PLUGINS / "qq"], ScriptedProvider()) as bot:
+        adapter = bot.plugin("kira_qq").ctx.adapter_mgr.get_adapter("test")
+        with pytest.raises(NotSupportedHere, match=r"adapter.get_client.*RecordingAdapter.*kira-compat.md"):
+            adapter.get_client()

@@ -3,8 +3,8 @@
 Each facade has the methods KiraAI plugins call on KiraAI's manager of that name; a method hookchat cannot honour
 raises `NotSupportedHere` naming it. Everything goes through hookchat's one path for it: messages are sent with
 `app.send` (so `message_sent` signals fire), incoming events enter `app.receive`, history is the `HistoryStore`.
-KiraAI's history methods are synchronous file reads; here history is read off the event loop, so those methods
-must be awaited (one used without `await` raises a `TypeError` saying so).
+KiraAI's history methods are synchronous, and so are they here (the caller waits for the history database); their
+answers may also be awaited.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Coroutine, Generator
+import threading
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
 from core.adapter.adapter_utils import IMAdapter
+from core.adapter.onebot import OneBotAdapter
 from core.chat import (
     AdapterInfo,
     KiraCustomEvent,
@@ -31,6 +33,8 @@ from core.chat import (
     Session,
 )
 from core.chat.session import SessionIdError
+from core.history import HistoryStore, SessionHistory
+from core.kira._clients import OneBotClient
 from core.kira._config import KiraConfigView
 from core.plugin import NotSupportedHere, custom_event_name
 from core.provider.llm import ChatMessage, OpenAIMessage, ToolCall
@@ -40,7 +44,6 @@ from core.services import PluginHost
 if TYPE_CHECKING:  # annotations of the KiraApp protocol only
     from core.adapter import Adapter
     from core.config import HookchatConfig
-    from core.history import HistoryStore
     from core.plugin import PluginLoader
     from core.provider import LLMProvider
     from core.provider.agent import AgentLoop
@@ -72,7 +75,7 @@ class KiraApp(PluginHost, Protocol):
     adapters: dict[str, Adapter]
     plugins: PluginLoader
     provider: LLMProvider
-    history: HistoryStore | None
+    history: SessionHistory | None
     agent: AgentLoop
 
     async def receive(self, message: KiraIMMessage) -> Received:
@@ -80,7 +83,7 @@ class KiraApp(PluginHost, Protocol):
 
 
 class MustAwait:
-    """The result of a KiraAI method that is synchronous in KiraAI and asynchronous here: `await` it.
+    """The result of a KiraAI history method under a cluster worker's shared history, where it must be awaited.
 
     Used without `await` (iterated, indexed, tested, read) it raises a `TypeError` naming the method, and if it
     is never awaited a warning says the call did nothing.
@@ -100,8 +103,8 @@ class MustAwait:
     def _refuse(self, *_: Any) -> Any:
         self._awaited = True
         self._coro.close()
-        raise TypeError(f"{self._method} is asynchronous in hookchat (history is read off the event loop): "
-                        f"write `await ctx.{self._method}(...)`")
+        raise TypeError(f"{self._method} must be awaited under a cluster worker (its history is on NATS, read on "
+                        f"the event loop): write `await ctx.{self._method}(...)` (docs/kira-compat.md)")
 
     __iter__ = __len__ = __getitem__ = __bool__ = __contains__ = _refuse
 
@@ -111,20 +114,8 @@ class MustAwait:
     def __del__(self) -> None:
         if not self._awaited:
             self._coro.close()
-            logger.warning("%s was called without await: it did nothing (await it in hookchat)", self._method)
-
-
-def _must_await(method: str) -> Any:
-    """Decorate an `async def` facade method so that its result is a `MustAwait` named `method`."""
-
-    def decorate(fn: Any) -> Any:
-        def call(*args: Any, **kwargs: Any) -> MustAwait:
-            return MustAwait(fn(*args, **kwargs), method)
-
-        call.__name__, call.__doc__, call.__qualname__ = fn.__name__, fn.__doc__, fn.__qualname__
-        return call
-
-    return decorate
+            logger.warning("%s was called without await: it did nothing (await it under a cluster worker)",
+                           self._method)
 
 
 def _unsupported(method: str, why: str) -> Any:
@@ -264,9 +255,14 @@ class AdapterView(IMAdapter):
         """Send to the user `user_id` of this adapter in a direct chat."""
         return await self._app.send(Session(self.info.name, "dm", str(user_id)), MessageChain(send_message_obj))
 
-    def get_client(self) -> Any:
-        """Not supported: hookchat adapters expose no platform client."""
-        raise NotSupportedHere("adapter.get_client", "hookchat adapters expose no platform client")
+    def get_client(self) -> OneBotClient:
+        """The platform's client: for a OneBot (QQ) adapter KiraAI's NapCat client shape (`await
+        client.send_action(action, params, timeout=10.0) -> dict`) on the adapter's connection. Other adapters have
+        no platform client here (`NotSupportedHere`)."""
+        if isinstance(self.adapter, OneBotAdapter):
+            return OneBotClient(self.adapter)
+        raise NotSupportedHere("adapter.get_client",
+                               f"the {type(self.adapter).__name__} adapter has no platform client; OneBot (QQ) has one")
 
     def publish(self, message: Any) -> None:
         """Not supported: incoming messages enter with `await ctx.event_bus.publish(event)`."""
@@ -359,87 +355,184 @@ def _from_kira_dict(item: dict[str, Any] | OpenAIMessage | ChatMessage) -> ChatM
                        data.get("name"))
 
 
+class AwaitableList(list):  # type: ignore[type-arg]
+    """A list that may also be awaited (to itself): what KiraAI's synchronous history methods return here, so
+    KiraAI plugins use it plainly and code written for hookchat's earlier `await` form keeps working."""
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self
+        yield  # pragma: no cover - makes this a generator
+
+
+class AwaitableInt(int):
+    """An int that may also be awaited (to itself); see `AwaitableList`."""
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self
+        yield  # pragma: no cover
+
+
+class _Done:
+    """What a history write returns: nothing (as in KiraAI), awaitable for code that awaits it."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return None
+        yield  # pragma: no cover
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+DONE = _Done()
+
+
+def _run_blocking(make: Callable[[], Coroutine[Any, Any, Any]], method: str) -> Any:
+    """Run `make()` to its end on an event loop of its own in a short-lived thread, and return its result.
+
+    KiraAI's history methods are synchronous, so its plugins call them plainly, often from inside a hook; the
+    history store answers on whichever loop asks, so the calling thread (the app's loop too) simply waits for the
+    database, as it waits for KiraAI's file. Works inside and outside a running loop and from any thread.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = asyncio.run(make())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"hookchat {method}")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 class SessionManagerFacade:
     """KiraAI's `SessionManager` over hookchat's history: session info, and the session's history as KiraAI's
-    "memory" (a list of turns, each a list of OpenAI message dicts). The history methods must be awaited here.
+    "memory" (a list of turns, each a list of OpenAI message dicts).
 
-    Titles and descriptions set with `update_session_info` live in this process only.
+    As in KiraAI every method is a plain call that returns its answer (the caller waits for the database); the
+    answers may also be awaited, which is the same. With a cluster worker's shared history (on NATS, the app's own
+    loop) a plain call cannot wait without stopping that loop, so there the history methods must be awaited and a
+    plain use raises `TypeError` saying so. Titles and descriptions set with `update_session_info` live in this
+    process only.
     """
 
     def __init__(self, app: KiraApp) -> None:
         self._app = app
         self._info: dict[str, tuple[str | None, str | None]] = {}
 
-    def _history(self, method: str) -> Any:
+    def _history(self, method: str) -> SessionHistory:
         if self._app.history is None:
             raise NotSupportedHere(f"session_mgr.{method}", "this application keeps no history")
         return self._app.history
+
+    def _call(self, method: str, make: Callable[[SessionHistory], Coroutine[Any, Any, Any]]) -> Any:
+        history = self._history(method)
+        if not isinstance(history, HistoryStore):
+            return MustAwait(make(history), f"session_mgr.{method}")
+        value = _run_blocking(lambda: make(history), f"session_mgr.{method}")
+        if value is None:
+            return DONE
+        if isinstance(value, list):
+            return AwaitableList(value)
+        return AwaitableInt(value) if isinstance(value, int) else value
 
     def _session(self, sid: str) -> Session:
         base = _parse_sid(sid)
         title, description = self._info.get(sid, (None, None))
         return Session(base.adapter_name, base.session_type, base.session_id, title, description)
 
-    def get_session_info(self, session: str | None = None) -> Session | MustAwait:
+    def get_session_info(self, session: str | None = None) -> Any:
         """The `Session` of `session` (`adapter:dm|gm:id`) with its title and description; without an argument,
-        every session that has history (this form must be awaited)."""
+        a list of every session that has history."""
         if session is not None:
             return self._session(session)
 
-        async def every() -> list[Session]:
-            return [self._session(sid) for sid in await self._history("get_session_info").sessions()]
+        async def every(history: SessionHistory) -> list[Session]:
+            return [self._session(sid) for sid in await history.sessions()]
 
-        return MustAwait(every(), "session_mgr.get_session_info")
+        return self._call("get_session_info", every)
 
-    def update_session_info(self, session: str, title: str | None = None, description: str | None = None) -> None:
-        """Set a session's title and/or description (kept in this process)."""
+    def update_session_info(self, session: str, title: str | None = None, description: str | None = None) -> _Done:
+        """Set a session's title and/or description (kept in this process); an empty value keeps the old one."""
         old_title, old_description = self._info.get(session, (None, None))
         self._info[session] = (title or old_title, description or old_description)
+        return DONE
 
-    @_must_await("session_mgr.get_memory_count")
-    async def get_memory_count(self, session: str) -> int:
+    def get_memory_count(self, session: str) -> Any:
         """How many turns the session's history holds."""
-        return len(await self._history("get_memory_count").list_turns(session))
 
-    @_must_await("session_mgr.fetch_memory")
-    async def fetch_memory(self, session: str) -> list[dict[str, Any]]:
+        async def count(history: SessionHistory) -> int:
+            return len(await history.list_turns(session))
+
+        return self._call("get_memory_count", count)
+
+    def fetch_memory(self, session: str) -> Any:
         """The session's history as one list of OpenAI message dicts, oldest first (the window sent to the model)."""
-        return [_to_kira_dict(m) for m in await self._history("fetch_memory").get_history(session)]
 
-    @_must_await("session_mgr.read_memory")
-    async def read_memory(self, session: str) -> list[list[dict[str, Any]]]:
-        """Every stored turn of the session, oldest first, each a list of OpenAI message dicts."""
-        turns = await self._history("read_memory").list_turns(session)
-        return [[_to_kira_dict(m) for m in turn.messages] for turn in turns]
+        async def fetch(history: SessionHistory) -> list[dict[str, Any]]:
+            return [_to_kira_dict(m) for m in await history.get_history(session)]
 
-    @_must_await("session_mgr.get_existing_memory_snapshot")
-    async def get_existing_memory_snapshot(self, session: str) -> list[list[dict[str, Any]]] | None:
-        """Like `read_memory`, but None for a session without history."""
-        turns = await self._history("get_existing_memory_snapshot").list_turns(session)
-        return [[_to_kira_dict(m) for m in turn.messages] for turn in turns] if turns else None
+        return self._call("fetch_memory", fetch)
 
-    @_must_await("session_mgr.write_memory")
-    async def write_memory(self, session: str, memory: list[list[dict[str, Any]]]) -> None:
+    def read_memory(self, session: str) -> Any:
+        """Every stored turn of the session, oldest first, each a list of OpenAI message dicts (a copy: change the
+        history with `write_memory`)."""
+
+        async def read(history: SessionHistory) -> list[list[dict[str, Any]]]:
+            return [[_to_kira_dict(m) for m in turn.messages] for turn in await history.list_turns(session)]
+
+        return self._call("read_memory", read)
+
+    def get_existing_memory_snapshot(self, session: str) -> Any:
+        """Like `read_memory`, but None for a session without history (a plain None: not awaitable)."""
+
+        async def snapshot(history: SessionHistory) -> list[list[dict[str, Any]]] | None:
+            turns = await history.list_turns(session)
+            return [[_to_kira_dict(m) for m in turn.messages] for turn in turns] if turns else None
+
+        result = self._call("get_existing_memory_snapshot", snapshot)
+        return None if result is DONE else result
+
+    def write_memory(self, session: str, memory: list[list[dict[str, Any]]]) -> Any:
         """Replace the session's whole history with `memory` (turns of OpenAI message dicts).
 
-        Every message is checked before anything is deleted, so malformed input loses nothing.
+        Every message is checked before anything is deleted, so malformed input loses nothing (`ValueError`).
         """
-        history = self._history("write_memory")
         turns = [[_from_kira_dict(m) for m in chunk] for chunk in memory]
-        await history.clear(session)
-        for messages in turns:
+
+        async def write(history: SessionHistory) -> None:
+            await history.clear(session)
+            for messages in turns:
+                await history.append_turn(session, messages)
+
+        return self._call("write_memory", write)
+
+    def update_memory(self, session: str, new_chunk: list[dict[str, Any] | OpenAIMessage]) -> Any:
+        """Append one turn (OpenAI message dicts or `OpenAIMessage`s) to the session's history."""
+        messages = [_from_kira_dict(m) for m in new_chunk]
+
+        async def update(history: SessionHistory) -> None:
             await history.append_turn(session, messages)
 
-    @_must_await("session_mgr.update_memory")
-    async def update_memory(self, session: str, new_chunk: list[dict[str, Any] | OpenAIMessage]) -> None:
-        """Append one turn (OpenAI message dicts or `OpenAIMessage`s) to the session's history."""
-        await self._history("update_memory").append_turn(session, [_from_kira_dict(m) for m in new_chunk])
+        return self._call("update_memory", update)
 
-    @_must_await("session_mgr.delete_session")
-    async def delete_session(self, session: str) -> None:
+    def delete_session(self, session: str) -> Any:
         """Delete the session's history (and its title and description)."""
         self._info.pop(session, None)
-        await self._history("delete_session").clear(session)
+
+        async def delete(history: SessionHistory) -> None:
+            await history.clear(session)
+
+        return self._call("delete_session", delete)
 
 
 # -- providers -------------------------------------------------------------------------------------------------

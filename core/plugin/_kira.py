@@ -50,11 +50,14 @@ def wants_whole_output(engine: HookEngine) -> bool:
 
 
 class NotSupportedHere(NotImplementedError):
-    """A KiraAI plugin API hookchat does not provide; the message names the method and says why."""
+    """A KiraAI plugin API hookchat does not provide; the message names the method, says why, and points to the
+    page that lists KiraAI's plugin API name by name."""
+
+    PAGE = "docs/kira-compat.md"
 
     def __init__(self, method: str, why: str = "") -> None:
         self.method = method
-        super().__init__(f"not supported here: {method}" + (f" ({why})" if why else ""))
+        super().__init__(f"not supported here: {method}" + (f" ({why})" if why else "") + f"; see {self.PAGE}")
 
 
 class KiraRuntime(Protocol):

@@ -31,6 +31,7 @@ from core.chat.message_elements import Text
 from core.config import HookchatConfig
 from core.history import HistoryStore, SessionHistory
 from core.kira import KiraRuntimeImpl
+from core.mcp import McpManager
 from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
 from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
@@ -160,6 +161,9 @@ class HookChat:
         self.tool_server: ToolRegistryServer | None = None
         if serve_tools:  # `hookchat run`: the HTTP tool registry on [server] host:port
             self.tool_server = ToolRegistryServer(self.config.server, self.plugins.tools, self.data_dir)
+        #: The MCP servers of `[mcp]` as tool sources (docs/mcp.md); started after the plugins, so a plugin's tool
+        #: keeps its name and a colliding MCP tool is renamed.
+        self.mcp = McpManager(self.config, self.plugins.tools, data_dir=self.data_dir)
         #: Makes a plugin's `self.store` when it must live outside this process (a cluster worker sets it); None:
         #: each plugin's own SQLite file.
         self.store_factory: Callable[[str], PluginStoreLike] | None = None
@@ -188,6 +192,7 @@ class HookChat:
             else:
                 self.plugins.add_folder(item)
         await self.plugins.load_all()
+        await self.mcp.start()
         for adapter in self.adapters.values():
             await adapter.start(self)
         if self.push is not None:
@@ -253,6 +258,7 @@ class HookChat:
                 await adapter.stop()
             except Exception:
                 logger.exception("adapter %r failed to stop", adapter.name)
+        await self.mcp.aclose()
         await self.plugins.shutdown()
         if self.history is not None:
             await self.history.close()

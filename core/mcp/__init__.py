@@ -21,9 +21,14 @@ from core.mcp._connection import (
     expand_env,
 )
 from core.mcp._manager import McpManager, read_servers_file
+from core.mcp._serve import LOOPBACK_HOSTS, McpHttpListener, McpServeError, McpToolServer
 from core.mcp._results import MAX_MEDIA_BASE64, MAX_RESULT_CHARS, to_tool_result
 
 __all__ = [
+    "LOOPBACK_HOSTS",
+    "McpHttpListener",
+    "McpServeError",
+    "McpToolServer",
     "MAX_DESCRIPTION",
     "MAX_MEDIA_BASE64",
     "MAX_RESULT_CHARS",

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -368,6 +369,10 @@ class McpConnection:
             assert cfg.command is not None
             env = {key: expand_env(value, f"{where}: env.{key}") for key, value in cfg.env.items()}
             command, args = cfg.command, list(cfg.args)
+            path = {**os.environ, **env}.get("PATH", os.defpath)
+            if shutil.which(command, path=path) is None:  # said here: behind the launcher it would read "closed"
+                raise McpConfigError(f"{where}: command {command!r} not found (not a file, or not on PATH); install "
+                                     "it or give its full path")
             if os.name == "posix":  # the launcher ties the server's process group to this process (see it)
                 command, args = sys.executable, ["-I", "-S", str(_LAUNCHER), str(os.getpid()), "--", command, *args]
             params = StdioServerParameters(command=command, args=args, env=env or None,

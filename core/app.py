@@ -32,6 +32,7 @@ from core.chat.message_elements import Text
 from core.config import ConfigError, HookchatConfig
 from core.history import HistoryStore, InboxEntry, SessionHistory
 from core.kira import KiraRuntimeImpl
+from core.mcp import McpManager
 from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
 from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
@@ -183,6 +184,9 @@ class HookChat:
             from core.server import ToolRegistryServer  # starlette and uvicorn: only for the commands that serve
 
             self.tool_server = ToolRegistryServer(self.config.server, self.plugins.tools, self.data_dir)
+        #: The MCP servers of `[mcp]` as tool sources (docs/mcp.md); started after the plugins, so a plugin's tool
+        #: keeps its name and a colliding MCP tool is renamed.
+        self.mcp = McpManager(self.config, self.plugins.tools, data_dir=self.data_dir)
         #: Makes a plugin's `self.store` when it must live outside this process (a cluster worker sets it); None:
         #: each plugin's own SQLite file.
         self.store_factory: Callable[[str], PluginStoreLike] | None = None
@@ -211,6 +215,7 @@ class HookChat:
             else:
                 self.plugins.add_folder(item)
         await self.plugins.load_all()
+        await self.mcp.start()
         for adapter in self.adapters.values():
             await adapter.start(self)
         if self.push is not None:
@@ -335,6 +340,7 @@ class HookChat:
                     min(SHUTDOWN_GRACE, left(1 / 4)))
         for adapter in self.adapters.values():
             await stage(adapter.stop(), f"adapter {adapter.name!r}: stop()", min(SHUTDOWN_GRACE, left(1 / 4)))
+        await stage(self.mcp.aclose(), "the MCP servers", min(SHUTDOWN_GRACE, left(1 / 4)))
         await self.plugins.shutdown(timeout=left())
         closing = min(SHUTDOWN_GRACE, max(left(), reserve))
         if self.history is not None:

@@ -1,7 +1,8 @@
 """The `hookchat` command: `chat` (terminal chat), `run` (start the configured adapters and the tool registry),
 `web` (the web console alone), `plugins` (status and failure reasons), `hooks` (the resolved order per event),
 `trace` (the last turns' traces), `status` (the inbox's waiting and poison messages, or with `[cluster]` a
-cluster's workers and lag) and `new-plugin NAME`."""
+cluster's workers and lag), `mcp list|serve` (MCP servers as tool sources; the plugins' tools served over MCP)
+and `new-plugin NAME`."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ if TYPE_CHECKING:
     from core.trace import Trace, Tracer
     from core.web import WebConsole
 
-__all__ = ["main"]
+__all__ = ["main", "MCP_TOKEN_ENV"]
+
+#: The environment variable holding the bearer token of `hookchat mcp serve --http`.
+MCP_TOKEN_ENV = "HOOKCHAT_MCP_TOKEN"
 
 
 def _app(config: HookchatConfig, *, console: ConsoleAdapter | None = None) -> HookChat:
@@ -309,6 +313,49 @@ async def _hooks(config: HookchatConfig, as_json: bool) -> int:
     return 0
 
 
+async def _mcp_list(config: HookchatConfig, as_json: bool) -> int:
+    async with _app(config) as app:
+        statuses = app.mcp.status()
+    if as_json:
+        print(json.dumps(statuses, indent=2))
+        return 0
+    if not statuses:
+        print("no MCP servers configured ([[mcp.servers]] or [mcp] servers_file; see docs/mcp.md)")
+    for s in statuses:
+        print(f"{s['name']:<20} {s['state']:<10} {s['type']:<15} {s['target']}" + (f"  ({s['server']})"
+                                                                                   if s["server"] else ""))
+        if s["last_error"]:
+            print(f"{'':<20} last error: {s['last_error']}")
+        for tool in s["tools"]:
+            shown = tool["name"] if tool["name"] == tool["remote_name"] else f"{tool['remote_name']} as {tool['name']}"
+            print(f"{'':<20} {tool['status']:<8} {shown or tool['remote_name']}" + (f": {tool['reason']}"
+                                                                                   if tool["reason"] else ""))
+    return 1 if any(s["state"] not in ("ready", "idle", "disabled") for s in statuses) else 0
+
+
+async def _mcp_serve(config: HookchatConfig, http: bool, host: str, port: int) -> int:
+    from core.app import HookChat
+    from core.config import McpConfig
+    from core.mcp import McpToolServer
+
+    # The plugins' tools only: the app connects to no MCP server of its own while it serves (no loops).
+    app = HookChat(config.model_copy(update={"mcp": McpConfig()}))
+    async with app:
+        server = McpToolServer(app.plugins.tools)
+        names = ", ".join(t.name for t in server.offered()) or "none"
+        if not http:
+            print(f"[hookchat] serving tools over MCP on stdio: {names}", file=sys.stderr, flush=True)
+            await server.serve_stdio()
+            return 0
+        async with server.http(host, port, token=os.environ.get(MCP_TOKEN_ENV) or None) as listener:
+            print(f"[hookchat] serving tools over MCP on {listener.url}: {names}", file=sys.stderr, flush=True)
+            if not os.environ.get(MCP_TOKEN_ENV):
+                print(f"[hookchat] bearer token (set {MCP_TOKEN_ENV} to choose it): {listener.token}",
+                      file=sys.stderr, flush=True)
+            await asyncio.Event().wait()
+    return 0
+
+
 def _trace(config: HookchatConfig, count: int, trace_id: str | None, as_json: bool) -> int:
     from core.trace import default_file, read_json_lines, render_trace
 
@@ -389,6 +436,17 @@ def _parser() -> argparse.ArgumentParser:
                        ("hooks", "show the resolved hook order per event, and the tools and tags offered")):
         cmd = sub.add_parser(name, help=text, parents=[common])
         cmd.add_argument("--json", action="store_true", help="print JSON")
+    mcp = sub.add_parser("mcp", help="MCP: list the configured servers, or serve the plugins' tools over MCP",
+                         parents=[common])
+    mcp_sub = mcp.add_subparsers(dest="mcp_command", required=True)
+    mcp_list = mcp_sub.add_parser("list", help="the MCP servers, their state and their tools", parents=[common])
+    mcp_list.add_argument("--json", action="store_true", help="print JSON")
+    serve = mcp_sub.add_parser("serve", help="serve the plugins' tools over MCP (stdio, or --http)",
+                               parents=[common])
+    serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio (needs a token: "
+                                                           f"${MCP_TOKEN_ENV}, or one is made and printed)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8790, help="port with --http (default 8790)")
     new = sub.add_parser("new-plugin", help="create a working plugin skeleton", parents=[common])
     new.add_argument("name")
     new.add_argument("--dir", default="data/plugins", help="where to create it (default: data/plugins)")
@@ -435,6 +493,10 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_web(config, args.host, args.port, args.reload))
         if args.command == "plugins":
             return asyncio.run(_plugins(config, args.json))
+        if args.command == "mcp":
+            if args.mcp_command == "list":
+                return asyncio.run(_mcp_list(config, args.json))
+            return asyncio.run(_mcp_serve(config, args.http, args.host, args.port))
         return asyncio.run(_hooks(config, args.json))
     except KeyboardInterrupt:
         return 130
@@ -449,12 +511,14 @@ def _reported_errors() -> tuple[type[Exception], ...]:
     adapter configuration. Imported once one was raised: their modules are among
     the heavy ones a command imports only when it runs."""
     from core.adapter import AdapterError
+    from core.mcp import McpConfigError, McpServeError
     from core.provider.local import ModelNotInstalledError
     from core.trace import OtelNotInstalledError
     from core.utils.net import InsecureListenerError
     from core.web import WebConsoleError
 
-    return ModelNotInstalledError, WebConsoleError, OtelNotInstalledError, InsecureListenerError, AdapterError
+    return (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError, InsecureListenerError, AdapterError,
+            McpConfigError, McpServeError)
 
 
 if __name__ == "__main__":

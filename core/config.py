@@ -39,6 +39,9 @@ __all__ = [
     "MediaConfig",
     "TraceConfig",
     "WebConfig",
+    "McpConfig",
+    "McpServerConfig",
+    "SkillsConfig",
     "ConfigError",
     "load_config",
     "DEFAULT_CONFIG_PATH",
@@ -357,6 +360,80 @@ class WebConfig(_Section):
     allowed_hosts: list[Annotated[str, Field(min_length=1)]] = ["localhost", "127.0.0.1", "::1"]
 
 
+class McpServerConfig(_Section):
+    """One `[[mcp.servers]]` entry: an MCP server whose tools the model may call (docs/mcp.md).
+
+    `type` is `stdio` (`command`, `args`, `env`, `cwd`), `streamable_http` or `sse` (`url`, `headers`); left out,
+    it follows from the keys (a `command` is stdio, a `url` ending in `/sse` is SSE, any other `url` streamable
+    HTTP). Values of `env` and `headers` may name environment variables as `${NAME}`, read when connecting, so
+    secrets stay out of the file. `timeout` bounds each tool call (at most 300 s), `connect_timeout` the start of
+    the session; `lazy` connects on the first call instead of at start-up; `tool_prefix` is put before every tool
+    name the server offers.
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    type: Literal["stdio", "streamable_http", "sse"] | None = None
+    command: str | None = Field(default=None, min_length=1)
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: _ResolvedPath | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    headers: dict[str, str] = {}
+    enabled: bool = True
+    lazy: bool = False
+    timeout: float = Field(default=30.0, gt=0, le=300)
+    connect_timeout: float = Field(default=30.0, gt=0, le=300)
+    tool_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9_.-]{0,32}$")
+
+    @model_validator(mode="after")
+    def _transport(self) -> McpServerConfig:
+        if self.type is None:
+            if self.command:
+                self.type = "stdio"
+            elif self.url:
+                self.type = "sse" if self.url.rstrip("/").endswith("/sse") else "streamable_http"
+            else:
+                raise ValueError(f"MCP server {self.name!r}: give a command (stdio) or a url (streamable_http, sse)")
+        if self.type == "stdio" and not self.command:
+            raise ValueError(f"MCP server {self.name!r}: a stdio server needs a command")
+        if self.type != "stdio" and not self.url:
+            raise ValueError(f"MCP server {self.name!r}: a {self.type} server needs a url")
+        return self
+
+
+class McpConfig(_Section):
+    """`[mcp]`: MCP servers as tool sources. `servers` are the `[[mcp.servers]]` entries; `servers_file` names an
+    `mcpServers` JSON file (Claude Desktop's and KiraAI's format), read as it is, beside them."""
+
+    servers: list[McpServerConfig] = []
+    servers_file: _ResolvedPath | None = None
+
+    @field_validator("servers")
+    @classmethod
+    def _unique_servers(cls, value: list[McpServerConfig]) -> list[McpServerConfig]:
+        dupes = _duplicates([s.name for s in value])
+        if dupes:
+            raise ValueError(f"MCP server names must be unique ({dupes})")
+        return value
+
+
+class SkillsConfig(_Section):
+    """`[skills]`: Agent Skills, folders with a `SKILL.md` under `dir` (docs/skills.md). `disabled` names skills
+    never offered; `scope` limits one skill to some sessions: `{allow = [sid, ...]}` or `{deny = [sid, ...]}`."""
+
+    dir: _ResolvedPath = Path("skills")
+    disabled: list[str] = []
+    scope: dict[str, dict[Literal["allow", "deny"], list[str]]] = {}
+
+    @field_validator("scope")
+    @classmethod
+    def _one_mode(cls, value: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+        for name, entry in value.items():
+            if len(entry) != 1:
+                raise ValueError(f"skill {name!r}: give either allow or deny, not both (or neither)")
+        return value
+
+
 class ClusterConfig(_Section):
     """`[cluster]`: gateways and workers on NATS JetStream (`hookchat run --role gateway|worker`, docs/scale-out.md).
 
@@ -402,6 +479,8 @@ class HookchatConfig(_Section):
     trace: TraceConfig = Field(default_factory=dict)
     web: WebConfig = Field(default_factory=dict)
     cluster: ClusterConfig = Field(default_factory=dict)
+    mcp: McpConfig = Field(default_factory=dict)
+    skills: SkillsConfig = Field(default_factory=dict)
     #: The file this config was read from (None: the defaults, or built in code); messages about it name it.
     _source: Path | None = PrivateAttr(default=None)
 

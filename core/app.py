@@ -5,8 +5,10 @@ It is the `PluginHost` plugins and services see: the one send path, the session 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +168,7 @@ class HookChat:
             tags=self.plugins.tags,
             history=self.history,
             drafts=self.drafts_for,
+            typing=self.typing_for,
             settings=AgentSettings(
                 max_steps=limits.max_steps, tool_timeout=limits.tool_timeout, max_tool_timeout=limits.max_tool_timeout,
                 max_messages=limits.max_messages_per_turn, max_chars=limits.max_chars_per_turn,
@@ -394,6 +397,11 @@ class HookChat:
         if adapter is None or not adapter.drafts:
             return None
         return lambda text: adapter.draft(session, text)
+
+    def typing_for(self, session: Session) -> AbstractAsyncContextManager[None]:
+        """What shows that the bot is writing to `session` while the model works: its adapter's `typing`."""
+        adapter = self.adapters.get(session.adapter_name)
+        return adapter.typing(session) if adapter is not None else contextlib.nullcontext()
 
     def capabilities(self, session: Session) -> frozenset[str]:
         """The element types the session's adapter can send."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import importlib
 import importlib.metadata
 from typing import Any, Protocol
@@ -72,6 +73,12 @@ class Adapter(abc.ABC):
         """The visible text of the message the model is writing, so far (only when `drafts` is True); the
         finished message still comes through `send`."""
 
+    def typing(self, session: Session) -> contextlib.AbstractAsyncContextManager[None]:
+        """Held while the model writes an answer for `session` (around each model call of a turn), so a platform
+        with a typing indicator can show it meanwhile; it must never raise into the turn. The default shows
+        nothing."""
+        return contextlib.nullcontext()
+
     async def send_in_turn(self, session: Session, chain: MessageChain, event: KiraEvent | None) -> KiraIMSentResult:
         """Send one message as the app's send path does: `event` is the turn (or push) it belongs to, or None.
         Adapters that need to know the turn override this (a cluster worker's remote adapter numbers a turn's
@@ -88,6 +95,8 @@ ADAPTER_ENTRY_POINT_GROUP = "hookchat.adapters"
 _BUILTIN_TYPES = {
     "console": "core.adapter.console:ConsoleAdapter",
     "onebot": "core.adapter.onebot:OneBotAdapter",
+    "telegram": "core.adapter.telegram:TelegramAdapter",
+    "discord": "core.adapter.discord:DiscordAdapter",
 }
 
 

@@ -12,11 +12,13 @@ the turn: nothing later runs, nothing more is sent, and history records only wha
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -116,6 +118,7 @@ class AgentLoop:
         history: TurnHistory | None = None,
         drafts: Callable[[Session], Callable[[str], Awaitable[None]] | None] | None = None,
         settings: AgentSettings | None = None,
+        typing: Callable[[Session], AbstractAsyncContextManager[None]] | None = None,
     ) -> None:
         self.engine = engine
         self.provider = provider
@@ -124,6 +127,8 @@ class AgentLoop:
         self.tags = tags if tags is not None else OwnedRegistry("tag")
         self.history = history
         self.drafts = drafts
+        #: Held around each model call of a session (its adapter's typing indicator); none by default.
+        self._typing = typing or (lambda session: contextlib.nullcontext())
         #: Characters per token assumed when fitting requests to the window; lowered by what the model counts.
         self.chars_per_token = _CHARS_PER_TOKEN
         self.settings = settings or AgentSettings()
@@ -178,10 +183,11 @@ class AgentLoop:
             try:
                 for attempt in (1, 2):
                     try:
-                        if streaming:
-                            resp = await self._stream_model(batch, req, tag_set, result, step_sent)
-                        else:
-                            resp = await self._call_model(req)
+                        async with self._typing(batch.session):  # the platform's "typing..." while the model writes
+                            if streaming:
+                                resp = await self._stream_model(batch, req, tag_set, result, step_sent)
+                            else:
+                                resp = await self._call_model(req)
                         break
                     except ContextOverflowError as exc:
                         # The estimate was too kind for this text: learn the model's own count, fit, retry once.

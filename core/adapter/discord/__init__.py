@@ -1,0 +1,31 @@
+"""Discord on discord.py 2: the adapter, its options, and the conversions between Discord messages and hookchat's
+elements. Needs the `discord` extra: `pip install 'hookchat[discord]'`.
+
+    [[adapters.instances]]
+    type = "discord"
+    options = { token_env = "DISCORD_BOT_TOKEN" }
+
+See docs/adapters.md ("Discord") for every option, the intents, and how to set the bot up in the Developer Portal.
+"""
+
+from core.adapter import AdapterError
+
+try:
+    import discord  # noqa: F401
+except ImportError as exc:  # the optional extra is not installed
+    raise AdapterError("the discord adapter needs discord.py, which is not installed: "
+                       "pip install 'hookchat[discord]'") from exc
+
+from core.adapter.discord._adapter import CAPABILITIES, INTENTS, DiscordAdapter  # noqa: E402
+from core.adapter.discord._convert import (  # noqa: E402
+    TEXT_LIMIT,
+    attachment_element,
+    content_to_elements,
+    embed_of,
+    split_content,
+    to_parts,
+)
+from core.adapter.discord._options import DiscordOptions  # noqa: E402
+
+__all__ = ["DiscordAdapter", "DiscordOptions", "CAPABILITIES", "INTENTS", "TEXT_LIMIT", "attachment_element",
+           "content_to_elements", "embed_of", "split_content", "to_parts"]

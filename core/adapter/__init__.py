@@ -1,6 +1,7 @@
 """Platform adapters: what a chat platform implements to deliver messages to the bot and send its answers.
 
-Built-in types: `console` (`core.adapter.console`) and `onebot` (`core.adapter.onebot`, QQ through OneBot v11);
+Built-in types: `console` (`core.adapter.console`), `onebot` (`core.adapter.onebot`, QQ through OneBot v11) and
+`matrix` (`core.adapter.matrix`, needs the `matrix` extra);
 installed packages add more through the `hookchat.adapters` entry point group. The contract, for authors of
 adapters, is docs/adapters.md.
 """
@@ -88,6 +89,7 @@ ADAPTER_ENTRY_POINT_GROUP = "hookchat.adapters"
 _BUILTIN_TYPES = {
     "console": "core.adapter.console:ConsoleAdapter",
     "onebot": "core.adapter.onebot:OneBotAdapter",
+    "matrix": "core.adapter.matrix:MatrixAdapter",
 }
 
 

@@ -1,6 +1,7 @@
 """Platform adapters: what a chat platform implements to deliver messages to the bot and send its answers.
 
-Built-in types: `console` (`core.adapter.console`) and `onebot` (`core.adapter.onebot`, QQ through OneBot v11);
+Built-in types: `console` (`core.adapter.console`), `onebot` (`core.adapter.onebot`, QQ through OneBot v11) and
+`matrix` (`core.adapter.matrix`, needs the `matrix` extra);
 installed packages add more through the `hookchat.adapters` entry point group. The contract, for authors of
 adapters, is docs/adapters.md.
 """
@@ -97,6 +98,7 @@ _BUILTIN_TYPES = {
     "onebot": "core.adapter.onebot:OneBotAdapter",
     "telegram": "core.adapter.telegram:TelegramAdapter",
     "discord": "core.adapter.discord:DiscordAdapter",
+    "matrix": "core.adapter.matrix:MatrixAdapter",
 }
 
 

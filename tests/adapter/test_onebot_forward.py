@@ -12,7 +12,7 @@ import websockets
 from websockets.asyncio.server import serve
 
 from core.adapter.onebot import ActionFailed, OneBotAdapter
-from core.adapter.onebot._forward import backoff_delay
+from core.utils.backoff import backoff_delay
 from core.chat import Group, MessageChain, Session
 from core.chat.message_elements import At, Record, Reply, Text
 from core.testing import ScriptedProvider

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.adapter.onebot._connection import Connection, NotConnected, OneBotError
-from core.adapter.onebot._recent import Recent
+from core.utils.recent import Recent
 
 __all__ = ["Account", "Accounts"]
 

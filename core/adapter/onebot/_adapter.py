@@ -38,7 +38,7 @@ from core.adapter.onebot._events import (
 )
 from core.adapter.onebot._forward import dial_forever
 from core.adapter.onebot._options import OneBotOptions, options_error
-from core.adapter.onebot._recent import Recent
+from core.utils.recent import Recent
 from core.adapter.onebot._reverse import serve_reverse
 from core.adapter.onebot._segments import to_messages, to_segments
 from core.chat.message_elements import MediaError, Poke

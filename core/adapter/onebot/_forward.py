@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 
-__all__ = ["dial_forever", "backoff_delay", "with_token"]
+from core.utils.backoff import backoff_delay
+
+__all__ = ["dial_forever", "with_token"]
 
 logger = logging.getLogger("hookchat.adapter.onebot")
-
-
-def backoff_delay(failures: int, initial: float, maximum: float) -> float:
-    """Seconds to wait after `failures` failed attempts in a row: doubling from `initial` up to `maximum`, then a
-    random part of it (half to all), so many bots do not reconnect in step."""
-    ceiling = min(maximum, initial * 2 ** min(failures, 30))
-    return random.uniform(ceiling / 2, ceiling)
 
 
 def with_token(url: str, token: str) -> str:

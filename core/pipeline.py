@@ -134,13 +134,9 @@ class TurnScheduler:
         self._queues: dict[str, deque[_Queued]] = {}
         self._workers = TaskOwner("the turn scheduler")
         self._running: dict[str, asyncio.Task[None]] = {}  # session -> its worker, while a turn runs
-<<<<<<< HEAD
         self._cancelling: set[asyncio.Task[None]] = set()  # workers whose running turn `cancel()` asked to end
-        hook_stuck.connect(self._abandon_stuck)  # held weakly: gone with the scheduler
-=======
-        self._cancelling: set[str] = set()  # sessions whose running turn `cancel()` asked to end
         self._overflowed: set[str] = set()  # sessions told their waiting batch is full (until it starts)
->>>>>>> inbox
+        hook_stuck.connect(self._abandon_stuck)  # held weakly: gone with the scheduler
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
         """Queue a batch for its session (joining the batch that waits, if any); the future resolves to the
@@ -160,19 +156,8 @@ class TurnScheduler:
                 future.cancel()
                 return future
         if queue is None:
-            self._queues[sid] = deque([_Queued(batch, future)])
-            self._workers.spawn(self._drain(sid), name=f"turns:{sid}")
+            self._start_worker(sid, deque([_Queued(batch, future)]))
             return future
-<<<<<<< HEAD
-        self._start_worker(batch.sid, deque([(batch, future)]))
-        return future
-
-    def _start_worker(self, sid: str, queue: deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]) -> None:
-        self._queues[sid] = queue
-        self._workers.spawn(self._drain(sid, queue), name=f"turns:{sid}")
-
-    async def _drain(self, sid: str, queue: deque[tuple[KiraMessageBatchEvent, asyncio.Future[TurnResult]]]) -> None:
-=======
         if queue and not queue[-1].started and _mergeable(queue[-1].batch, batch):
             queue[-1].batch.messages.extend(batch.messages)
             queue[-1].futures.append(future)
@@ -208,9 +193,11 @@ class TurnScheduler:
             self._overflowed.add(session.sid)
             self._workers.spawn(self._overflow(session, self.max_waiting or 0), name=f"overflow:{session.sid}")
 
-    async def _drain(self, sid: str) -> None:
-        queue = self._queues[sid]
->>>>>>> inbox
+    def _start_worker(self, sid: str, queue: deque[_Queued]) -> None:
+        self._queues[sid] = queue
+        self._workers.spawn(self._drain(sid, queue), name=f"turns:{sid}")
+
+    async def _drain(self, sid: str, queue: deque[_Queued]) -> None:
         worker = asyncio.current_task()
         assert worker is not None
         try:
@@ -257,12 +244,12 @@ class TurnScheduler:
                         worker.uncancel()
                 queue.popleft()
         finally:
-<<<<<<< HEAD
             self._cancelling.discard(worker)
-            for _, future in queue:
-                future.cancel()
+            for entry in queue:
+                entry.cancel()
             if self._queues.get(sid) is queue:  # not when this worker was abandoned: the queue is another's now
                 del self._queues[sid]
+                self._overflowed.discard(sid)
 
     def _abandon_stuck(self, _engine: object, *, task: object, plugin_id: str, hook_name: str, event_name: str,
                        **_: object) -> None:
@@ -271,24 +258,17 @@ class TurnScheduler:
         if sid is None:
             return
         queue = self._queues[sid]
-        stuck_batch, stuck_future = queue.popleft()
+        stuck = queue.popleft()
         later = deque(queue)
         queue.clear()
-        queue.append((stuck_batch, stuck_future))  # the old worker keeps only its stuck turn
+        queue.append(stuck)  # the old worker keeps only its stuck turn
         del self._running[sid]
         del self._queues[sid]
-        stuck_future.cancel()
+        stuck.cancel()
         logger.error("turn of %s abandoned: plugin %r hook %s (%s) ignored its cancellation; the session goes on "
                      "with its next turn", sid, plugin_id, hook_name, event_name)
         if later:
             self._start_worker(sid, later)
-=======
-            self._cancelling.discard(sid)
-            self._overflowed.discard(sid)
-            for entry in queue:
-                entry.cancel()
-            del self._queues[sid]
->>>>>>> inbox
 
     def _forgotten(self, batch: KiraMessageBatchEvent, why: str) -> None:
         logger.info("turn of %s %s: its %d message(s) will not be answered", batch.sid, why, len(batch.messages))

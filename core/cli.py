@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from core.adapter.console import ConsoleAdapter
     from core.app import HookChat
     from core.config import HookchatConfig
+    from core.provider.local import LocalLlamaProvider
     from core.trace import Trace, Tracer
     from core.web import WebConsole
 
@@ -90,15 +91,35 @@ async def _chat(config: HookchatConfig, show_traces: bool = False, reload: bool 
 
     if show_traces:
         app.tracer.finished.connect(print_trace)  # a strong reference lives in this frame until the chat ends
+    loading: asyncio.Task[None] | None = None
+    note = ""
     if isinstance(app.provider, LocalLlamaProvider):
-        app.provider.on_progress = lambda text: print(f"[hookchat] {text}", file=sys.stderr, flush=True)
-        await app.provider.load()
+        app.provider.check_installed()  # a missing model is said now, not at the first message
+        note = " (loading while you type: a first message waits for it)"
     # A plugin that failed to load is logged (stderr) with its reason.
     async with _serving(app, reload=reload, web=False):
-        print(f"[hookchat] chatting with {getattr(app.provider, 'model_name', app.provider.name)}; "
+        if isinstance(app.provider, LocalLlamaProvider):
+            # The prompt comes first; the model loads while the user types, quietly: its progress lines would land
+            # in the middle of the line being typed.
+            loading = asyncio.create_task(_load_quietly(app.provider), name="hookchat model load")
+        print(f"[hookchat] chatting with {getattr(app.provider, 'model_name', app.provider.name)}{note}; "
               "/help for commands, /quit or Ctrl-D to leave", file=sys.stderr, flush=True)
-        await console.repl()
+        try:
+            await console.repl()
+        finally:
+            if loading is not None:
+                loading.cancel()
+                await asyncio.gather(loading, return_exceptions=True)
     return 0
+
+
+async def _load_quietly(provider: LocalLlamaProvider) -> None:
+    """Load the embedded model ahead of the first message; a failure is left for that message's turn, which
+    loads again and reports it like any model error."""
+    try:
+        await provider.load()
+    except Exception as exc:  # noqa: BLE001 - reported by the turn that needs the model
+        logging.getLogger("hookchat").info("loading the model ahead of the first message failed: %s", exc)
 
 
 class _Stop:

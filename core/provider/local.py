@@ -200,11 +200,20 @@ class LocalLlamaProvider(LLMProvider):
         """Always True: `stream` yields text as it is generated."""
         return True
 
+    def check_installed(self) -> None:
+        """Raise `ModelNotInstalledError` (naming the install command) now if the model cannot run, without loading
+        it: `hookchat chat` checks before its prompt and then loads the model while the user types."""
+        if importlib.util.find_spec("xllamacpp") is None:
+            raise ModelNotInstalledError(f"xllamacpp is not installed: run {INSTALL_HINT}")
+        if not self.model_path.is_file():
+            raise ModelNotInstalledError(f"model file {self.model_path} does not exist")
+
     async def load(self) -> None:
         """Load the model (once; later calls return at once), in a worker thread.
 
         xllamacpp holds Python's GIL while its server starts (0.3-0.8 s for the embedded model), so the event loop
-        stalls for that long however the load is run: load before serving (the CLI does).
+        stalls for that long however the load is run: load before serving, or while nothing else runs (the
+        terminal chat loads it while the user types the first message, which waits for it).
         """
         if self._server is not None:
             return

@@ -252,6 +252,8 @@ class LimitsConfig(_Section):
     message_attempts: int = Field(default=3, ge=1)
     poison_notice: str = ("Sorry, something went wrong every time I tried to answer your message (\"{message}\"), "
                           "so I have stopped trying. Please rephrase it, or tell the bot's operator.")
+    #: What the sender of a message the cluster's stream refuses for good (too large) is told.
+    refused_notice: str = "Sorry, I could not take your message (\"{message}\"): {reason}."
 
     @field_validator("tool_timeout")
     @classmethod
@@ -452,6 +454,13 @@ class ClusterConfig(_Section):
     dedup_window: float = Field(default=600.0, gt=0)
     receipt_timeout: float = Field(default=5.0, ge=0)
     history_turns: int = Field(default=200, ge=1)
+    #: A gateway's publish that the server has not confirmed in this many seconds counts as failed: the gateway
+    #: then spools (it keeps the message and its id, and publishes it again; the stream stores it once).
+    publish_timeout: float = Field(default=2.0, gt=0)
+    #: The bounds of a gateway's spool (`cluster-spool.sqlite3` in its data directory), which holds incoming
+    #: messages while the server is away; when it is full, the adapters stop reading from their platforms.
+    spool_messages: int = Field(default=100_000, gt=0)
+    spool_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     #: The name this process registers under (default: host name and process id).
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]+$")
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import socket
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import nats
@@ -90,6 +91,8 @@ class Bus:
         self.members: KeyValue | None = None
         self.leases: KeyValue | None = None
         self._closing = False
+        #: Called with False when the connection to the server drops and True when it is back.
+        self.on_connection: Callable[[bool], None] | None = None
 
     def in_subject(self, partition: int) -> str:
         """Where messages of `partition` are published."""
@@ -98,6 +101,11 @@ class Bus:
     def out_subject(self, gateway: str) -> str:
         """Where replies for `gateway` are published."""
         return f"{self.prefix}.out.{gateway}"
+
+    def partition_of_subject(self, subject: str) -> int | None:
+        """The partition an incoming message's subject names (None for another subject)."""
+        head, _, number = subject.rpartition(".")
+        return int(number) if head == f"{self.prefix}.in" and number.isdigit() else None
 
     def partition(self, sid: str) -> int:
         """The partition of session `sid`."""
@@ -109,9 +117,13 @@ class Bus:
         async def disconnected() -> None:
             if not self._closing:
                 logger.warning("cluster: %s lost the NATS server %s; reconnecting", self.name, self.config.url)
+                if self.on_connection is not None:
+                    self.on_connection(False)
 
         async def reconnected() -> None:
             logger.warning("cluster: %s reconnected to the NATS server", self.name)
+            if self.on_connection is not None:
+                self.on_connection(True)
 
         async def error(exc: Exception) -> None:
             logger.debug("cluster: NATS client error: %s", str(exc) or type(exc).__name__)
@@ -196,12 +208,13 @@ class Bus:
                 await sub.unsubscribe()
         return found
 
-    async def publish(self, subject: str, data: dict[str, Any], msg_id: str,
-                      headers: dict[str, str] | None = None) -> None:
-        """Publish to JetStream and wait for the stream to hold it; the stream drops a second message with the same
-        `msg_id` within `[cluster] dedup_window`, so retrying after a lost answer never duplicates."""
-        await self.js.publish(subject, json.dumps(data, ensure_ascii=False).encode(),
-                              headers={"Nats-Msg-Id": msg_id, **(headers or {})})
+    async def publish(self, subject: str, data: dict[str, Any] | bytes, msg_id: str,
+                      headers: dict[str, str] | None = None, timeout: float | None = None) -> None:
+        """Publish `data` (a dict is sent as JSON) to JetStream and wait, at most `timeout` seconds (default 5),
+        for the stream to hold it; the stream drops a second message with the same `msg_id` within
+        `[cluster] dedup_window`, so retrying after a lost answer never duplicates."""
+        payload = data if isinstance(data, bytes) else json.dumps(data, ensure_ascii=False).encode()
+        await self.js.publish(subject, payload, timeout=timeout, headers={"Nats-Msg-Id": msg_id, **(headers or {})})
 
     async def register(self, role: str, info: dict[str, Any]) -> None:
         """Announce this process in the members bucket (it expires `lease_seconds` after the last call)."""
@@ -221,4 +234,5 @@ class Bus:
         if nc is not None and not nc.is_closed:
             with contextlib.suppress(*NATS_ERRORS):
                 await nc.flush(timeout=2)
-            await nc.close()
+            with contextlib.suppress(*NATS_ERRORS):  # nats-py raises when the server is away
+                await nc.close()

@@ -1,7 +1,7 @@
 """`hookchat run --role gateway`: the platform connections. Each incoming message is published to its session's
-partition (with an id, so a retried publish is stored once); replies come back on this gateway's own subject and
-are sent in order through the adapter that holds the connection, then acknowledged, and the worker that sent them
-is told the platform's receipt."""
+partition (with an id, so a retried publish is stored once) through the `Outbox`, which spools while the server is
+away; replies come back on this gateway's own subject and are sent in order through the adapter that holds the
+connection, then acknowledged, and the worker that sent them is told the platform's receipt."""
 
 from __future__ import annotations
 
@@ -19,9 +19,20 @@ import nats.errors
 from nats.js import api
 
 from core.adapter import Adapter
-from core.chat import KiraIMMessage, KiraIMSentResult, KiraMessageEvent, MessageStrategy, Received, Session, TurnResult
-from core.chat.wire import WireError, chain_from_wire, message_to_wire, session_from_wire
+from core.chat import (
+    KiraIMMessage,
+    KiraIMSentResult,
+    KiraMessageEvent,
+    MessageChain,
+    MessageStrategy,
+    Received,
+    Session,
+    TurnResult,
+)
+from core.chat.message_elements import Text
+from core.chat.wire import WireError, chain_from_wire, message_from_wire, message_to_wire, session_from_wire
 from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, default_name
+from core.cluster._spool import Outbox, Outgoing, Spool
 from core.config import HookchatConfig
 from core.utils.log import logger
 from core.utils.tasks import TaskOwner
@@ -29,7 +40,6 @@ from core.utils.tasks import TaskOwner
 __all__ = ["Gateway"]
 
 _SENT_KEPT = 50_000  # reply ids a gateway remembers having sent, so a redelivered reply is not sent twice
-_PUBLISH_PATIENCE = 120.0  # seconds a message waits for the NATS server before it is reported lost
 
 
 class Gateway:
@@ -46,12 +56,17 @@ class Gateway:
         self._sent: OrderedDict[str, None] = OrderedDict()
         self._tasks = TaskOwner(f"gateway {self.name}")
         self._started_at = time.time()
-        self._publishing = asyncio.Lock()  # one publish at a time keeps each session's arrival order
+        cluster = config.cluster
+        spool = Spool(config.data.dir / "cluster-spool.sqlite3", max_messages=cluster.spool_messages,
+                      max_bytes=cluster.spool_bytes)
+        self.outbox = Outbox(self.bus, spool, timeout=cluster.publish_timeout, refused=self._tell_refused)
+        self.bus.on_connection = lambda up: self.outbox.reconnected() if up else self.outbox.disconnected()
 
     async def start(self) -> None:
-        """Connect, register, start the reply loop and then the adapters."""
+        """Connect, open the spool, register, start the reply loop and then the adapters."""
         await self.bus.connect()
         try:
+            await self.outbox.start()
             await self.bus.js.add_consumer(self.bus.out_stream, api.ConsumerConfig(
                 durable_name=f"gw-{self.name}", filter_subject=self.bus.out_subject(self.name),
                 ack_policy=api.AckPolicy.EXPLICIT, ack_wait=self.config.cluster.ack_wait, max_ack_pending=10_000,
@@ -70,12 +85,13 @@ class Gateway:
         logger.info("cluster: gateway %s started with adapters %s", self.name, ", ".join(self.adapters) or "none")
 
     async def aclose(self) -> None:
-        """Stop the adapters, the reply loop and the connection."""
+        """Stop the adapters, publish (or spool) what they delivered, stop the reply loop and the connection."""
         for adapter in self.adapters.values():
             try:
                 await adapter.stop()
             except Exception:
                 logger.exception("adapter %r failed to stop", adapter.name)
+        await self.outbox.aclose()
         await self._tasks.aclose()
         if self.bus.members is not None:
             with contextlib.suppress(*NATS_ERRORS):
@@ -106,8 +122,8 @@ class Gateway:
     # -- the adapters' host ---------------------------------------------------------------------------------------
 
     async def receive(self, message: KiraIMMessage) -> Received:
-        """Publish the message to its session's partition; returns once the stream holds it. A message the server
-        does not take within two minutes (it is down) is logged as lost, with its session and text."""
+        """Hand the message to the outbox: returns once it is published, on its way, or spooled (durably, while
+        the server is away). Waits while the spool is full, so the adapter stops reading from its platform."""
         event = KiraMessageEvent(message)  # derives the session, as the pipeline would
         sid = message.session.sid  # type: ignore[union-attr] - set by KiraMessageEvent
         if message.message_id:  # the platform's id: a platform that delivers a message twice is answered once
@@ -115,21 +131,21 @@ class Gateway:
         else:
             message_id = uuid.uuid4().hex
         data = {"id": message_id, "gw": self.name, "message": message_to_wire(message)}
-        subject = self.bus.in_subject(self.bus.partition(sid))
-        deadline = time.monotonic() + _PUBLISH_PATIENCE
-        async with self._publishing:
-            while True:
-                try:
-                    await self.bus.publish(subject, data, message_id)
-                    break
-                except NATS_ERRORS as exc:
-                    if time.monotonic() > deadline:
-                        logger.error("cluster: message of %s LOST, the NATS server did not take it for %.0f s "
-                                     "(%s): %r", sid, _PUBLISH_PATIENCE, exc, message.chain.message_repr[:200])
-                        return Received(event, None)
-                    await asyncio.sleep(0.25)
+        payload = json.dumps(data, ensure_ascii=False).encode()
+        await self.outbox.put(Outgoing(sid, self.bus.in_subject(self.bus.partition(sid)), message_id, payload))
         self.received += 1
         return Received(event, MessageStrategy.TRIGGER)
+
+    async def _tell_refused(self, item: Outgoing, reason: str) -> None:
+        """The stream refused a message for good: its sender is told (`[limits] refused_notice`)."""
+        message = message_from_wire(json.loads(item.payload)["message"])
+        adapter = self.adapters.get(message.session.adapter_name)
+        if adapter is None:
+            return
+        text = self.config.limits.refused_notice.format(message=message.chain.message_repr[:80], reason=reason)
+        result = await adapter.send(message.session, MessageChain([Text(text)]))
+        if not result.ok:
+            logger.warning("cluster: the sender of a refused message of %s was not told: %s", item.sid, result.error)
 
     async def respond(self, message: KiraIMMessage) -> TurnResult | None:
         """Publish the message; the turn runs on a worker, so there is no result to wait for here."""

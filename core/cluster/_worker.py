@@ -56,6 +56,7 @@ __all__ = ["Worker", "RemoteAdapter", "owner_of"]
 _FIRST = 1_000  # above every named priority: the batch is written down before any other hook sees the turn
 _ROUTES_KEPT = 100_000  # sessions whose gateway a worker remembers
 _RETRY_PAUSE = 0.5  # seconds before a message whose turn failed is delivered again
+_RENEW_PAUSE = 0.05  # seconds between attempts to renew a lease while the server does not answer
 
 
 def owner_of(partition: int, workers: Sequence[str]) -> str | None:
@@ -129,6 +130,10 @@ class Worker:
         self._owned: dict[int, tuple[int, asyncio.Task[None], asyncio.Event]] = {}  # partition -> lease rev, loop, stop
         self._releasing: dict[int, int] = {}  # partition -> lease revision, while handing it over
         self._renewed: dict[int, float] = {}  # partition -> when (monotonic) its last renewal that succeeded was sent
+        self._earlier: set[int] = set()  # partitions this worker's earlier run (same name) owned, not yet taken back
+        self._noted: list[int] | None = None  # the owned partitions last noted in the data directory
+        self._recheck: set[int] = set()  # partitions to check for an acknowledgement the server lost (reconnected)
+        self.bus.on_connection = lambda up: self._recheck.update(self._owned) if up else None
         self._tasks = TaskOwner(f"worker {self.name}")
         self._receipts: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._receipt_sub: Any = None
@@ -144,11 +149,13 @@ class Worker:
             self._receipt_sub = await self.bus.nc.subscribe(f"{self.bus.prefix}.receipt.{self.name}.*",
                                                             cb=self._on_receipt)
             await self.app.start()
+            self._earlier = set((await asyncio.to_thread(self._read_record)).get("owned", []))
             await self._heartbeat()
         except BaseException:
             await self.aclose()
             raise
         self._tasks.spawn(self._heartbeats(), name="heartbeats")
+        self._tasks.spawn(self._renewals(), name="renewals")
         logger.info("cluster: worker %s started", self.name)
 
     async def aclose(self) -> None:
@@ -237,21 +244,9 @@ class Worker:
                 logger.warning("cluster: worker %s heartbeat failed: %s", self.name, str(exc) or type(exc).__name__)
 
     async def _heartbeat(self) -> None:
-        """Renew the leases first (nothing else may starve them), then register, then take the partitions this
-        worker should own, for at most a quarter of the lease time per heartbeat."""
+        """Register, then take the partitions this worker should own, for at most a quarter of the lease time per
+        heartbeat. (Leases are renewed on their own schedule, `_renewals`: nothing here may delay them.)"""
         began = time.monotonic()
-        owned, releasing = list(self._owned.items()), list(self._releasing.items())
-        renewed = await asyncio.gather(*(self._renew(p, rev) for p, (rev, _, _) in owned),
-                                       *(self._renew(p, rev) for p, rev in releasing))
-        for (partition, (_, loop, stop)), revision in zip(owned, renewed[:len(owned)]):
-            if revision is None:
-                self._lost(partition)
-            elif partition in self._owned:
-                self._owned[partition] = (revision, loop, stop)
-                self._renewed[partition] = began
-        for (partition, _), revision in zip(releasing, renewed[len(owned):]):
-            if revision is not None and partition in self._releasing:
-                self._releasing[partition] = revision
         await self.bus.register("worker", {"pid": os.getpid(), "started": self._started_at, "seen": time.time(),
                                            "partitions": self.partitions, "turns": self.turns})
         self._gateways = {g["name"]: g for g in await self.bus.members_of("gateway")}
@@ -264,8 +259,46 @@ class Worker:
                 self._tasks.spawn(self._release(partition), name=f"release-{partition}")
         for partition in sorted(wanted - set(self._owned) - set(self._releasing) - self._stopping):
             if time.monotonic() - began > self.cluster.lease_seconds / 4:
-                break  # the rest at the next heartbeat, after the leases held are renewed
+                break  # the rest at the next heartbeat
             await self._acquire(partition)
+        await self._note_owned()
+
+    async def _renewals(self) -> None:
+        """Renew every lease held each sixth of `lease_seconds`: a lease then outlives an outage of the server of
+        up to about five sixths of it (each attempt is bounded, and retried at once until the server answers)."""
+        while True:
+            await asyncio.sleep(self.cluster.lease_seconds / 6)
+            owned, releasing = list(self._owned.items()), list(self._releasing.items())
+            renewed = await asyncio.gather(*(self._renew_patiently(p, rev) for p, (rev, _, _) in owned),
+                                           *(self._renew_patiently(p, rev) for p, rev in releasing))
+            for (partition, (_, loop, stop)), (revision, sent) in zip(owned, renewed[:len(owned)]):
+                if self._owned.get(partition, (0, None))[1] is not loop:
+                    continue  # released or lost meanwhile
+                if revision is None:
+                    self._lost(partition)
+                else:
+                    self._owned[partition] = (revision, loop, stop)
+                    self._renewed[partition] = sent
+            for (partition, _), (revision, _) in zip(releasing, renewed[len(owned):]):
+                if revision is not None and partition in self._releasing:
+                    self._releasing[partition] = revision
+
+    async def _renew_patiently(self, partition: int, revision: int) -> tuple[int | None, float]:
+        """Renew one lease, each attempt bounded by a twelfth of `lease_seconds` and retried at once, until the
+        server answers or the lease has certainly expired. Returns the new revision (None: lost) and when the
+        attempt that succeeded was sent."""
+        began = time.monotonic()
+        last = self._renewed.get(partition, began)
+        while True:
+            sent = time.monotonic()
+            try:
+                return await asyncio.wait_for(self._renew(partition, revision), self.cluster.lease_seconds / 12), sent
+            except (asyncio.TimeoutError, *NATS_ERRORS) as exc:
+                if sent - last > self.cluster.lease_seconds:
+                    logger.warning("cluster: worker %s could not renew partition %d's lease for %.1f s: %s",
+                                   self.name, partition, sent - last, str(exc) or type(exc).__name__)
+                    return None, sent
+                await asyncio.sleep(_RENEW_PAUSE)
 
     async def _renew(self, partition: int, revision: int) -> int | None:
         """The lease's new revision, or None when another worker holds it now."""
@@ -278,34 +311,116 @@ class Worker:
         try:  # an earlier renewal may have been stored with its answer lost (the server restarting)
             entry = await self.bus.leases.get(key)
         except nats.js.errors.KeyNotFoundError:
-            return None
+            return await self._retake(partition)
         if entry.value != self.name.encode():
             return None
         return await self._renew(partition, entry.revision or 0) if entry.revision != revision else None
 
+    async def _retake(self, partition: int) -> int | None:
+        """The lease expired while the server was away. Written again at once, it stays this worker's: no other
+        worker can have taken the partition and given it up again within a quarter lease of its expiry (a
+        worker gives a partition up at a heartbeat after the one that took it). Later than that, it is lost."""
+        assert self.bus.leases is not None
+        last = self._renewed.get(partition)
+        if last is None or time.monotonic() - last > self.cluster.lease_seconds * 1.25:
+            return None
+        try:
+            revision = await self.bus.leases.create(f"p{partition}", self.name.encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return None  # another worker took it
+        logger.warning("cluster: worker %s wrote partition %d's lease again after it expired", self.name, partition)
+        self.history.forget(partition)  # read its sessions' values from the server again, to be sure
+        return revision
+
     async def _acquire(self, partition: int) -> None:
         assert self.bus.leases is not None
         key = f"p{partition}"
-        began: float | None = time.monotonic()
+        began = time.monotonic()
+        earlier_run = False
         try:
-            revision = await self.bus.leases.create(key, self.name.encode())
+            revision: int | None = await self.bus.leases.create(key, self.name.encode())
         except nats.js.errors.KeyWrongLastSequenceError:
-            began = None  # the lease was written before: it expires earlier than a fresh one
             try:
                 entry = await self.bus.leases.get(key)
             except nats.js.errors.KeyNotFoundError:
                 return
             if entry.value != self.name.encode():  # another worker still holds it: wait for it to expire or go
                 return
-            revision = entry.revision or 0  # ours, from before a restart under the same name
+            # Ours, from this worker's earlier run under the same name, which is gone (names are unique): renewed
+            # now, since it expires earlier than a fresh one.
+            revision = await self._renew(partition, entry.revision or 0)
+            if revision is None:
+                return
+            earlier_run = True
+        if partition in self._earlier:  # owned by this worker's earlier run (its lease may have expired since)
+            self._earlier.discard(partition)
+            earlier_run = True
         self.history.forget(partition)  # another worker may have written its sessions' values since
         await self._recover(partition)
+        if earlier_run:
+            await self._reclaim(partition)
         stop = asyncio.Event()
         loop = self._tasks.spawn(self._consume(partition, stop), name=f"partition-{partition}")
         self._owned[partition] = (revision, loop, stop)
-        if began is not None:
-            self._renewed[partition] = began
-        logger.info("cluster: worker %s took partition %d", self.name, partition)
+        self._renewed[partition] = began
+        logger.info("cluster: worker %s took partition %d%s", self.name, partition,
+                    " back from its earlier run" if earlier_run else "")
+
+    async def _reclaim(self, partition: int) -> None:
+        """The message this worker's earlier run held unacknowledged on `partition` is delivered again now, not
+        after `ack_wait` (JetStream's consumer reset, ADR-60). Safe: no live worker holds it (this one has the
+        lease), and a copy of a message already answered is recognised by its id. The reset also clears the message's delivery count,
+        so the resets of one message are counted here (in the data directory): past `max_deliver`, a message
+        that keeps ending its worker waits `ack_wait` again and is reported to its sender in the end."""
+        consumer = f"part-{partition}"
+        try:
+            info = await self.bus.js.consumer_info(self.bus.in_stream, consumer)
+            if not info.num_ack_pending or info.delivered is None:
+                return
+            seq = info.delivered.stream_seq or 0
+            record = await asyncio.to_thread(self._read_record)
+            resets = record.setdefault("resets", {})
+            done = resets.get(str(partition), [0, 0])
+            count = done[1] + 1 if done[0] == seq else 1
+            if count > self.cluster.max_deliver:
+                logger.error("cluster: worker %s: the message it held on partition %d was taken back %d times; "
+                             "it waits ack_wait now", self.name, partition, count - 1)
+                return
+            resets[str(partition)] = [seq, count]
+            await asyncio.to_thread(self._write_record, record)
+            await self.bus.js.reset_consumer(self.bus.in_stream, consumer)
+        except NATS_ERRORS as exc:  # it is delivered again after ack_wait, as after any worker's death
+            logger.warning("cluster: worker %s could not take back partition %d's held message: %s", self.name,
+                           partition, str(exc) or type(exc).__name__)
+            return
+        logger.info("cluster: worker %s: partition %d's message held by its earlier run comes again now", self.name,
+                    partition)
+
+    @property
+    def _record_path(self) -> Path:
+        return self.config.data.dir / f"cluster-{self.name}.json"
+
+    def _read_record(self) -> dict[str, Any]:
+        """What this worker's runs under its name noted in its data directory: the partitions the last one owned
+        (`owned`) and the resets of held messages (`resets`, partition -> [stream sequence, count])."""
+        try:
+            record = json.loads(self._record_path.read_text())
+        except (OSError, ValueError):
+            return {"owned": [], "resets": {}}
+        return record if isinstance(record, dict) else {"owned": [], "resets": {}}
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        self._record_path.parent.mkdir(parents=True, exist_ok=True)
+        self._record_path.write_text(json.dumps(record))
+
+    async def _note_owned(self) -> None:
+        """Note the partitions owned now, so that a restart under this name knows which it held."""
+        owned = sorted(self._owned)
+        if owned != self._noted:
+            self._noted = owned
+            record = await asyncio.to_thread(self._read_record)
+            record["owned"] = owned
+            await asyncio.to_thread(self._write_record, record)
 
     async def _recover(self, partition: int) -> None:
         """What the partition's last owner left unanswered: the batches it had begun are redone as they were (so
@@ -472,6 +587,8 @@ class Worker:
         sub = None
         while not stop.is_set():
             try:
+                if partition in self._recheck:
+                    await self._drop_ghost(partition)
                 if sub is None:
                     sub = await self.bus.js.pull_subscribe_bind(durable=f"part-{partition}",
                                                                 stream=self.bus.in_stream)
@@ -548,6 +665,21 @@ class Worker:
         finally:
             if message_id in self._held:  # its turn ended without storing (or failed): let it come again
                 await self._let_go(message_id)
+
+    async def _drop_ghost(self, partition: int) -> None:
+        """After the server came back: a message it counts as unacknowledged on `partition` while this worker holds
+        none there is one whose acknowledgement it lost (killed before writing it down). Its one slot would block
+        the partition for `ack_wait`; the consumer is reset instead, so it comes again at once and is recognised
+        as answered. Called by the partition's loop between messages, so nothing of its own is in flight."""
+        self._recheck.discard(partition)
+        if any(self.bus.partition_of_subject(m.subject) == partition for m, _ in self._held.values()):
+            return  # held here (a batch being redone): not a ghost
+        consumer = f"part-{partition}"
+        info = await self.bus.js.consumer_info(self.bus.in_stream, consumer)
+        if info.num_ack_pending:
+            logger.warning("cluster: worker %s: partition %d's server forgot an acknowledgement; reset", self.name,
+                           partition)
+            await self.bus.js.reset_consumer(self.bus.in_stream, consumer)
 
     async def _keep_alive(self, msg: Any) -> None:
         while True:

@@ -156,20 +156,26 @@ class NatsServer:
                     raise RuntimeError(f"nats-server did not start on port {self.port}") from None
                 time.sleep(0.05)
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL after 10 s)."""
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the server: SIGTERM (it shuts down cleanly; SIGKILL after 10 s), or at once with `kill` (SIGKILL,
+        as a crash would)."""
         proc, self.proc = self.proc, None
         if proc is not None:
-            proc.terminate()
+            if kill:
+                proc.kill()
+            else:
+                proc.terminate()
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
 
-    def restart(self) -> None:
-        """Stop and start again on the same port, with the same JetStream files."""
-        self.stop()
+    def restart(self, *, kill: bool = False, outage: float = 0.0) -> None:
+        """Stop (see `stop`), stay away `outage` seconds, and start again on the same port, with the same
+        JetStream files. It blocks: from async code, run it in a thread (`asyncio.to_thread`)."""
+        self.stop(kill=kill)
+        time.sleep(outage)
         self.start()
 
     def __enter__(self) -> NatsServer:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from typing import Any
 
 import anyio
@@ -255,43 +256,92 @@ async def test_stopping_the_adapter_reports_the_replies_still_waiting():
         await adapter.call_action("get_status")
 
 
-def gate_plugin() -> tuple[type[BasePlugin], asyncio.Event, asyncio.Event]:
-    """A plugin whose first `im_message` hook holds every message until `release` is set, then stops it."""
+def gate_plugin() -> tuple[type[BasePlugin], asyncio.Event, asyncio.Event, list[str]]:
+    """A plugin whose first `im_message` hook holds every message until `release` is set, then notes its text
+    and stops it."""
     entered, release = asyncio.Event(), asyncio.Event()
+    seen: list[str] = []
 
     class Gate(BasePlugin):
         @on.im_message(priority=Priority.SYS_HIGH + 10)
         async def hold(self, event: KiraMessageEvent, *args: Any, **kwargs: Any) -> None:
             entered.set()
             await release.wait()
+            seen.append(event.message_str)
             event.stop()
 
-    return Gate, entered, release
+    return Gate, entered, release, seen
 
 
 @pytest.mark.parametrize("bound", [{"max_queued_events": 100}, {"max_queued_bytes": 30_000}])
-async def test_a_flood_of_10000_events_leaves_every_queue_and_map_bounded(bound):
+async def test_a_flood_is_held_back_at_the_queue_bound_and_every_event_is_delivered(bound):
+    """While the pipeline is stuck, the adapter stops reading at its bound (the implementation waits, TCP holds
+    the frames); nothing is dropped, and every event is delivered, in order, once the pipeline moves."""
+    flood = 3_000
     adapter = reverse_adapter(max_routes=50, **bound)
     peer = MockPeer()
-    Gate, entered, release = gate_plugin()
+    Gate, entered, release, seen = gate_plugin()
     async with running_bot(adapter, ScriptedProvider(), plugins=[Gate], deadlines={"hook_default": 300}):
         with anyio.fail_after(120):
             async with peer.reverse_link(url_of(adapter), token=TOKEN) as ws:
                 await adapter.wait_connected()
-                await ws.send(json.dumps(private_event(50_000, "first")))
+                await ws.send(json.dumps(private_event(50_000, "m0")))
                 await entered.wait()  # the pipeline is busy with the first event
-                for n in range(1, 10_000):
-                    await ws.send(json.dumps(private_event(50_000 + n, f"flood {n}", message_id=n)))
-                await adapter.call_action("get_status")  # answered after every event before it was read
-                during = adapter.stats()
+
+                async def send_all() -> None:
+                    for n in range(1, flood):
+                        await ws.send(json.dumps(private_event(50_000 + n, f"m{n}", message_id=n)))
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(send_all)  # its sends block once TCP's buffers are full: that is the point
+                    during = await adapter.wait_until(lambda s: s.pauses > 0)
+                    await asyncio.sleep(0.5)  # the reader stays paused: the queue does not grow
+                    still = adapter.stats()
+                    release.set()
+                    highest = 0
+
+                    def done(s) -> bool:
+                        nonlocal highest
+                        highest = max(highest, s.queued_events)
+                        return s.events_processed == flood
+
+                    after = await adapter.wait_until(done)
+    assert 90 <= still.queued_events <= bound.get("max_queued_events", 1000)
+    assert still.queued_bytes <= bound.get("max_queued_bytes", 64 * 1024 * 1024) + 400  # passed by one frame at most
+    assert still.queued_events == during.queued_events and still.events_processed == 0
+    assert highest <= bound.get("max_queued_events", 1000)
+    assert after.dropped_events == 0 and after.queued_events == 0 and after.routes == 50
+    assert seen == [f"m{n}" for n in range(flood)]
+
+
+async def test_events_read_past_the_bound_for_an_actions_answer_are_refused_with_a_notice():
+    """An action waiting for its answer needs the reader: the events it must read past the full queue are
+    refused, and each sender gets one notice quoting their refused messages; nothing is dropped silently."""
+    users, each = 30, 5
+    adapter = reverse_adapter(max_queued_events=100)
+    peer = MockPeer()
+    Gate, entered, release, seen = gate_plugin()
+    async with running_bot(adapter, ScriptedProvider(), plugins=[Gate], deadlines={"hook_default": 300}):
+        with anyio.fail_after(120):
+            async with peer.reverse_link(url_of(adapter), token=TOKEN) as ws:
+                await adapter.wait_connected()
+                for n in range(each):
+                    for u in range(users):
+                        await ws.send(json.dumps(private_event(60_000 + u, f"u{u}m{n}", message_id=n * users + u)))
+                await adapter.wait_until(lambda s: s.pauses > 0)
+                await adapter.call_action("get_status")  # answered once every event before it was read
+                refused = adapter.stats().dropped_events
+                notices: dict[str, str] = {}
+                while sum(text.count('"') // 2 for text in notices.values()) < refused:
+                    params = await peer.next_sent()
+                    notices[str(params["user_id"])] = "".join(seg["data"]["text"] for seg in params["message"])
                 release.set()
-                after = await adapter.wait_until(lambda s: s.events_processed == 1 + during.queued_events)
-    assert during.queued_events <= bound.get("max_queued_events", 1000)
-    assert during.queued_bytes <= bound.get("max_queued_bytes", 64 * 1024 * 1024)
-    assert during.queued_events >= 90  # the bound was reached, not something smaller
-    assert during.dropped_events == 10_000 - 1 - during.queued_events
-    assert during.pending_actions == 0 and during.routes <= 50
-    assert after.queued_events == 0 and after.queued_bytes == 0 and after.routes == 50 and after.waiting_sends == 0
+                await adapter.wait_until(lambda s: s.events_processed == users * each - refused)
+    assert refused > 0
+    quoted = {m for text in notices.values() for m in re.findall(r'"(u\d+m\d+)"', text)}
+    assert "too many messages are waiting" in next(iter(notices.values()))
+    assert all(f"u{int(user) - 60_000}m" in text for user, text in notices.items())  # each to its own sender
+    assert quoted.isdisjoint(seen) and quoted | set(seen) == {f"u{u}m{n}" for u in range(users) for n in range(each)}
 
 
 async def test_a_port_in_use_is_a_clear_error_at_start():

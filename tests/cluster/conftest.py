@@ -25,12 +25,13 @@ def nats_server(tmp_path):
 class WorkerProcess:
     """A worker in its own process, killable with SIGKILL."""
 
-    def __init__(self, config: Path, name: str, hang: bool = False) -> None:
+    def __init__(self, config: Path, name: str, hang: bool = False, slow: bool = False) -> None:
         self.name = name
         env = {**os.environ, "PYTHONPATH": str(HERE.parent.parent)}
-        args = [sys.executable, str(HERE / "worker_main.py"), str(config), name] + (["--hang"] if hang else [])
-        self.log = config.parent / f"{name}.log"  # what the worker logged, to read when a test fails
-        with self.log.open("wb") as log:
+        args = [sys.executable, str(HERE / "worker_main.py"), str(config), name]
+        args += (["--hang"] if hang else []) + (["--slow"] if slow else [])
+        self.log = config.parent / f"{name}.log"  # what the worker logged (appended to by a restart), for failures
+        with self.log.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env)
 
     def wait_ready(self) -> None:
@@ -55,8 +56,8 @@ class WorkerProcess:
 def workers():
     started: list[WorkerProcess] = []
 
-    def start(config: Path, name: str, hang: bool = False) -> WorkerProcess:
-        worker = WorkerProcess(config, name, hang)
+    def start(config: Path, name: str, hang: bool = False, slow: bool = False) -> WorkerProcess:
+        worker = WorkerProcess(config, name, hang, slow)
         started.append(worker)
         return worker
 

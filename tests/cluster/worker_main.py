@@ -1,7 +1,8 @@
-"""A cluster worker process for the scale-out tests: `python worker_main.py CONFIG NAME [--hang]`.
+"""A cluster worker process for the scale-out tests: `python worker_main.py CONFIG NAME [--hang | --slow]`.
 
 It runs `core.cluster.Worker` on the testing kit's `EchoProvider` (so each reply names the messages it answered)
-and prints `ready` once it consumes. With `--hang`, a plugin's `im_message` hook never returns (a hung plugin)."""
+and prints `ready` once it consumes. With `--hang`, a plugin's `im_message` hook never returns (a hung plugin);
+with `--slow`, it takes half a second per message (so a test can kill the worker while it holds messages)."""
 
 import asyncio
 import logging
@@ -21,9 +22,18 @@ class Hang(BasePlugin):
         await asyncio.Event().wait()
 
 
-async def main(config_path: str, name: str, hang: bool) -> None:
+class Slow(BasePlugin):
+    """Takes half a second over every message."""
+
+    @on.im_message()
+    async def dawdle(self, event, *args, **kwargs):
+        await asyncio.sleep(0.5)
+
+
+async def main(config_path: str, name: str, hang: bool, slow: bool) -> None:
+    plugins = ([Hang] if hang else []) + ([Slow] if slow else [])
     worker = Worker(load_config(config_path), provider=EchoProvider(), name=name, entry_points=False,
-                    plugins=[Hang] if hang else [])
+                    plugins=plugins)
     async with worker:
         print("ready", flush=True)
         await asyncio.Event().wait()
@@ -31,4 +41,4 @@ async def main(config_path: str, name: str, hang: bool) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(main(sys.argv[1], sys.argv[2], "--hang" in sys.argv))
+    asyncio.run(main(sys.argv[1], sys.argv[2], "--hang" in sys.argv, "--slow" in sys.argv))

@@ -1,7 +1,8 @@
 """`OneBotAdapter`: QQ (and any OneBot v11 platform) through NapCat, Lagrange.OneBot, go-cqhttp and the like.
 
 Frames are read as they come; events wait in one bounded queue and one task turns them into `KiraIMMessage`s for
-the app, in arrival order (naming each group from `get_group_info`, remembered for a while). Replies go out with
+the app, in arrival order. A full queue stops the reading (back-pressure); a message event that must be read anyway
+(an action's answer has waited behind it for `READ_GRACE`) is refused, and its sender told (`busy_notice`) (naming each group from `get_group_info`, remembered for a while). Replies go out with
 `send_msg`; a reply produced while its account is disconnected waits (bounded) for the reconnect, or is reported
 as failed after `offline_send_timeout`.
 """
@@ -41,7 +42,7 @@ from core.adapter.onebot._options import OneBotOptions, options_error
 from core.utils.recent import Recent
 from core.adapter.onebot._reverse import serve_reverse
 from core.adapter.onebot._segments import to_messages, to_segments
-from core.chat.message_elements import MediaError, Poke
+from core.chat.message_elements import MediaError, Poke, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Session
 from core.utils.net import is_loopback_host
@@ -58,6 +59,7 @@ CAPABILITIES = frozenset({"text", "at", "reply", "image", "sticker", "record", "
 _OWN_IDS = 1000  # message ids the bot sent, per adapter, to tell a reply to the bot without asking the platform
 _GROUP_NAMES = 1000  # group names remembered, per adapter
 _GROUP_NAME_TTL = 3600.0  # seconds before a group's name is asked again (groups get renamed)
+_REFUSED_SHOWN = 10  # refused messages a notice quotes; it counts the rest
 _GROUP_NAME_RETRY = 60.0  # seconds before asking again after get_group_info failed or timed out
 
 
@@ -70,7 +72,10 @@ class OneBotStats:
     events_processed: int
     queued_events: int
     queued_bytes: int
+    #: Events refused because the queue was full while an action's answer had to be read (senders told).
     dropped_events: int
+    #: Times reading stopped because the queue was full (the implementation was held back).
+    pauses: int
     malformed_frames: int
     pending_actions: int
     waiting_sends: int
@@ -118,6 +123,12 @@ class OneBotAdapter(Adapter):
         self._connections: set[Connection] = set()
         self._dropped = 0
         self._dropping = False
+        self._pauses = 0
+        self._room: asyncio.Future[None] | None = None  # resolved when the full queue has room again
+        self._held_back: set[Connection] = set()  # connections told to wait for `_room`
+        # Session id -> the session, the first texts refused and how many were: a notice each, bounded like routes.
+        self._refused: Recent[str, tuple[Session, list[str], int]] = Recent(s.max_routes)
+        self._refusals = asyncio.Event()
         self._malformed = 0
         self._processed = 0
         self._connections_made = 0
@@ -202,6 +213,7 @@ class OneBotAdapter(Adapter):
             queued_events=len(self._events),
             queued_bytes=self._queued_bytes,
             dropped_events=self._dropped,
+            pauses=self._pauses,
             malformed_frames=self._malformed,
             pending_actions=sum(c.pending for c in self._connections),
             waiting_sends=self._accounts.waiting,
@@ -215,6 +227,7 @@ class OneBotAdapter(Adapter):
         s = self.settings
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._dispatch)
+            tg.start_soon(self._tell_refused)
             for url in s.url:
                 tg.start_soon(functools.partial(
                     dial_forever, url, self._serve_forward, token=self._token, token_in=s.token_in,
@@ -282,22 +295,70 @@ class OneBotAdapter(Adapter):
 
     # -- incoming -------------------------------------------------------------------------------------------------
 
-    def _enqueue(self, connection: Connection, frame: Frame, raw: dict[str, Any], size: int) -> None:
-        if len(self._events) >= self.settings.max_queued_events or \
-                self._queued_bytes + size > self.settings.max_queued_bytes:
-            self._dropped += 1
+    def _enqueue(self, connection: Connection, frame: Frame, raw: dict[str, Any],
+                 size: int) -> asyncio.Future[None] | None:
+        """Queue an event; when the queue is full, a future for the reader to wait on (it resolves when there is
+        room). The event that fills the queue is taken (by bytes, the bound is passed by at most one frame per
+        connection); one read after that, while the reader had an action's answer to read, is refused."""
+        full = len(self._events) >= self.settings.max_queued_events or \
+            self._queued_bytes + size > self.settings.max_queued_bytes
+        if full and connection in self._held_back:
+            self._refuse(frame, raw)
+        else:
+            self._queued_bytes += size
+            self._events.append((connection, frame, raw, size))
+            waiter = self._events_waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            full = len(self._events) >= self.settings.max_queued_events or \
+                self._queued_bytes >= self.settings.max_queued_bytes
+        if not full:
+            return None
+        if self._room is None:
+            self._room = asyncio.get_running_loop().create_future()
+            self._pauses += 1
             self._notify()
-            if not self._dropping:
-                self._dropping = True
-                logger.warning("onebot %s: %d events (%d bytes) already wait to be processed (max_queued_events, "
-                               "max_queued_bytes); dropping new ones until the queue drains", self.name,
-                               len(self._events), self._queued_bytes)
-            return
-        self._queued_bytes += size
-        self._events.append((connection, frame, raw, size))
-        waiter = self._events_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._held_back.add(connection)
+        return self._room
+
+    def _refuse(self, frame: Frame, raw: dict[str, Any]) -> None:
+        self._dropped += 1
+        self._notify()
+        if not self._dropping:
+            self._dropping = True
+            logger.warning("onebot %s: %d events (%d bytes) already wait to be processed (max_queued_events, "
+                           "max_queued_bytes) while an action's answer must be read; refusing new messages, with "
+                           "a notice to their senders, until the queue drains", self.name, len(self._events),
+                           self._queued_bytes)
+        if not isinstance(frame, MessageEvent) or frame.post_type == "message_sent" or frame.user_id == frame.self_id:
+            return  # no one to tell: a notice (poke, recall...) or the bot's own message
+        message = message_of(frame, self.name, to_me=False, raw=raw)
+        sid = message.session.sid
+        self._accounts.route(sid, message.self_id)
+        session, texts, count = self._refused.get(sid) or (message.session, [], 0)
+        if len(texts) < _REFUSED_SHOWN:
+            texts.append(message.chain.message_repr[:80])
+        if len(self._refused) >= self._refused.limit and sid not in self._refused:
+            logger.warning("onebot %s: more than %d sessions wait for a notice of refused messages; the oldest's "
+                           "is not sent", self.name, self._refused.limit)
+        self._refused.remember(sid, (session, texts, count + 1))
+        self._refusals.set()
+
+    async def _tell_refused(self) -> None:
+        """Send each session whose messages were refused one notice naming them (`busy_notice`)."""
+        while True:
+            await self._refusals.wait()
+            self._refusals.clear()
+            while self._refused:
+                sid = next(iter(self._refused))
+                session, texts, count = self._refused.pop(sid)
+                shown = ", ".join(f'"{t}"' for t in texts) + (f" and {count - len(texts)} more"
+                                                              if count > len(texts) else "")
+                chain = MessageChain([Text(self.settings.busy_notice.format(messages=shown, count=count))])
+                result = await self.send(session, chain)
+                if not result.ok:
+                    logger.warning("onebot %s: %d refused message(s) of %s: the notice failed too: %s", self.name,
+                                   count, sid, result.error)
 
     async def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -313,10 +374,15 @@ class OneBotAdapter(Adapter):
                 continue
             connection, frame, raw, size = events.popleft()
             self._queued_bytes -= size
+            room = self._room
+            if room is not None:
+                self._room = None
+                self._held_back.clear()
+                room.set_result(None)  # the readers go on
             if self._dropping and not events:
                 self._dropping = False
-                logger.warning("onebot %s: the event queue drained; %d events were dropped", self.name,
-                               self._dropped - dropped_before)
+                logger.warning("onebot %s: the event queue drained; %d messages were refused (their senders "
+                               "told)", self.name, self._dropped - dropped_before)
                 dropped_before = self._dropped
             try:
                 message = await self._message_of(connection, frame, raw)
@@ -376,7 +442,7 @@ class OneBotAdapter(Adapter):
         if known is not None and now < known[1]:
             return known[0]
         try:
-            info = await connection.call("get_group_info", {"group_id": _id(group_id)}, timeout)
+            info = await connection.call("get_group_info", {"group_id": _id(group_id)}, timeout, urgent=True)
         except OneBotError as exc:
             logger.debug("onebot %s: no name for group %s: %s", self.name, group_id, exc)
             name, due = (known[0] if known is not None else ""), now + _GROUP_NAME_RETRY
@@ -395,7 +461,7 @@ class OneBotAdapter(Adapter):
             return False
         try:
             quoted = await connection.call("get_msg", {"message_id": _id(message_id)},
-                                           self.settings.reply_lookup_timeout)
+                                           self.settings.reply_lookup_timeout, urgent=True)
         except OneBotError as exc:
             logger.debug("onebot %s: cannot tell who wrote quoted message %s: %s", self.name, message_id, exc)
             return False

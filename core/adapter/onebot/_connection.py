@@ -1,8 +1,9 @@
 """One live WebSocket to a OneBot v11 implementation: reads its frames, and matches each action's answer to the
 call that is waiting for it by `echo`, with a deadline.
 
-Events are handed to a callback as they arrive (the adapter queues them, bounded); a malformed frame is logged and
-skipped; a frame above `max_size` makes the websockets library close the connection (1009), and the dialer or the
+Events are handed to a callback as they arrive (the adapter queues them, bounded); when the callback answers with a
+future (the queue is full), no frame is read until it resolves, so the implementation is held back (TCP's flow
+control) rather than anything dropped. A malformed frame is logged and skipped; a frame above `max_size` makes the websockets library close the connection (1009), and the dialer or the
 implementation reconnects.
 """
 
@@ -33,6 +34,7 @@ __all__ = [
     "NotConnected",
     "ConnectionLost",
     "HEARTBEAT_MISSES",
+    "READ_GRACE",
 ]
 
 logger = logging.getLogger("hookchat.adapter.onebot")
@@ -42,6 +44,9 @@ HEARTBEAT_MISSES = 3
 #: How deeply a frame may nest. A real event or answer needs a few levels per forwarded message inside another;
 #: a deeper one is skipped as malformed (parsed without a bound it raised RecursionError and dropped the connection).
 MAX_FRAME_DEPTH = 64
+#: Seconds an action's answer may wait behind reading paused by a full queue; then reading resumes (and events
+#: that find the queue full are refused, their senders told), so a call never waits for room for ever.
+READ_GRACE = 2.0
 
 
 class OneBotError(AdapterError):
@@ -92,7 +97,7 @@ def _expire(future: asyncio.Future[ActionResponse], action: str, peer: str, time
 class Connection:
     """A WebSocket to one bot account. `self_id` is None until the implementation names its account (the
     lifecycle event, any event, the `X-Self-ID` header or `get_login_info`). `on_event` gets each event with the
-    size of its frame."""
+    size of its frame, and may return a future: reading pauses until it resolves."""
 
     def __init__(
         self,
@@ -100,7 +105,7 @@ class Connection:
         *,
         peer: str,
         max_pending: int,
-        on_event: Callable[[Connection, Frame, dict[str, Any], int], None],
+        on_event: Callable[[Connection, Frame, dict[str, Any], int], asyncio.Future[None] | None],
         on_identified: Callable[[Connection], None],
         on_malformed: Callable[[], None],
     ) -> None:
@@ -118,6 +123,8 @@ class Connection:
         self._pending: dict[str, asyncio.Future[ActionResponse]] = {}
         self._echoes = itertools.count(1)
         self._last_frame = 0.0  # loop time of the latest frame, kept once heartbeats set `silence_limit`
+        self._resume: asyncio.Future[None] | None = None  # set while reading is paused: resolving it resumes
+        self._asked: dict[str, float] = {}  # echo -> loop time by which its answer must be read, even when paused
 
     @property
     def pending(self) -> int:
@@ -130,9 +137,10 @@ class Connection:
             self.self_id = self_id
             self._on_identified(self)
 
-    async def call(self, action: str, params: dict[str, Any], timeout: float) -> Any:
+    async def call(self, action: str, params: dict[str, Any], timeout: float, *, urgent: bool = False) -> Any:
         """Run `action` and return its `data`. Raises `NotConnected` (nothing written), `ActionTimeout`,
-        `ConnectionLost` or `ActionFailed`."""
+        `ConnectionLost` or `ActionFailed`. While reading is paused (the adapter's queue is full), its answer is
+        read after `READ_GRACE` seconds, or at once when `urgent` (the adapter's event processing waits for it)."""
         if self.closed:
             raise NotConnected(f"the connection to {self.peer} is closed")
         if len(self._pending) >= self._max_pending:
@@ -141,6 +149,8 @@ class Connection:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ActionResponse] = loop.create_future()
         self._pending[echo] = future
+        self._asked[echo] = loop.time() + (0 if urgent else READ_GRACE)  # when reading must resume, if paused
+        self._wake()
         expiry: asyncio.TimerHandle | None = None
         try:
             try:
@@ -155,6 +165,7 @@ class Connection:
             if expiry is not None:
                 expiry.cancel()
             self._pending.pop(echo, None)
+            self._asked.pop(echo, None)
             if future.done() and not future.cancelled():
                 future.exception()  # cancelled just as the connection failed it: the failure is not news
         if response.status == "failed":
@@ -168,24 +179,28 @@ class Connection:
             while True:
                 limit = self.silence_limit
                 if limit is None:
-                    self._handle(await self.ws.recv())
-                    continue
-                # One deadline per stretch of frames, not a timeout scope per frame (two frames per message): it is
-                # checked when it passes, and moved to `limit` after the latest frame while frames still come.
-                # Cancelling `recv()` loses nothing (websockets documents it as safe).
-                try:
-                    async with asyncio.timeout_at(self._last_frame + limit):
-                        while self.silence_limit == limit:
-                            raw = await self.ws.recv()
-                            self._last_frame = loop.time()
-                            self._handle(raw)
-                except TimeoutError:
-                    if loop.time() - self._last_frame < limit:
-                        continue
-                    logger.warning("onebot: no frame from %s for %.1f s (heartbeats stopped); reconnecting",
-                                   self.peer, limit)
-                    await self.ws.close(CloseCode.GOING_AWAY, "no heartbeat")
-                    return
+                    pause = self._handle(await self.ws.recv())
+                else:
+                    # One deadline per stretch of frames, not a timeout scope per frame (two frames per message):
+                    # it is checked when it passes, and moved to `limit` after the latest frame while frames still
+                    # come. Cancelling `recv()` loses nothing (websockets documents it as safe).
+                    pause = None
+                    try:
+                        async with asyncio.timeout_at(self._last_frame + limit):
+                            while self.silence_limit == limit and pause is None:
+                                raw = await self.ws.recv()
+                                self._last_frame = loop.time()
+                                pause = self._handle(raw)
+                    except TimeoutError:
+                        if loop.time() - self._last_frame < limit:
+                            continue
+                        logger.warning("onebot: no frame from %s for %.1f s (heartbeats stopped); reconnecting",
+                                       self.peer, limit)
+                        await self.ws.close(CloseCode.GOING_AWAY, "no heartbeat")
+                        return
+                if pause is not None:
+                    await self._paused(pause)
+                    self._last_frame = loop.time()  # frames unread while paused are no sign of silence
         except ConnectionClosed as exc:
             if exc.sent is not None and exc.sent.code == CloseCode.MESSAGE_TOO_BIG:
                 logger.warning("onebot: %s sent a frame larger than max_frame_bytes; refused, connection closed",
@@ -198,7 +213,29 @@ class Connection:
                 if not future.done():
                     future.set_exception(ConnectionLost(f"the connection to {self.peer} ended before the answer"))
 
-    def _handle(self, raw: str | bytes) -> None:
+    async def _paused(self, pause: asyncio.Future[None]) -> None:
+        """The adapter's queue is full: read nothing (the implementation waits; TCP holds its frames) until `pause`
+        resolves, or until an action has waited `READ_GRACE` for its answer (at once for an `urgent` one), which
+        only reading brings: a call never deadlocks behind a full queue."""
+        loop = asyncio.get_running_loop()
+        while not pause.done():
+            due = min(self._asked.values(), default=None)
+            if due is not None and due <= loop.time():
+                return
+            self._resume = loop.create_future()
+            timer = loop.call_at(due, self._wake) if due is not None else None
+            try:
+                await asyncio.wait((pause, self._resume), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._resume = None
+                if timer is not None:
+                    timer.cancel()
+
+    def _wake(self) -> None:
+        if self._resume is not None and not self._resume.done():
+            self._resume.set_result(None)
+
+    def _handle(self, raw: str | bytes) -> asyncio.Future[None] | None:
         # An answer (no `post_type` anywhere in it, as most are) is parsed by pydantic straight from the text: no
         # dict to build first. Anything else, or an answer that does not validate, takes the general path below.
         if (b'"post_type"' if isinstance(raw, bytes) else '"post_type"') not in raw:
@@ -208,7 +245,7 @@ class Connection:
                 pass
             else:
                 self._answered(answer)
-                return
+                return None
         try:
             data = loads_bounded(raw, MAX_FRAME_DEPTH)
             frame = parse_frame(data)
@@ -220,18 +257,18 @@ class Connection:
             future = self._pending.get(str(echo)) if echo is not None else None
             if future is not None and not future.done():
                 future.set_exception(OneBotError(f"{self.peer} answered with a malformed frame: {exc}"))
-            return
+            return None
         if isinstance(frame, ActionResponse):
             self._answered(frame)
-            return
+            return None
         self.identify(frame.self_id)
         if isinstance(frame, MetaEvent):
             if frame.meta_event_type == "heartbeat" and frame.interval:
                 if self.silence_limit is None:
                     self._last_frame = asyncio.get_running_loop().time()
                 self.silence_limit = HEARTBEAT_MISSES * frame.interval / 1000
-            return
-        self._on_event(self, frame, data, len(raw))
+            return None
+        return self._on_event(self, frame, data, len(raw))
 
     def _answered(self, answer: ActionResponse) -> None:
         echo = answer.echo

@@ -41,6 +41,8 @@ class OneBotOptions(BaseModel):
     outbox_size: int = Field(default=100, gt=0)
     max_queued_events: int = Field(default=1000, gt=0)
     max_queued_bytes: int = Field(default=64 * _MIB, gt=0)
+    busy_notice: str = ("Sorry, too many messages are waiting: I could not read {messages}. Please send again in a "
+                        "little while.")
     max_pending_actions: int = Field(default=1000, gt=0)
     max_routes: int = Field(default=10_000, gt=0)
     max_frame_bytes: int = Field(default=8 * _MIB, gt=0)

@@ -1,0 +1,116 @@
+"""The rows of docs/scale-out.md's failure table not covered by the bursts (test_scale_out.py, test_outage.py),
+each on a real NATS server: a worker restarted under the same name takes its partitions back at once; a worker
+that stalls past its lease (SIGSTOP) loses its partitions and, resumed, answers nothing twice; a gateway stopped
+while the server is away publishes its spool at its next start; a malformed message is dropped and its partition
+goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+
+import nats
+import pytest
+
+from core.cluster import Gateway, Worker, partition_of
+from core.config import HookchatConfig
+from core.testing import EchoProvider, RecordingAdapter
+from tests.cluster.test_outage import settled
+from tests.cluster.test_scale_out import answered, config_of, message, wait_for, write_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+
+def in_process_config(tmp_path, url: str, role: str) -> HookchatConfig:
+    return HookchatConfig.model_validate({
+        "data": {"dir": str(tmp_path / role)}, "trace": {"enabled": False},
+        "cluster": {"url": url, "partitions": 8, "receipt_timeout": 0},
+        "plugins": {"config": {"chat": {"flush_messages": 1}}},
+    })
+
+
+async def test_a_worker_restarted_under_its_name_takes_its_partitions_back_at_once(tmp_path, nats_server, workers):
+    # ack_wait is far longer than the test may take: a message the killed run held must come again at once.
+    config = write_config(tmp_path, nats_server.url, "worker", ack_wait=300.0, lease_seconds=6.0)
+    killed = workers(config, "w", slow=True)
+    killed.wait_ready()
+    adapter = RecordingAdapter("test")
+    async with Gateway(config_of(write_config(tmp_path, nats_server.url, "gateway")), [adapter], name="gw") as gw:
+        for n in range(3):
+            for s in range(20):
+                await gw.receive(message(s, n))
+        await wait_for(lambda: len(adapter.sent) >= 3, 60, "the first answers")
+        killed.kill()  # SIGKILL while it holds a message on most partitions
+        workers(config, "w", slow=True).wait_ready()  # at once, under the same name
+        await wait_for(lambda: all(answered(adapter).get(s) == [0, 1, 2] for s in range(20)), 90,
+                       "every message answered, well before ack_wait")
+    log = killed.log.read_text()
+    assert "back from its earlier run" in log and "held by its earlier run comes again now" in log
+
+
+async def test_a_worker_stalled_past_its_lease_loses_its_partitions_and_answers_nothing_twice(tmp_path, nats_server,
+                                                                                             workers):
+    config = write_config(tmp_path, nats_server.url, "worker", ack_wait=6.0, lease_seconds=3.0)
+    stalled, other = workers(config, "a"), workers(config, "b")
+    stalled.wait_ready()
+    other.wait_ready()
+    await settled(config_of(config), ["a", "b"])
+    adapter = RecordingAdapter("test")
+    async with Gateway(config_of(write_config(tmp_path, nats_server.url, "gateway")), [adapter], name="gw") as gw:
+        for s in range(40):
+            await gw.receive(message(s, 0))
+        stalled.proc.send_signal(signal.SIGSTOP)  # frozen with what it holds; its leases expire
+        try:
+            for n in range(1, 5):
+                for s in range(40):
+                    await gw.receive(message(s, n))
+            await settled(config_of(config), ["b"])  # the other worker took every partition
+        finally:
+            stalled.proc.send_signal(signal.SIGCONT)  # it resumes, finds its leases gone, and stops
+        await wait_for(lambda: all(len(answered(adapter).get(s, [])) >= 5 for s in range(40)), 90,
+                       "every message answered")
+        await asyncio.sleep(3)  # anything answered twice would arrive by now
+    wrong = {s: a for s, a in answered(adapter).items() if a != [0, 1, 2, 3, 4]}
+    assert not wrong, f"answered out of order or twice: {list(wrong.items())[:3]}"
+    assert "lost partition" in stalled.log.read_text()
+
+
+async def test_a_gateway_stopped_while_the_server_is_away_publishes_its_spool_at_its_next_start(tmp_path,
+                                                                                                nats_server):
+    async with Worker(in_process_config(tmp_path, nats_server.url, "w"), provider=EchoProvider(), name="w",
+                      entry_points=False):
+        first = RecordingAdapter("test")
+        gateway = Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [first], name="gw")
+        await gateway.start()
+        try:
+            await asyncio.to_thread(nats_server.stop)
+            for n in range(5):
+                for s in range(4):
+                    await gateway.receive(message(s, n))  # spooled: the server is away
+            assert gateway.outbox.pending == 20
+        finally:
+            await gateway.aclose()  # what it spooled stays in its data directory
+        assert not first.sent
+        await asyncio.to_thread(nats_server.start)
+        second = RecordingAdapter("test")
+        async with Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [second], name="gw"):
+            await wait_for(lambda: all(answered(second).get(s) == list(range(5)) for s in range(4)), 60,
+                           "the spooled messages answered, in order")
+
+
+async def test_a_malformed_message_is_dropped_and_its_partition_goes_on(tmp_path, nats_server):
+    config = in_process_config(tmp_path, nats_server.url, "w")
+    adapter = RecordingAdapter("test")
+    async with Worker(config, provider=EchoProvider(), name="w", entry_points=False), \
+            Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [adapter], name="gw") as gw:
+        partition = partition_of("test:dm:u7", 8)
+        nc = await nats.connect(nats_server.url)
+        try:
+            js = nc.jetstream()
+            await js.publish(f"hookchat.in.{partition}", b"{not json")
+            await js.publish(f"hookchat.in.{partition}", json.dumps({"id": "x", "message": {"chain": 3}}).encode())
+        finally:
+            await nc.close()
+        await gw.receive(message(7, 0))
+        await wait_for(lambda: answered(adapter).get(7) == [0], 30, "the next message of the partition")

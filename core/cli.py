@@ -223,13 +223,15 @@ async def _plugins(config: HookchatConfig, as_json: bool) -> int:
         print(line)
         if s.reason:
             print(f"{'':<24} reason: {s.reason}")
+        if s.fault:
+            print(f"{'':<24} faulty: {s.fault}")
         for warning in s.warnings:
             print(f"{'':<24} warning: {warning}")
         for kind in ("hooks", "tools", "tags"):
             items = getattr(s, kind)
             if items:
                 print(f"{'':<24} {kind}: {', '.join(items)}")
-    return 1 if any(s.state == "error" for s in statuses) else 0
+    return 1 if any(s.state == "error" or s.fault for s in statuses) else 0
 
 
 async def _hooks(config: HookchatConfig, as_json: bool) -> int:

@@ -9,12 +9,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import re
 import signal
 import sys
-import threading
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from core.adapter import AdapterError, build_adapters
@@ -25,8 +23,10 @@ from core.config import ConfigError, HookchatConfig, load_config
 from core.plugin import priority_name
 from core.provider.local import LocalLlamaProvider, ModelNotInstalledError
 from core.scaffold import write_plugin_skeleton
+from core.server import ListenError
 from core.reload import PluginReloader
 from core.trace import OtelNotInstalledError, Trace, Tracer, default_file, read_json_lines, render_trace
+from core.utils.process import StopSignals
 from core.web import WebConsole, WebConsoleError
 
 __all__ = ["main"]
@@ -83,77 +83,6 @@ async def _chat(config: HookchatConfig, show_traces: bool = False, reload: bool 
     return 0
 
 
-class _Stop:
-    """SIGINT and SIGTERM end `hookchat run` and `hookchat web` (systemd, Docker and Kubernetes stop a service
-    with SIGTERM): the first signal starts the orderly shutdown (`HookChat.aclose`, bounded by `[deadlines]
-    shutdown_timeout`); past that bound, or at a second signal, the process exits whatever still runs, from a
-    thread, so even a plugin that blocks the event loop cannot hold it."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self.requested = asyncio.Event()
-        self.signal: int | None = None
-        self.closed = False  # the app's shutdown finished: an exit past the bound loses nothing
-
-    def install(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._received, sig)
-
-    @property
-    def exit_code(self) -> int:
-        """0 after SIGTERM (an ordinary stop), 130 after Ctrl-C, as a shell reports it."""
-        return 130 if self.signal == signal.SIGINT else 0
-
-    def _received(self, sig: int) -> None:
-        if self.signal is not None:
-            self._exit_now(f"hookchat: {signal.Signals(sig).name} again: exiting without finishing the shutdown", 1)
-        self.signal = sig
-        self.requested.set()
-        print(f"[hookchat] {signal.Signals(sig).name}: shutting down (at most {self.timeout:g} s, "
-              "[deadlines] shutdown_timeout)", file=sys.stderr, flush=True)
-        timer = threading.Timer(self.timeout, self._overdue)
-        timer.daemon = True
-        timer.start()
-
-    def _overdue(self) -> None:
-        if self.closed:
-            self._exit_now(None, self.exit_code)
-        self._exit_now(f"hookchat: the shutdown did not finish within {self.timeout:g} s ([deadlines] "
-                       "shutdown_timeout): exiting anyway", 1)
-
-    def leave(self) -> None:
-        """After the app closed: exit at once if abandoned tasks are left (asyncio.run would wait for them)."""
-        self.closed = True
-        current = asyncio.current_task()
-        left = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
-        if left:
-            self._exit_now(f"[hookchat] {len(left)} abandoned task(s) still running; exiting without them",
-                           self.exit_code)
-
-    @staticmethod
-    def _exit_now(message: str | None, code: int) -> None:
-        if message:
-            print(message, file=sys.stderr)
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-async def _until_stopped(stop: _Stop, work: Awaitable[None] | None = None) -> None:
-    """Wait for a stop signal, or until `work` (the console's input loop) ends."""
-    waiting = [asyncio.ensure_future(stop.requested.wait())]
-    if work is not None:
-        waiting.append(asyncio.ensure_future(work))
-    try:
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in waiting:
-            task.cancel()
-        await asyncio.wait(waiting)
-
-
 async def _run(config: HookchatConfig, reload: bool = False) -> int:
     try:
         adapters = build_adapters(config)
@@ -161,14 +90,14 @@ async def _run(config: HookchatConfig, reload: bool = False) -> int:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
     app = HookChat(config, adapters=adapters, serve_tools=True)
-    stop = _Stop(config.deadlines.shutdown_timeout)
+    stop = StopSignals(config.deadlines.shutdown_timeout)
     stop.install()
     async with _serving(app, reload=reload, web=config.web.enabled):
         server = app.tool_server
         if server is not None:
             print(f"[hookchat] tool registry on {server.url}", file=sys.stderr, flush=True)
         console = next((a for a in adapters if isinstance(a, ConsoleAdapter)), None)
-        await _until_stopped(stop, console.repl() if console is not None else None)
+        await stop.wait(console.repl() if console is not None else None)
     stop.leave()
     return stop.exit_code
 
@@ -204,10 +133,10 @@ async def _status(config: HookchatConfig, as_json: bool) -> int:
 
 
 async def _web(config: HookchatConfig, host: str | None, port: int | None, reload: bool) -> int:
-    stop = _Stop(config.deadlines.shutdown_timeout)
+    stop = StopSignals(config.deadlines.shutdown_timeout)
     stop.install()
     async with _serving(HookChat(config), reload=reload, web=True, host=host, port=port):
-        await _until_stopped(stop)
+        await stop.wait()
     stop.leave()
     return stop.exit_code
 
@@ -378,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_hooks(config, args.json))
     except KeyboardInterrupt:
         return 130
-    except (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError) as exc:
+    except (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError, ListenError, AdapterError) as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -158,3 +160,60 @@ def test_a_real_ctrl_c_under_asyncio_run_is_told_apart_from_a_plugins_keyboard_i
     assert must_propagate(from_signal)
     assert not must_propagate(from_plugin)
     assert not must_propagate(SystemExit(1))
+
+
+QUITTER_FOLDER = '''
+import sys
+from core.plugin import BasePlugin, on
+
+class Quitter(BasePlugin):
+    @on.im_message()
+    async def quit(self, event, *_):
+        sys.exit(3)  # a plugin bug, at every message
+'''
+
+
+@pytest.mark.slow
+def test_a_hook_calling_sys_exit_in_a_real_hookchat_run_leaves_the_bot_answering(tmp_path) -> None:
+    from tests.security.test_crash_recovery import SlowModel, _replies  # the model server of the crash test
+
+    folder = tmp_path / "plugins" / "quitter"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text('{"plugin_id": "quitter"}')
+    (folder / "main.py").write_text(QUITTER_FOLDER)
+    model = SlowModel(delay=0)
+    (tmp_path / "hookchat.toml").write_text(f"""
+[data]
+dir = "data"
+[plugins]
+dirs = ["plugins"]
+[[providers]]
+name = "fake"
+type = "openai"
+base_url = "{model.url}"
+models = ["m"]
+max_retries = 0
+[server]
+port = 0
+token = "t"
+""")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HOME": str(tmp_path),
+           "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "core.cli", "run"], cwd=tmp_path, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        replies: list[str] = []
+        for i, text in enumerate(["hello", "still there?"], 1):
+            process.stdin.write(text + "\n")
+            process.stdin.flush()
+            _replies(process, i, replies)
+        assert replies == ["answer: hello", "answer: still there?"]
+        assert process.poll() is None, "the bot is still running"
+        _, err = process.communicate(timeout=30)  # closes stdin: the console leaves, the bot stops normally
+    finally:
+        process.kill()
+        process.wait()
+        model.close()
+
+    assert process.returncode == 0, err
+    assert err.count("plugin 'quitter' hook quit (im_message) raised at") == 2 and "SystemExit" in err

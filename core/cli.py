@@ -15,11 +15,12 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from core.utils.process import StopSignals  # the standard library only
 
 # Each command imports what it runs, inside its function: `hookchat --help` and `hookchat plugins` must not pay for
 # the web server, the NATS client, the model runtime or the OpenAI client (bench/startup.py, tests/test_imports.py).
@@ -122,77 +123,6 @@ async def _load_quietly(provider: LocalLlamaProvider) -> None:
         logging.getLogger("hookchat").info("loading the model ahead of the first message failed: %s", exc)
 
 
-class _Stop:
-    """SIGINT and SIGTERM end `hookchat run` and `hookchat web` (systemd, Docker and Kubernetes stop a service
-    with SIGTERM): the first signal starts the orderly shutdown (`HookChat.aclose`, bounded by `[deadlines]
-    shutdown_timeout`); past that bound, or at a second signal, the process exits whatever still runs, from a
-    thread, so even a plugin that blocks the event loop cannot hold it."""
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self.requested = asyncio.Event()
-        self.signal: int | None = None
-        self.closed = False  # the app's shutdown finished: an exit past the bound loses nothing
-
-    def install(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._received, sig)
-
-    @property
-    def exit_code(self) -> int:
-        """0 after SIGTERM (an ordinary stop), 130 after Ctrl-C, as a shell reports it."""
-        return 130 if self.signal == signal.SIGINT else 0
-
-    def _received(self, sig: int) -> None:
-        if self.signal is not None:
-            self._exit_now(f"hookchat: {signal.Signals(sig).name} again: exiting without finishing the shutdown", 1)
-        self.signal = sig
-        self.requested.set()
-        print(f"[hookchat] {signal.Signals(sig).name}: shutting down (at most {self.timeout:g} s, "
-              "[deadlines] shutdown_timeout)", file=sys.stderr, flush=True)
-        timer = threading.Timer(self.timeout, self._overdue)
-        timer.daemon = True
-        timer.start()
-
-    def _overdue(self) -> None:
-        if self.closed:
-            self._exit_now(None, self.exit_code)
-        self._exit_now(f"hookchat: the shutdown did not finish within {self.timeout:g} s ([deadlines] "
-                       "shutdown_timeout): exiting anyway", 1)
-
-    def leave(self) -> None:
-        """After the app closed: exit at once if abandoned tasks are left (asyncio.run would wait for them)."""
-        self.closed = True
-        current = asyncio.current_task()
-        left = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
-        if left:
-            self._exit_now(f"[hookchat] {len(left)} abandoned task(s) still running; exiting without them",
-                           self.exit_code)
-
-    @staticmethod
-    def _exit_now(message: str | None, code: int) -> None:
-        if message:
-            print(message, file=sys.stderr)
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-async def _until_stopped(stop: _Stop, work: Awaitable[None] | None = None) -> None:
-    """Wait for a stop signal, or until `work` (the console's input loop) ends."""
-    waiting = [asyncio.ensure_future(stop.requested.wait())]
-    if work is not None:
-        waiting.append(asyncio.ensure_future(work))
-    try:
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in waiting:
-            task.cancel()
-        await asyncio.wait(waiting)
-
-
 async def _run(config: HookchatConfig, reload: bool = False) -> int:
     from core.adapter import AdapterError, build_adapters
     from core.adapter.console import ConsoleAdapter
@@ -204,14 +134,14 @@ async def _run(config: HookchatConfig, reload: bool = False) -> int:
         print(f"hookchat: {exc}", file=sys.stderr)
         return 2
     app = HookChat(config, adapters=adapters, serve_tools=True)
-    stop = _Stop(config.deadlines.shutdown_timeout)
+    stop = StopSignals(config.deadlines.shutdown_timeout)
     stop.install()
     async with _serving(app, reload=reload, web=config.web.enabled):
         server = app.tool_server
         if server is not None:
             print(f"[hookchat] tool registry on {server.url}", file=sys.stderr, flush=True)
         console = next((a for a in adapters if isinstance(a, ConsoleAdapter)), None)
-        await _until_stopped(stop, console.repl() if console is not None else None)
+        await stop.wait(console.repl() if console is not None else None)
     stop.leave()
     return stop.exit_code
 
@@ -282,10 +212,10 @@ async def _inbox_status(config: HookchatConfig, as_json: bool) -> int:
 async def _web(config: HookchatConfig, host: str | None, port: int | None, reload: bool) -> int:
     from core.app import HookChat
 
-    stop = _Stop(config.deadlines.shutdown_timeout)
+    stop = StopSignals(config.deadlines.shutdown_timeout)
     stop.install()
     async with _serving(HookChat(config), reload=reload, web=True, host=host, port=port):
-        await _until_stopped(stop)
+        await stop.wait()
     stop.leave()
     return stop.exit_code
 
@@ -301,13 +231,15 @@ async def _plugins(config: HookchatConfig, as_json: bool) -> int:
         print(line)
         if s.reason:
             print(f"{'':<24} reason: {s.reason}")
+        if s.fault:
+            print(f"{'':<24} faulty: {s.fault}")
         for warning in s.warnings:
             print(f"{'':<24} warning: {warning}")
         for kind in ("hooks", "tools", "tags"):
             items = getattr(s, kind)
             if items:
                 print(f"{'':<24} {kind}: {', '.join(items)}")
-    return 1 if any(s.state == "error" for s in statuses) else 0
+    return 1 if any(s.state == "error" or s.fault for s in statuses) else 0
 
 
 async def _hooks(config: HookchatConfig, as_json: bool) -> int:
@@ -528,18 +460,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _reported_errors() -> tuple[type[Exception], ...]:
     """The errors a command reports in one line (exit 2) instead of a traceback: no embedded model, a web console that
-    cannot start, OpenTelemetry asked for but not installed, a listener that would be open to strangers, a refused
-    adapter configuration. Imported once one was raised: their modules are among
+    cannot start, OpenTelemetry asked for but not installed, a listener that would be open to strangers or whose
+    port is taken, a refused adapter or MCP configuration. Imported once one was raised: their modules are among
     the heavy ones a command imports only when it runs."""
     from core.adapter import AdapterError
     from core.mcp import McpConfigError, McpServeError
     from core.provider.local import ModelNotInstalledError
+    from core.server import ListenError
     from core.trace import OtelNotInstalledError
     from core.utils.net import InsecureListenerError
     from core.web import WebConsoleError
 
     return (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError, InsecureListenerError, AdapterError,
-            McpConfigError, McpServeError)
+            McpConfigError, McpServeError, ListenError)
 
 
 if __name__ == "__main__":

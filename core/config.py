@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -133,6 +134,16 @@ class DataConfig(_Section):
             raise ValueError(f"{value} cannot be a data directory: {where} is a file, not a directory")
         if existing != value and not os.access(existing, os.W_OK | os.X_OK):
             raise ValueError(f"{value} cannot be created: {existing} is not writable")
+        # Permissions are not the whole story (root may write anywhere, but not into /proc or a read-only
+        # mount): try it, with a file that is removed at once.
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".hookchat-probe-", dir=existing)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            what = "be a data directory" if existing == value else "be created"
+            raise ValueError(f"{value} cannot {what}: no file can be created in {existing} ({exc.strerror}); "
+                             "choose a writable directory") from None
         return value
 
     @property

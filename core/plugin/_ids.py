@@ -36,10 +36,11 @@ def check_plugin_id(value: object) -> str:
 
 
 def module_name_for(plugin_id: str) -> str:
-    """A Python identifier for the plugin's package, unique per id: the id itself when it is one, else its ASCII
-    letters and digits plus a hash of the whole id (so `a-b`, `a.b` and `a_b` never share a module)."""
-    if _SAFE.fullmatch(plugin_id):
+    """A Python identifier for the plugin's package, unique per id: the id itself when it is an identifier
+    without `__`, else its ASCII letters and digits, `__` and a hash of the whole id (so `a-b`, `a.b` and `a_b`
+    never share a module). Only hashed names contain `__`, so no id can be named like another's hashed name."""
+    if _SAFE.fullmatch(plugin_id) and "__" not in plugin_id:
         return plugin_id
-    slug = re.sub(r"[^0-9A-Za-z]+", "_", plugin_id).strip("_")[:40] or "plugin"
+    slug = re.sub(r"[^0-9A-Za-z]+", "_", plugin_id).strip("_")[:40].strip("_") or "plugin"
     digest = hashlib.sha256(plugin_id.encode("utf-8")).hexdigest()[:10]
-    return f"{slug}_{digest}" if slug[0].isalpha() else f"p_{slug}_{digest}"
+    return f"{slug}__{digest}" if slug[0].isalpha() else f"p_{slug}__{digest}"

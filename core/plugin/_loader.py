@@ -43,7 +43,7 @@ from core.tag import FunctionTag, MediaPolicy
 from core.utils.declarations import declared
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
-from core.utils.signals import plugin_failed, plugin_loaded, plugin_unloaded, send
+from core.utils.signals import hook_stuck, plugin_failed, plugin_loaded, plugin_unloaded, send
 from core.utils.tasks import SHUTDOWN_GRACE, call_handler, must_propagate, wait_or_abandon
 from core.utils.tool_utils import BaseTool
 
@@ -127,6 +127,9 @@ class PluginStatus:
     warnings: list[str] = field(default_factory=list)
     #: True when the last reload failed and the previous version is the one running (`reason` says why).
     previous_version: bool = False
+    #: Why and when a hook of this plugin last ignored its cancellation (this run or an earlier one; forgotten
+    #: when a new version is loaded or its files change), None when it never did.
+    fault: str | None = None
 
 
 @dataclass
@@ -203,6 +206,10 @@ class PluginLoader:
         self._sources: dict[str, PluginSource] = {}
         self._loaded: dict[str, _Loaded] = {}
         self._status: dict[str, PluginStatus] = {}
+        #: Plugins a hook of which ignored its cancellation, in this run or an earlier one (kept in the data
+        #: directory, so `hookchat plugins` shows it): plugin id -> {"reason", "at"}.
+        self._faults: dict[str, dict[str, Any]] = {}
+        hook_stuck.connect(self._record_fault, sender=self.engine)  # held weakly: gone with the loader
 
     # -- discovery ------------------------------------------------------------------------------------------------
 
@@ -278,6 +285,7 @@ class PluginLoader:
     async def load_all(self) -> list[PluginStatus]:
         """Discover, then load every plugin not disabled by the operator, in plugin id order."""
         await anyio.to_thread.run_sync(self.discover)
+        self._faults = await anyio.to_thread.run_sync(self._read_faults)
         for pid in sorted(set(self.plugin_config) - set(self._sources)):
             near = difflib.get_close_matches(pid, list(self._sources), n=1)
             hint = f"did you mean {near[0]!r}?" if near else f"plugins found: {', '.join(sorted(self._sources))}"
@@ -417,6 +425,8 @@ class PluginLoader:
                 raise
             return await self._restore(old, exc)
         await anyio.to_thread.run_sync(_forget_modules, old.modules)
+        if self._faults.pop(plugin_id, None) is not None:  # a new version: an earlier fault is no longer its own
+            await anyio.to_thread.run_sync(self._write_faults)
         return self._loaded_now(loaded)
 
     def _keep_old(self, plugin_id: str, exc: BaseException, kept: str = "keeps running") -> PluginStatus:
@@ -606,7 +616,45 @@ class PluginLoader:
         status.warnings = list(source.warnings) if source is not None else []
         if loaded and plugin_id in self.engine.faulty:  # a hook ignored its cancellation: its hooks are off
             status.state, status.reason = "error", self.engine.faulty[plugin_id]
+        fault = self._faults.get(plugin_id)
+        status.fault = (f"{fault['reason']} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(fault['at']))})"
+                        if fault else None)
         return status
+
+    # -- faults that outlive the process ---------------------------------------------------------------------------
+
+    @property
+    def _faults_file(self) -> Path:
+        return self.data_dir / "plugin_faults.json"
+
+    def _record_fault(self, _engine: object, *, plugin_id: str, **_: object) -> None:
+        """`hook_stuck`: remember that `plugin_id` is faulty, in the data directory too. A rare event and a few
+        hundred bytes, so written at once rather than through a worker thread."""
+        self._faults[plugin_id] = {"reason": self.engine.faulty.get(plugin_id, "faulty"), "at": time.time()}
+        self._write_faults()
+
+    def _write_faults(self) -> None:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._faults_file.write_text(json.dumps(self._faults, indent=1), encoding="utf-8")
+        except OSError as exc:
+            logger.warning("cannot record plugin faults in %s: %s", self._faults_file, exc)
+
+    def _read_faults(self) -> dict[str, dict[str, Any]]:
+        """The faults recorded by earlier runs, minus those of plugins whose files changed since (fixed, we hope)."""
+        try:
+            raw = json.loads(self._faults_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        faults = {}
+        for plugin_id, fault in raw.items() if isinstance(raw, dict) else ():
+            source = self._sources.get(plugin_id)
+            if not isinstance(fault, dict) or not isinstance(fault.get("at"), int | float) or source is None:
+                continue
+            if source.path is not None and _newest_change(source.path) > fault["at"]:
+                continue
+            faults[plugin_id] = fault
+        return faults
 
     def statuses(self) -> list[PluginStatus]:
         """Every known plugin's status, sorted by plugin id."""
@@ -641,6 +689,15 @@ def _public_roots(roots: list[Path], private: list[Path]) -> list[Path]:
 
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _newest_change(folder: Path) -> float:
+    """The newest modification time of the files in a plugin folder (its caches left out)."""
+    try:
+        return max((p.stat().st_mtime for p in folder.rglob("*") if "__pycache__" not in p.parts and p.is_file()),
+                   default=0.0)
+    except OSError:
+        return 0.0
 
 
 def _plugins_failure(exc: BaseException) -> bool:

@@ -2,7 +2,7 @@
 model calls them back over loopback. `ToolRegistryServer` serves it for an app; `ToolRegistryClient` is what an
 out-of-process plugin uses to offer tools and keep them registered. See docs/tool-registry.md."""
 
-from core.server._http import SIGNATURE_HEADER, EmbeddedServer, HTTPProblem, callback_signature
+from core.server._http import SIGNATURE_HEADER, EmbeddedServer, HTTPProblem, ListenError, callback_signature
 from core.server._server import REGISTRY_DB_NAME, ToolRegistryServer, configured_token
 from core.server._urls import LoopbackURLError, check_loopback_url, dispatch_url
 from core.server.client import ToolRegistryClient
@@ -11,6 +11,7 @@ from core.server.registry import RegistrationError, RemoteToolRegistry, RemoteTo
 __all__ = [
     "EmbeddedServer",
     "HTTPProblem",
+    "ListenError",
     "LoopbackURLError",
     "REGISTRY_DB_NAME",
     "RegistrationError",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import hmac
 import json
@@ -126,15 +127,22 @@ class _EmbeddedUvicorn(uvicorn.Server):
         yield
 
 
+class ListenError(OSError):
+    """A server cannot listen on its address (taken, or not this machine's); the message names the address and
+    the config key that sets it."""
+
+
 class EmbeddedServer:
-    """Serves `asgi_app` on `host:port` (0: a free port) from a task of the running loop; `start`/`stop`."""
+    """Serves `asgi_app` on `host:port` (0: a free port) from a task of the running loop; `start`/`stop`.
+    `config_key` (`web.port`, `server.port`) is named when the address cannot be bound."""
 
     def __init__(self, asgi_app: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "http",
-                 start_timeout: float = 10.0) -> None:
+                 start_timeout: float = 10.0, config_key: str | None = None) -> None:
         self.asgi_app = asgi_app
         self.host = host
         self.port = port
         self.name = name
+        self.config_key = config_key
         self.start_timeout = start_timeout
         self._server: _EmbeddedUvicorn | None = None
         self._task: asyncio.Task[None] | None = None
@@ -160,13 +168,17 @@ class EmbeddedServer:
             sock.bind((self.host, self.port))
             sock.listen(128)
             sock.setblocking(False)
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            fix = f"set {self.config_key} to a free port" if self.config_key else "choose a free port"
+            why = "the port is in use (another process listens on it)" if exc.errno == errno.EADDRINUSE else (
+                exc.strerror or str(exc))
+            raise ListenError(exc.errno, f"the {self.name} cannot listen on {self.url}: {why}; {fix} "
+                                         "(0 picks one)") from None
         return sock
 
     async def start(self) -> None:
-        """Bind (raising `OSError` when the address is taken), then serve; returns once the server accepts."""
+        """Bind (raising `ListenError` when the address is taken), then serve; returns once the server accepts."""
         if self.running:
             return
         sock = self._bind()

@@ -67,7 +67,8 @@ class ToolRegistryServer:
             probe_timeout=probe_timeout,
         )
         asgi = build_registry_app(self.registry, token=lambda: self._token, max_body_bytes=self.max_body_bytes)
-        self.http = EmbeddedServer(asgi, self.host, port if port is not None else cfg.port, name="tool registry")
+        self.http = EmbeddedServer(asgi, self.host, port if port is not None else cfg.port, name="tool registry",
+                                   config_key="server.port")
         self._recheck_task: asyncio.Task[None] | None = None
 
     @property

@@ -82,7 +82,8 @@ class WebConsole:
         self.saved_config_path = Path(app.data_dir) / SAVED_CONFIG_NAME
         self._load_saved_config()
         self.asgi = ConsoleGate(self._build(), self.token, hosts)
-        self.http = EmbeddedServer(self.asgi, self.host, port if port is not None else cfg.port, name="web console")
+        self.http = EmbeddedServer(self.asgi, self.host, port if port is not None else cfg.port, name="web console",
+                                   config_key="web.port")
 
     @property
     def port(self) -> int:

@@ -1,4 +1,4 @@
-"""Stopping a real `hookchat run`: SIGTERM (systemd, Docker, Kubernetes) and Ctrl-C end the process within
+"""Stopping a real `hookchat run` or `hookchat web`: SIGTERM (systemd, Docker, Kubernetes) and Ctrl-C end the process within
 `[deadlines] shutdown_timeout`, after every `terminate()` that returns in time has run and history was closed,
 although one plugin's `terminate()` ignores its cancellation and another plugin's import never returns."""
 
@@ -67,6 +67,8 @@ models = ["m"]
 [server]
 port = 0
 token = "t"
+[web]
+port = 0
 [deadlines]
 plugin_start = 1
 shutdown_timeout = {SHUTDOWN_TIMEOUT}
@@ -74,16 +76,21 @@ shutdown_timeout = {SHUTDOWN_TIMEOUT}
     return config
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
-def test_a_signal_stops_hookchat_run_in_bounded_time_after_terminate_and_closing_history(tmp_path, sig, code):
+@pytest.mark.parametrize(("command", "sig", "code"), [
+    ("run", signal.SIGTERM, 0),
+    ("run", signal.SIGINT, 130),
+    ("web", signal.SIGTERM, 0),
+])
+def test_a_signal_stops_hookchat_in_bounded_time_after_terminate_and_closing_history(tmp_path, command, sig, code):
     config = _project(tmp_path)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "core.cli", "run", "-c", str(config)], cwd=tmp_path,
+    process = subprocess.Popen([sys.executable, "-m", "core.cli", command, "-c", str(config)], cwd=tmp_path,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True, env=env)
+    ready = "tool registry on" if command == "run" else "web console on"
     try:
         said = []
-        while not any("tool registry on" in line for line in said):  # started
+        while not any(ready in line for line in said):  # started
             line = process.stderr.readline()
             assert line, f"hookchat run exited early: {''.join(said)}"
             said.append(line)

@@ -145,6 +145,19 @@ def write(root: Path, folder: str, plugin_id: str, answer: str) -> None:
         f"from core.plugin import BasePlugin\n\nclass P(BasePlugin):\n    answer = {answer!r}\n", encoding="utf-8")
 
 
+async def test_an_id_spelt_like_another_plugins_hashed_module_name_loads_beside_it(tmp_path):
+    spelt_alike = module_name_for("a-b")  # an identifier: before, it was its own module name, and a-b's too
+    write(tmp_path / "plugins", "one", "a-b", "dash")
+    write(tmp_path / "plugins", "two", spelt_alike, "alike")
+    loader = PluginLoader(plugin_dirs=[tmp_path / "plugins"], data_dir=tmp_path / "data", entry_points=False)
+    try:
+        await loader.load_all()
+        assert loader.get_plugin("a-b").answer == "dash" and loader.get_plugin(spelt_alike).answer == "alike"
+        assert module_name_for(spelt_alike) != spelt_alike
+    finally:
+        await loader.shutdown()
+
+
 async def test_unicode_ids_load_side_by_side_and_show_as_written(tmp_path):
     write(tmp_path / "plugins", "one", "default-chat（z）", "z")
     write(tmp_path / "plugins", "two", "default-chat（y）", "y")

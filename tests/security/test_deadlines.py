@@ -4,7 +4,11 @@ past it the turn goes on, the fault is logged with its owner's name, and shutdow
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import anyio
 import pytest
@@ -140,3 +144,77 @@ async def test_a_hook_that_swallows_cancellation_is_reported_its_plugin_marked_f
     assert any(f["plugin_id"] == "stubborn" and f["hook_name"] == "stubborn" for f in failures)
     assert any("is faulty" in r.getMessage() for r in caplog.records)
     assert any("abandoned" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_session_goes_on_to_its_next_turn_after_a_hook_that_swallows_its_cancellation(caplog) -> None:
+    release = asyncio.Event()
+
+    class Stubborn(BasePlugin):
+        @on.im_batch_message(deadline=0.1)
+        async def stubborn(self, event, *_):
+            while not release.is_set():
+                try:
+                    await release.wait()
+                except asyncio.CancelledError:
+                    pass  # swallowed, again and again
+
+    async with ChatHarness([Stubborn], ScriptedProvider(["<msg>next turn</msg>"])) as bot:
+        try:
+            first, second = bot.message("one"), bot.message("two")
+            stuck = bot.app.submit(KiraMessageBatchEvent([KiraMessageEvent(first)], first.session))
+            after = bot.app.submit(KiraMessageBatchEvent([KiraMessageEvent(second)], second.session))
+            with anyio.fail_after(10):
+                result = await after  # queued behind the stuck turn of the same session
+            assert stuck.cancelled(), "the stuck turn was abandoned"
+            assert [c.plain_text for c in result.chains] == ["next turn"]
+            assert not bot.app.scheduler.is_busy(first.session.sid)
+            status = bot.app.plugins.status("stubborn")
+            assert status.state == "error" and "ignored its cancellation" in status.reason
+        finally:
+            release.set()
+    assert any("abandoned" in r.getMessage() and "goes on" in r.getMessage() for r in caplog.records)
+
+
+STUBBORN_FOLDER = '''
+import asyncio
+from core.plugin import BasePlugin, on
+
+class Stubborn(BasePlugin):
+    @on.im_batch_message(deadline=0.1)
+    async def stubborn(self, event, *_):
+        for _ in range(100):  # swallows its cancellation for 5 s, then gives up
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                pass
+'''
+
+
+async def test_hookchat_plugins_shows_a_plugin_faulty_in_an_earlier_run(tmp_path) -> None:
+    folder = tmp_path / "plugins" / "stubborn"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text('{"plugin_id": "stubborn"}')
+    (folder / "main.py").write_text(STUBBORN_FOLDER)
+    (tmp_path / "hookchat.toml").write_text('[data]\ndir = "data"\n[plugins]\ndirs = ["plugins"]\n'
+                                           '[adapters]\nconsole = false\n')
+    config = {"data": {"dir": str(tmp_path / "data")}, "plugins": {"dirs": [str(tmp_path / "plugins")]}}
+    async with ChatHarness(provider=ScriptedProvider(["<msg>x</msg>"]), config=config) as bot:
+        message = bot.message("hello")
+        bot.app.submit(KiraMessageBatchEvent([KiraMessageEvent(message)], message.session))
+        with anyio.fail_after(10):
+            while bot.app.plugins.status("stubborn").fault is None:
+                await asyncio.sleep(0.05)
+
+    listed = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        [sys.executable, "-m", "core.cli", "plugins"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}))
+
+    assert listed.returncode == 1, listed.stderr
+    [line] = [line for line in listed.stdout.splitlines() if "faulty:" in line]
+    assert "hook stubborn (im_batch_message) ignored its cancellation" in line
+
+    (folder / "main.py").write_text(STUBBORN_FOLDER + "\n# fixed\n")  # a changed plugin starts with a clean slate
+    listed = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        [sys.executable, "-m", "core.cli", "plugins"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}))
+    assert listed.returncode == 0 and "faulty:" not in listed.stdout, listed.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,25 @@ async def test_a_synchronous_initialize_that_never_returns_is_abandoned(tmp_path
 
     assert statuses["broken"].state == "error"
     assert "initialize() did not finish within the start-up deadline" in statuses["broken"].reason
+
+
+async def test_an_import_that_never_returns_is_abandoned_in_a_daemon_thread_and_a_fixed_save_loads(tmp_path) -> None:
+    root = tmp_path / "plugins"
+    _plugin(root, "hangs", "import threading\nthreading.Event().wait()  # never returns\n")
+    engine = HookEngine()
+    loader = PluginLoader(engine, plugin_dirs=[root], data_dir=tmp_path / "data", entry_points=False,
+                          init_timeout=0.3)
+    try:
+        [status] = await loader.load_all()
+        assert status.state == "error" and "import did not finish" in status.reason
+        importing = [t for t in threading.enumerate() if "hookchat_plugins" in t.name and ".hangs" in t.name]
+        assert importing and all(t.daemon for t in importing), "an abandoned import cannot keep the process alive"
+
+        (root / "hangs" / "main.py").write_text(textwrap.dedent(HEALTHY))  # the fix, saved
+        status = await loader.reload("hangs")  # the abandoned thread still holds the old module's import lock
+        assert status.state == "loaded", status.reason
+        again = await loader.reload("hangs")
+        assert again.state == "loaded" and not again.previous_version
+    finally:
+        await loader.shutdown()
+        await engine.aclose()

@@ -222,6 +222,7 @@ async def test_the_plugins_page_says_whether_a_reloaded_plugins_new_code_is_in_e
                 (greeter / "main.py").write_text("broken(\n", encoding="utf-8")
                 await reloader.apply([greeter / "main.py"])
                 listed = {p["plugin_id"]: p for p in (await http.get("/api/plugins")).json()}
-                assert listed["greeter"]["state"] == "error"
+                assert listed["greeter"]["state"] == "loaded", "the previous version keeps running"
+                assert listed["greeter"]["previous_version"] is True
                 assert listed["greeter"]["reload"]["ok"] is False and "SyntaxError" in listed["greeter"]["reload"]["reason"]
                 assert (await http.get("/api/overview")).json()["reload"] is True

@@ -261,8 +261,9 @@ views.plugins = async () => {
   $("#plugins-table tbody").replaceChildren(...plugins.map((p) => el("tr", { "data-plugin": p.plugin_id },
     el("td", {}, el("strong", {}, p.plugin_id), el("div", { class: "muted" }, p.origin)),
     el("td", { class: `state ${p.state === "error" ? "bad" : p.state === "loaded" ? "ok" : ""}` }, p.state, p.reason ? el("div", { class: "reason" }, p.reason) : null,
+      p.fault && p.state !== "error" ? el("div", { class: "reason" }, `faulty: ${p.fault}`) : null,
       p.reload ? el("div", { class: `reloaded ${p.reload.ok ? "ok" : "bad"}` }, `--reload ${new Date(p.reload.at * 1000).toLocaleTimeString()}: ` +
-        (p.reload.ok ? "the new code is in effect" : `failed (${p.reload.reason}); retried on the next change`)) : null),
+        (p.reload.ok ? "the new code is in effect" : (p.reload.reason === p.reason ? "failed" : `failed (${p.reload.reason})`) + "; retried on the next change")) : null),
     el("td", {}, p.version),
     el("td", { class: "muted" }, [p.hooks.length ? `${p.hooks.length} hooks` : "", p.tools.length ? `tools: ${p.tools.join(", ")}` : "", p.tags.length ? `tags: ${p.tags.join(", ")}` : ""].filter(Boolean).join("; ")),
     el("td", {},

@@ -79,7 +79,7 @@ class ConsoleGate:
         host = headers.get("host", "")
         if not self.host_allowed(host):
             await self._refuse(scope, receive, send, 403, f"hookchat web console: Host {host!r} is not one of "
-                               "[web] allowed_hosts (a page elsewhere pointed its own name at this machine?)")
+                               "[web] allowed_hosts (add the name there if you reach the console by it)")
             return
         origin = headers.get("origin")
         if origin is not None and not _same_origin(origin, host):
@@ -106,7 +106,7 @@ class ConsoleGate:
             await send({"type": "websocket.close", "code": 1008, "reason": "token required"})
             return
         if "text/html" in headers.get("accept", ""):
-            await _login_page(scope["path"], wrong=from_query is not None)(scope, receive, send)
+            await _login_page(scope["path"], host, wrong=from_query is not None)(scope, receive, send)
             return
         await PlainTextResponse("hookchat web console: a token is required (open the address hookchat printed at "
                                 "start-up, .../?token=...)", status_code=401)(scope, receive, send)
@@ -166,7 +166,7 @@ def _cookie(value: str) -> str | None:
     return morsel.value if morsel is not None else None
 
 
-def _login_page(path: str, *, wrong: bool) -> Response:
+def _login_page(path: str, host: str, *, wrong: bool) -> Response:
     """What a browser without the token sees: where to find it, and a field to paste it into."""
     body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>hookchat console: token required</title>
@@ -176,7 +176,7 @@ code{{background:#f2f2f2;padding:.1em .3em}}input{{font:inherit;width:100%;paddi
 button{{font:inherit;padding:.4em 1.2em}}</style></head>
 <body><h1>This console needs its token</h1>
 <p>hookchat printed the console's address with its token when it started, for example
-<code>http://127.0.0.1:8780/?token=&hellip;</code>: open that address. The token is also in the file
+<code>http://{html.escape(host)}/?token=&hellip;</code>: open that address. The token is also in the file
 <code>web/token</code> of the bot's data directory (or the variable named by <code>[web] token_env</code>).</p>
 {'<p><strong>That token is not this console&rsquo;s.</strong></p>' if wrong else ''}
 <form method="get" action="{html.escape(path, quote=True)}"><label for="token">Or paste the token:</label>

@@ -48,7 +48,13 @@ def stored_token(data_dir: Path) -> str:
             path.unlink()  # empty or cut short: a weak token is no token
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never a moment readable by others
+    except FileExistsError:  # another start of this bot wrote it at the same moment: use that one
+        theirs = path.read_text(encoding="utf-8").strip()
+        if len(theirs) < 16:
+            raise OSError(f"{path} is being written by another start of this bot; start again") from None
+        return theirs
     with os.fdopen(fd, "w", encoding="utf-8") as file:
         file.write(token + "\n")
     return token

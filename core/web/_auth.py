@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.utils.log import get_logger
 from core.utils.net import is_loopback_host
@@ -92,6 +92,8 @@ class ConsoleGate:
             await self._refuse(scope, receive, send, 403,
                                f"hookchat web console: a request from {origin} is refused (cross-origin)")
             return
+        if scope["type"] == "http":
+            send = _not_framed_elsewhere(send)
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         given = _bearer(headers.get("authorization", "")) or _cookie(headers.get("cookie", ""))
         from_query = query.get("token")
@@ -133,6 +135,20 @@ class ConsoleGate:
             await send({"type": "websocket.close", "code": 1008, "reason": reason[:120]})
             return
         await PlainTextResponse(reason, status_code=status)(scope, receive, send)
+
+
+#: No page of another origin may frame the console: a page on another port of 127.0.0.1 is the same site, so the
+#: framed console would have its cookie, and clicks lured onto it (clickjacking) would be the console's own.
+_FRAME_HEADERS = [(b"x-frame-options", b"SAMEORIGIN"), (b"content-security-policy", b"frame-ancestors 'self'")]
+
+
+def _not_framed_elsewhere(send: Send) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *_FRAME_HEADERS]}
+        await send(message)
+
+    return sending
 
 
 def _host_name(value: str) -> str:

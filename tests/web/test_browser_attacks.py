@@ -29,6 +29,7 @@ REBOUND = "rebind.test"  # the browser resolves it to 127.0.0.1, as a rebinding 
 ATTACK_PAGE = """<!doctype html><html><head><title>cute cats</title></head><body>
 <h1>Nothing to see here</h1><pre id="results"></pre>
 <iframe name="sink" style="display:none"></iframe>
+<iframe id="framed" src="CONSOLE/#plugins" width="600" height="300"></iframe>
 <form id="csrf" method="post" action="CONSOLE/api/plugins/greeter/reload" target="sink"></form>
 <script>
 const target = "CONSOLE";
@@ -131,6 +132,10 @@ def test_a_page_of_another_origin_gets_nothing_from_a_logged_in_console(live_con
         wait_for(browser, EC.presence_of_element_located((By.CSS_SELECTOR, "body[data-done]")))
         results = json.loads(browser.find_element(By.ID, "results").text)
     shot(browser, "attack-page")
+    browser.switch_to.frame(browser.find_element(By.ID, "framed"))  # the console, framed to lure clicks onto it
+    assert not browser.find_elements(By.ID, "plugins-table") and not browser.find_elements(By.ID, "chat-log"), \
+        "another origin cannot frame the console (clickjacking)"
+    browser.switch_to.default_content()
 
     assert results["chat socket"] == "refused"
     for path in ("/api/sessions", "/api/traces", "/api/sessions/web:dm:secret"):

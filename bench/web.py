@@ -42,6 +42,10 @@ async def kit_turns(bot: ChatHarness, name: str, sessions: int) -> float:
     return sessions * TURNS / (time.perf_counter() - start)
 
 
+#: The console's token in this benchmark (the console always has one; the client process is told this one).
+BENCH_TOKEN = "bench-web-console-token"
+
+
 async def web_turns(url: str, name: str, sessions: int) -> float:
     async def session(ws) -> None:
         for i in range(TURNS):
@@ -53,7 +57,9 @@ async def web_turns(url: str, name: str, sessions: int) -> float:
                     break
 
     base = url.replace("http://", "ws://")
-    sockets = [await connect(f"{base}/ws/chat?session={name}-{s}", compression=None) for s in range(sessions)]
+    auth = {"Authorization": f"Bearer {BENCH_TOKEN}"}
+    sockets = [await connect(f"{base}/ws/chat?session={name}-{s}", compression=None, additional_headers=auth)
+               for s in range(sessions)]
     for ws in sockets:
         assert json.loads(await ws.recv())["type"] == "ready"
     start = time.perf_counter()
@@ -79,7 +85,7 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as data:
         provider = ScriptedProvider([REPLY] * (sum(SESSION_COUNTS) * TURNS * (ROUNDS + 1) * 2))
         async with ChatHarness(provider=provider, config={"data": {"dir": data}}) as bot:
-            console = WebConsole(bot.app, port=0)
+            console = WebConsole(bot.app, port=0, token=BENCH_TOKEN)
             async with console:
                 await kit_turns(bot, "warm", 1)  # warm up both paths once
                 await web_turns_elsewhere(console.url, "warm", 1)

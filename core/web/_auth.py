@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from core.utils.log import get_logger
 from core.utils.net import is_loopback_host
@@ -48,7 +48,13 @@ def stored_token(data_dir: Path) -> str:
             path.unlink()  # empty or cut short: a weak token is no token
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never a moment readable by others
+    except FileExistsError:  # another start of this bot wrote it at the same moment: use that one
+        theirs = path.read_text(encoding="utf-8").strip()
+        if len(theirs) < 16:
+            raise OSError(f"{path} is being written by another start of this bot; start again") from None
+        return theirs
     with os.fdopen(fd, "w", encoding="utf-8") as file:
         file.write(token + "\n")
     return token
@@ -79,13 +85,15 @@ class ConsoleGate:
         host = headers.get("host", "")
         if not self.host_allowed(host):
             await self._refuse(scope, receive, send, 403, f"hookchat web console: Host {host!r} is not one of "
-                               "[web] allowed_hosts (a page elsewhere pointed its own name at this machine?)")
+                               "[web] allowed_hosts (add the name there if you reach the console by it)")
             return
         origin = headers.get("origin")
         if origin is not None and not _same_origin(origin, host):
             await self._refuse(scope, receive, send, 403,
                                f"hookchat web console: a request from {origin} is refused (cross-origin)")
             return
+        if scope["type"] == "http":
+            send = _not_framed_elsewhere(send)
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         given = _bearer(headers.get("authorization", "")) or _cookie(headers.get("cookie", ""))
         from_query = query.get("token")
@@ -106,7 +114,7 @@ class ConsoleGate:
             await send({"type": "websocket.close", "code": 1008, "reason": "token required"})
             return
         if "text/html" in headers.get("accept", ""):
-            await _login_page(scope["path"], wrong=from_query is not None)(scope, receive, send)
+            await _login_page(scope["path"], host, wrong=from_query is not None)(scope, receive, send)
             return
         await PlainTextResponse("hookchat web console: a token is required (open the address hookchat printed at "
                                 "start-up, .../?token=...)", status_code=401)(scope, receive, send)
@@ -127,6 +135,20 @@ class ConsoleGate:
             await send({"type": "websocket.close", "code": 1008, "reason": reason[:120]})
             return
         await PlainTextResponse(reason, status_code=status)(scope, receive, send)
+
+
+#: No page of another origin may frame the console: a page on another port of 127.0.0.1 is the same site, so the
+#: framed console would have its cookie, and clicks lured onto it (clickjacking) would be the console's own.
+_FRAME_HEADERS = [(b"x-frame-options", b"SAMEORIGIN"), (b"content-security-policy", b"frame-ancestors 'self'")]
+
+
+def _not_framed_elsewhere(send: Send) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *_FRAME_HEADERS]}
+        await send(message)
+
+    return sending
 
 
 def _host_name(value: str) -> str:
@@ -166,7 +188,7 @@ def _cookie(value: str) -> str | None:
     return morsel.value if morsel is not None else None
 
 
-def _login_page(path: str, *, wrong: bool) -> Response:
+def _login_page(path: str, host: str, *, wrong: bool) -> Response:
     """What a browser without the token sees: where to find it, and a field to paste it into."""
     body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>hookchat console: token required</title>
@@ -176,7 +198,7 @@ code{{background:#f2f2f2;padding:.1em .3em}}input{{font:inherit;width:100%;paddi
 button{{font:inherit;padding:.4em 1.2em}}</style></head>
 <body><h1>This console needs its token</h1>
 <p>hookchat printed the console's address with its token when it started, for example
-<code>http://127.0.0.1:8780/?token=&hellip;</code>: open that address. The token is also in the file
+<code>http://{html.escape(host)}/?token=&hellip;</code>: open that address. The token is also in the file
 <code>web/token</code> of the bot's data directory (or the variable named by <code>[web] token_env</code>).</p>
 {'<p><strong>That token is not this console&rsquo;s.</strong></p>' if wrong else ''}
 <form method="get" action="{html.escape(path, quote=True)}"><label for="token">Or paste the token:</label>

@@ -16,8 +16,8 @@ def chromium_available() -> bool:
     return CHROMEDRIVER.exists() and CHROMIUM.exists() and shutil.which("chromium") is not None
 
 
-def start_browser(profile: Path):
-    """A fresh headless chromium with its own profile folder."""
+def start_browser(profile: Path, *flags: str):
+    """A fresh headless chromium with its own profile folder (and any more command-line `flags`)."""
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
 
@@ -25,6 +25,6 @@ def start_browser(profile: Path):
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 "--window-size=1280,900", f"--user-data-dir={profile}"):
+                 "--window-size=1280,900", f"--user-data-dir={profile}", *flags):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

@@ -45,6 +45,7 @@ def test_without_the_token_nothing_is_served_and_a_browser_is_told_where_to_find
 def test_the_printed_address_logs_a_browser_in_once_and_drops_the_token_from_the_address(live_console):
     browser = httpx.Client()
     login = browser.get(live_console.login_url)
+    assert "frame-ancestors 'self'" in login.headers["content-security-policy"], "no other origin frames it"
     assert login.status_code == 303 and login.headers["location"] == "/"
     cookie = login.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie

@@ -76,22 +76,16 @@ def _make_valid(message: KiraIMMessage) -> None:
 _MESSAGE_BUFFERED = "message_buffered"
 
 
-def _mergeable(waiting: KiraMessageBatchEvent, batch: KiraMessageBatchEvent) -> bool:
-    """Whether `batch` may join the batch that waits: plain messages of the same kind (a push that asks for an
-    answer, or a batch of another persona or other capabilities, is a turn of its own)."""
-    return (waiting.push is None and batch.push is None and waiting.role == batch.role
-            and waiting.capabilities == batch.capabilities and not waiting.is_stopped and not batch.is_stopped)
-
-
 class _Queued:
     """A batch in a session's queue and the futures of everyone who submitted messages to it."""
 
-    __slots__ = ("batch", "futures", "started")
+    __slots__ = ("batch", "futures", "started", "joinable")
 
-    def __init__(self, batch: KiraMessageBatchEvent, future: asyncio.Future[TurnResult]) -> None:
+    def __init__(self, batch: KiraMessageBatchEvent, future: asyncio.Future[TurnResult], joinable: bool) -> None:
         self.batch = batch
         self.futures = [future]
         self.started = False
+        self.joinable = joinable  # messages as they arrived (not a batch made elsewhere): later arrivals may join
 
     def cancel(self) -> None:
         for future in self.futures:
@@ -101,10 +95,12 @@ class _Queued:
 class TurnScheduler:
     """Runs turns: one at a time per session in arrival order; sessions concurrently, at most `max_concurrent`.
 
-    A session has at most one running and one waiting batch: a batch submitted while another one waits joins it
-    (unless one of them is a push or speaks as another persona, which waits as a turn of its own), so a flood
-    into one session makes one turn of everything that came during the running one, not a turn per message. At
-    most `max_waiting` messages wait per session (None: unbounded); past it the rest are refused: `forget` is
+    A session has at most one running and one waiting batch of arriving messages: a batch submitted with
+    `join=True` (the pipeline's, of messages as they arrive) joins the one such batch that waits, so a flood into
+    one session makes one turn of everything that came during the running one, not a turn per message. A batch
+    made elsewhere (a push that asks for an answer, a recovered or redone batch, a plugin's) is a turn of its own,
+    kept as it was made. At most `max_waiting` messages wait per session (None: unbounded); past it the rest of an
+    arriving batch are refused: `forget` is
     called with them, and `overflow(session, limit)` (awaited in a task of the scheduler) once per filling of the
     waiting batch, to tell the session. `forget(batch, why)` is also called for a batch that will not be answered
     because the user said so: its running turn cancelled by `cancel()`, every submitter's future cancelled before
@@ -135,12 +131,15 @@ class TurnScheduler:
         self._workers = TaskOwner("the turn scheduler")
         self._running: dict[str, asyncio.Task[None]] = {}  # session -> its worker, while a turn runs
         self._cancelling: set[asyncio.Task[None]] = set()  # workers whose running turn `cancel()` asked to end
-        self._overflowed: set[str] = set()  # sessions told their waiting batch is full (until it starts)
+        #: Sessions whose waiting batch is full, and how many messages were refused since (until it starts): the
+        #: session is told and the log says so once per filling, not per message.
+        self._overflowed: dict[str, int] = {}
         hook_stuck.connect(self._abandon_stuck)  # held weakly: gone with the scheduler
 
-    def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
-        """Queue a batch for its session (joining the batch that waits, if any); the future resolves to the
-        result of the turn that answers it (cancelled once closed, or when all of it was refused)."""
+    def submit(self, batch: KiraMessageBatchEvent, *, join: bool = False) -> asyncio.Future[TurnResult]:
+        """Queue a batch for its session; with `join`, its messages join the arriving messages that wait, if any,
+        within `max_waiting`. The future resolves to the result of the turn that answers it (cancelled once
+        closed, or when all of it was refused)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[TurnResult] = loop.create_future()
         if self._workers.closing:
@@ -149,24 +148,25 @@ class TurnScheduler:
             return future
         sid = batch.sid
         queue = self._queues.get(sid)
-        refused = self._take_room(sid, queue, batch)
+        refused = self._take_room(sid, queue, batch) if join else []
         if refused:
             self._refuse(batch.session, refused)
             if not batch.messages:
                 future.cancel()
                 return future
         if queue is None:
-            self._start_worker(sid, deque([_Queued(batch, future)]))
+            self._start_worker(sid, deque([_Queued(batch, future, join)]))
             return future
-        if queue and not queue[-1].started and _mergeable(queue[-1].batch, batch):
-            queue[-1].batch.messages.extend(batch.messages)
-            queue[-1].futures.append(future)
+        waiting = queue[-1] if queue else None
+        if join and waiting is not None and waiting.joinable and not waiting.started:
+            waiting.batch.messages.extend(batch.messages)
+            waiting.futures.append(future)
         else:
-            queue.append(_Queued(batch, future))
+            queue.append(_Queued(batch, future, join))
         return future
 
     def batches(self, sid: str) -> int:
-        """How many batches session `sid` has running or waiting (plain messages: at most two)."""
+        """How many batches session `sid` has running or waiting (of arriving messages only: at most two)."""
         return len(self._queues.get(sid, ()))
 
     def waiting(self, sid: str) -> int:
@@ -185,13 +185,22 @@ class TurnScheduler:
         return refused
 
     def _refuse(self, session: Session, refused: list[KiraMessageEvent]) -> None:
-        logger.warning("%d message(s) of %s refused: %d already wait for an answer ([limits] max_waiting_messages)",
-                       len(refused), session.sid, self.max_waiting)
         if self._forget is not None:
             self._forget(KiraMessageBatchEvent(refused, session), "refused: the session's waiting batch was full")
-        if self._overflow is not None and session.sid not in self._overflowed:
-            self._overflowed.add(session.sid)
-            self._workers.spawn(self._overflow(session, self.max_waiting or 0), name=f"overflow:{session.sid}")
+        sid = session.sid
+        if sid in self._overflowed:
+            self._overflowed[sid] += len(refused)
+            return
+        self._overflowed[sid] = len(refused)
+        logger.warning("messages of %s refused: %d already wait for an answer ([limits] max_waiting_messages); the "
+                       "session is told", sid, self.max_waiting)
+        if self._overflow is not None:
+            self._workers.spawn(self._overflow(session, self.max_waiting or 0), name=f"overflow:{sid}")
+
+    def _end_overflow(self, sid: str) -> None:
+        refused = self._overflowed.pop(sid, 0)
+        if refused:
+            logger.warning("%d message(s) of %s were refused while its waiting batch was full", refused, sid)
 
     def _start_worker(self, sid: str, queue: deque[_Queued]) -> None:
         self._queues[sid] = queue
@@ -209,7 +218,7 @@ class TurnScheduler:
                     self._forgotten(batch, "taken back before it started")
                     continue
                 entry.started = True
-                self._overflowed.discard(sid)
+                self._end_overflow(sid)
                 self._running[sid] = worker
                 try:
                     if self._limit is None:
@@ -249,7 +258,7 @@ class TurnScheduler:
                 entry.cancel()
             if self._queues.get(sid) is queue:  # not when this worker was abandoned: the queue is another's now
                 del self._queues[sid]
-                self._overflowed.discard(sid)
+                self._end_overflow(sid)
 
     def _abandon_stuck(self, _engine: object, *, task: object, plugin_id: str, hook_name: str, event_name: str,
                        **_: object) -> None:
@@ -399,10 +408,14 @@ class MessagePipeline:
         return self._submit(messages, messages[-1].session)
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
-        """Queue `batch` as a turn of its session (the batch learns what its adapter can send)."""
-        if batch.capabilities is None:
-            batch.capabilities = self._capabilities(batch.session)
-        return self.scheduler.submit(batch)
+        """Queue `batch` as a turn of its own for its session (the batch learns what its adapter can send)."""
+        return self._queue(batch, join=False)
 
     def _submit(self, messages: list[KiraMessageEvent], session: Session) -> asyncio.Future[TurnResult]:
-        return self.submit(KiraMessageBatchEvent(messages, session))
+        """Arriving messages: they join the session's waiting batch, if one waits."""
+        return self._queue(KiraMessageBatchEvent(messages, session), join=True)
+
+    def _queue(self, batch: KiraMessageBatchEvent, *, join: bool) -> asyncio.Future[TurnResult]:
+        if batch.capabilities is None:
+            batch.capabilities = self._capabilities(batch.session)
+        return self.scheduler.submit(batch, join=join)

@@ -212,6 +212,10 @@ class Worker:
             @on.im_batch_message(priority=_FIRST, deadline=PATIENCE + 60)
             async def record_batch(self, event: KiraMessageBatchEvent, *args: Any, **kwargs: Any) -> None:
                 ids = [m.inbox_id for m in event.messages if m.inbox_id]
+                if len(ids) == 1 and ids[0] in worker._data and worker.history.nothing_parked(event.sid):
+                    # The one message the worker holds unacknowledged, and nothing parked: after a crash
+                    # JetStream delivers it again and the same batch forms, so there is nothing to write down.
+                    return
                 if ids:
                     unparked = {i: worker._data[i] for i in ids if i in worker._data}
                     try:

@@ -2,7 +2,7 @@
 each on a real NATS server: a worker restarted under the same name takes its partitions back at once; a worker
 that stalls past its lease (SIGSTOP) loses its partitions and, resumed, answers nothing twice; a gateway stopped
 while the server is away publishes its spool at its next start; a malformed message is dropped and its partition
-goes on."""
+goes on; a message too large for the stream is refused with a notice to its sender."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import signal
 import nats
 import pytest
 
+from core.chat import KiraIMMessage, MessageChain, Session, User
+from core.chat.message_elements import Text
 from core.cluster import Gateway, Worker, partition_of
 from core.config import HookchatConfig
 from core.testing import EchoProvider, RecordingAdapter
@@ -114,3 +116,16 @@ async def test_a_malformed_message_is_dropped_and_its_partition_goes_on(tmp_path
             await nc.close()
         await gw.receive(message(7, 0))
         await wait_for(lambda: answered(adapter).get(7) == [0], 30, "the next message of the partition")
+
+
+async def test_a_message_the_stream_refuses_for_good_is_told_to_its_sender(tmp_path, nats_server):
+    adapter = RecordingAdapter("test")
+    async with Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [adapter], name="gw") as gw:
+        huge = KiraIMMessage(MessageChain([Text("x" * 2_000_000)]), User("u1"), Session("test", "dm", "u1"),
+                             message_id="huge")  # above the server's 1 MiB payload limit
+        await gw.receive(huge)
+        await gw.receive(message(1, 0))  # the session's next message is not held up behind it
+        await wait_for(lambda: adapter.sent, 30, "the sender to be told")
+    notice = adapter.sent[0].chain.message_repr
+    assert notice.startswith("Sorry, I could not take your message") and "xxxx" in notice
+    assert gw.outbox.pending == 0

@@ -1,5 +1,5 @@
 """Broker outages, end to end and with real processes: a NATS server stopped (SIGTERM, or SIGKILL as a crash) for
-0.2 s or 3 s in the middle of a burst that our own OneBot implementation sends through a gateway's reverse-mode
+0.2 s or 3 s (and once 10 s, longer than the leases) in the middle of a burst that our own OneBot implementation sends through a gateway's reverse-mode
 adapter to two worker processes. Every message is answered once and in order, or its sender is told; the workers'
 leases outlive the outage; the gateway spools while the server is away and holds the platform back when its spool
 is full."""
@@ -7,6 +7,7 @@ is full."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 from collections import defaultdict
@@ -26,8 +27,9 @@ pytestmark = [pytest.mark.slow]
 
 TOKEN = "outage-s3cret"
 MARK = re.compile(r"s(\d+)m(\d+)")
-SESSIONS, PER_SESSION = 50, 10
-LEASE = 8.0  # seconds; an outage of 3 s (and the server's start) stays well inside it
+# Sized for a shared 2-core machine; the issue's full size: HOOKCHAT_OUTAGE_SIZE=200x20 pytest tests/cluster/test_outage.py
+SESSIONS, PER_SESSION = (int(n) for n in os.environ.get("HOOKCHAT_OUTAGE_SIZE", "50x10").split("x"))
+LEASE = 8.0  # seconds; an outage of 3 s (and the server's start) stays well inside it, one of 10 s does not
 CLUSTER = {"lease_seconds": LEASE, "ack_wait": 30.0, "partitions": 16}
 
 
@@ -85,11 +87,11 @@ def new_lines(procs: list[WorkerProcess], since: dict[str, int]) -> list[str]:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("kill", "outage"), [(False, 0.2), (True, 0.2), (False, 3.0), (True, 3.0)],
-                         ids=["sigterm-0.2s", "sigkill-0.2s", "sigterm-3s", "sigkill-3s"])
+@pytest.mark.parametrize(("kill", "outage"), [(False, 0.2), (True, 0.2), (False, 3.0), (True, 3.0), (True, 10.0)],
+                         ids=["sigterm-0.2s", "sigkill-0.2s", "sigterm-3s", "sigkill-3s", "sigkill-10s"])
 async def test_a_broker_outage_mid_burst_loses_nothing_and_answers_nothing_twice(server, two_workers, cluster_dir,
                                                                                  kill, outage):
-    base = 1000 * (1 + int(kill) + 2 * int(outage > 1))  # each case its own senders (the workers are shared)
+    base = 100_000 * (1 + int(kill) + 2 * int(outage > 1) + 4 * int(outage > LEASE))  # each case its own senders
     users = [base + s for s in range(SESSIONS)]
     since = log_lines(two_workers)
     adapter = OneBotAdapter("qq", mode="reverse", port=0, token=TOKEN, max_queued_events=50)
@@ -138,6 +140,7 @@ async def test_a_broker_outage_mid_burst_loses_nothing_and_answers_nothing_twice
         assert not set(answered[u]) & set(told[u]), f"{u}: answered and told it was not: {answered[u]}, {told[u]}"
     assert adapter.stats().dropped_events == sum(len(t) for t in told.values())  # every refusal was told
     lines = new_lines(two_workers, since)
-    assert not [line for line in lines if "lost partition" in line], "a lease lapsed in an outage shorter than it"
+    if outage < LEASE:  # longer, a lease may lapse: written again, or lost and taken back (answered all the same)
+        assert not [line for line in lines if "lost partition" in line], "a lease lapsed in an outage shorter than it"
     if outage > 1:  # the server was away long enough to fill the spool: the platform was held back, not dropped
         assert adapter.stats().pauses > 0

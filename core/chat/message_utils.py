@@ -224,8 +224,7 @@ def _session_of(message: KiraIMMessage, adapter: AdapterInfo | None) -> Session:
 class KiraMessageEvent(KiraEvent):
     """One incoming message on its way through the `im_message` hooks, which choose its strategy."""
 
-    __slots__ = ("message", "message_repr", "strategy", "strategy_forced", "_adapter", "message_types", "timestamp",
-                 "inbox_id")
+    __slots__ = ("message", "strategy", "strategy_forced", "_adapter", "message_types", "timestamp", "inbox_id")
 
     def __init__(
         self,
@@ -243,7 +242,6 @@ class KiraMessageEvent(KiraEvent):
         self.message = message
         #: Its row in the durable inbox (None without history): marked done when the turn that answers it is stored.
         self.inbox_id: str | None = None
-        self.message_repr = message.chain.message_repr
         self.strategy = MessageStrategy.DISCARD
         self.strategy_forced = False
         self._adapter = adapter  # None: made from the session when first read (most events never read it)
@@ -258,9 +256,21 @@ class KiraMessageEvent(KiraEvent):
         return self._adapter
 
     @property
+    def message_repr(self) -> str:
+        """The message's elements rendered as text, read from the chain as it is now: a hook that replaces an
+        element (an `Image` by `Text("[图片]")`) changes what later hooks and the model read."""
+        return self.message.chain.message_repr
+
+    @property
     def session(self) -> Session:
-        """The conversation this message belongs to."""
+        """The conversation this message belongs to. Settable, as in KiraAI (a `Session` or an
+        `adapter:dm|gm:id` string): an `im_message` hook that assigns one reroutes the message (its buffer, its
+        turn, where the reply goes)."""
         return self.message.session
+
+    @session.setter
+    def session(self, session: Session | str) -> None:
+        self.message.session = Session.from_sid(session) if isinstance(session, str) else session
 
     @property
     def sid(self) -> str:

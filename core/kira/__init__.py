@@ -1,12 +1,14 @@
 """KiraAI compatibility at the application level: the managers KiraAI plugins find on their context
 (`ctx.message_processor`, `ctx.adapter_mgr`, `ctx.session_mgr`, `ctx.provider_mgr`, `ctx.persona_mgr`,
-`ctx.event_bus`) and the application's config in KiraAI's shape, all as facades over hookchat's own parts.
+`ctx.event_bus`, `ctx.sticker_manager`), the platform client of `adapter.get_client()` and the application's config in KiraAI's shape, all as facades over hookchat's own parts.
 
 The application builds one `KiraRuntimeImpl` and hands it to its plugin manager; see docs/kira-compat.md for what
 each facade does here and what it cannot do.
 """
 
+from core.kira._clients import OneBotClient
 from core.kira._config import KiraConfigView, kira_shaped_config
+from core.kira._stickers import STICKER_EXTENSIONS, StickerManager
 from core.kira._runtime import (
     AdapterManagerFacade,
     AdapterView,
@@ -37,4 +39,7 @@ __all__ = [
     "PersonaInfo",
     "EventBusFacade",
     "MustAwait",
+    "OneBotClient",
+    "StickerManager",
+    "STICKER_EXTENSIONS",
 ]

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import threading
+from pathlib import Path
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +37,7 @@ from core.chat.session import SessionIdError
 from core.history import HistoryStore, SessionHistory
 from core.kira._clients import OneBotClient
 from core.kira._config import KiraConfigView
+from core.kira._stickers import StickerManager
 from core.plugin import NotSupportedHere, custom_event_name
 from core.provider.llm import ChatMessage, OpenAIMessage, ToolCall
 from core.provider.model_client import LLMModelClient, ModelInfo, ModelType
@@ -229,8 +231,14 @@ class MessageProcessorFacade:
         """The chain as the model reads it (`message_repr`; KiraAI's richer media rendering is not done here)."""
         return MessageChain(message_chain).message_repr
 
+    async def handle_im_message(self, event: KiraMessageEvent) -> None:
+        """Inject a message into the pipeline, as if its adapter had delivered it: `im_message` hooks run and choose
+        its strategy (a turn it causes runs on its session's queue; this does not wait for it)."""
+        if not isinstance(event, KiraMessageEvent):
+            raise TypeError(f"message_processor.handle_im_message takes a KiraMessageEvent, not {type(event).__name__}")
+        await self._app.receive(event.message)
+
     handle_event = _unsupported("message_processor.handle_event", "deliver events with event_bus.publish")
-    handle_im_message = _unsupported("message_processor.handle_im_message", "use event_bus.publish")
     handle_im_batch_message = _unsupported("message_processor.handle_im_batch_message", "use event_bus.publish")
     send_xml_messages = _unsupported("message_processor.send_xml_messages",
                                      "the agent loop parses and sends the model's output")
@@ -703,6 +711,7 @@ class KiraRuntimeImpl:
             "provider_mgr": ProviderManagerFacade(app),
             "persona_mgr": PersonaManagerFacade(app),
             "event_bus": EventBusFacade(app),
+            "sticker_manager": StickerManager(Path(app.config.data.dir) / "sticker"),
         }
 
     def manager(self, name: str) -> object:

@@ -77,6 +77,8 @@ def _hook(event: str, priority: int, deadline: float | None) -> Callable[[F], F]
             whole = _takes_whole_output(fn)
             if not whole and inspect.iscoroutinefunction(fn):
                 fn = _per_chain(fn)  # type: ignore[assignment]
+        elif event == EventType.MESSAGE_SENT.value and _takes_chain_and_result(fn) and inspect.iscoroutinefunction(fn):
+            fn = _with_chain(fn)  # type: ignore[assignment]
         setattr(fn, HOOK_ATTR, HookMeta(event, int(priority), deadline, whole))
         return hookimpl(specname=event)(fn)
 
@@ -121,6 +123,44 @@ def _per_chain(fn: Callable[..., Any]) -> Callable[..., Any]:
             await fn(self, event, chain, *args, **kwargs)
 
     return each_chain
+
+
+_CHAIN_NAMES = ("chain", "message_chain", "msg_chain", "message", "action", "msg")
+
+
+def _takes_chain_and_result(fn: Callable[..., Any]) -> bool:
+    """Whether a `message_sent` hook is written for KiraAI's runtime, `(event, chain, result)`, rather than
+    hookchat's `(event, result)`. The parameter after `event` decides: annotated `MessageChain` or named like a
+    chain (`chain`, `message_chain`, `action`...) means KiraAI's form; annotated `KiraIMSentResult` or named
+    otherwise with no second parameter after it, hookchat's; two named parameters after `event`, KiraAI's. A hook
+    that takes them only through `*args` gets hookchat's `(event, result)`."""
+    params = [p for p in list(inspect.signature(fn).parameters.values())[2:]
+              if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    if not params:
+        return False
+    annotation = params[0].annotation
+    if annotation is not inspect.Parameter.empty:
+        text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+        text = str(text).rsplit(".", 1)[-1]
+        if text == "MessageChain":
+            return True
+        if text == "KiraIMSentResult":
+            return False
+    if params[0].name.lower() in _CHAIN_NAMES:
+        return True
+    return len(params) >= 2 and params[0].name.lower() not in ("result", "sent", "res", "receipt", "sent_result")
+
+
+def _with_chain(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Adapt a KiraAI-form `message_sent` hook, `(event, chain, result)`, to the dispatch's `(event, result)`."""
+
+    @functools.wraps(fn)
+    async def chain_and_result(self: Any, event: Any, result: Any = None, *args: Any, **kwargs: Any) -> None:
+        await fn(self, event, result.chain, result, *args, **kwargs)
+
+    # What the dispatch calls is this adapter, so the load-time signature check reads its signature, not fn's.
+    chain_and_result.__signature__ = inspect.signature(lambda self, event, result, *args, **kwargs: None)  # type: ignore[attr-defined]
+    return chain_and_result
 
 
 class _On:
@@ -171,7 +211,8 @@ class _On:
         return _hook(EventType.FINAL_RESULT.value, priority, deadline)
 
     def message_sent(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """After the adapter sent a message: `(event, result: KiraIMSentResult)`."""
+        """After the adapter sent a message: `(event, result: KiraIMSentResult)`; a hook written for KiraAI's
+        runtime, `(event, chain, result)`, gets that (read off its signature; see docs/kira-compat.md)."""
         return _hook(EventType.MESSAGE_SENT.value, priority, deadline)
 
     def loaded(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:

@@ -53,7 +53,7 @@ def _marked_names(cls: type) -> frozenset[str]:
 
 
 def _source_of(fn: Callable[..., Any]) -> str:
-    code = getattr(fn, "__code__", None)
+    code = getattr(inspect.unwrap(fn), "__code__", None)  # the plugin's function, not an adapter around it
     return f"{code.co_filename}:{code.co_firstlineno}" if code else "?"
 
 

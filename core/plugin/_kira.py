@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from core.plugin._loader import PluginLoader as PluginManager
 
 __all__ = ["NotSupportedHere", "KiraRuntime", "PluginConfig", "KiraContextMixin", "MANAGER_NAMES",
-           "wants_whole_output"]
+           "wants_whole_output", "PluginInfo", "PluginManagerFacade"]
 
 #: The manager attributes of KiraAI's `PluginContext`.
 MANAGER_NAMES = (
@@ -167,6 +168,117 @@ class PluginConfig(dict):
         return (dict, (dict(self),))
 
 
+@dataclass
+class PluginInfo:
+    """A plugin as KiraAI's plugin manager lists it: its manifest fields, where it comes from, and its `status`
+    (`"ready"`, `"disabled"`, `"error"` with `error`, or `"pending"`)."""
+
+    plugin_id: str
+    display_name: str
+    version: str = ""
+    author: str = ""
+    description: str = ""
+    core_version: str | None = None
+    builtin: bool = False
+    error: str | None = None
+    status: str = "pending"
+
+
+_KIRA_STATUS = {"loaded": "ready", "disabled": "disabled", "error": "error", "discovered": "pending"}
+
+
+class PluginManagerFacade:
+    """KiraAI's `PluginManager` (`ctx.plugin_mgr`) over hookchat's plugin loader: list, look up, enable and
+    disable plugins, read their manifests, settings and load errors."""
+
+    def __init__(self, loader: PluginManager) -> None:
+        self._loader = loader
+
+    def _info(self, plugin_id: str) -> PluginInfo | None:
+        source, status = self._loader.source(plugin_id), self._loader.status(plugin_id)
+        if source is None and status is None:
+            return None
+        manifest = source.manifest if source is not None else None
+        return PluginInfo(
+            plugin_id, (manifest.display_name if manifest else "") or plugin_id,
+            manifest.version if manifest else (status.version if status else ""),
+            manifest.author if manifest else "", manifest.description if manifest else "",
+            (manifest.core_version or None) if manifest else None, bool(source and source.builtin),
+            status.reason if status is not None and status.state == "error" else None,
+            _KIRA_STATUS.get(status.state, "pending") if status is not None else "pending",
+        )
+
+    def _ids(self) -> list[str]:
+        return sorted({*(s.plugin_id for s in self._loader.statuses()), *self._loader.loaded_ids()})
+
+    def list_plugins(self) -> list[PluginInfo]:
+        """Every known plugin, sorted by id."""
+        return [info for pid in self._ids() if (info := self._info(pid)) is not None]
+
+    def get_plugin_info(self, plugin_id: str) -> PluginInfo | None:
+        """One plugin's info, or None."""
+        return self._info(plugin_id)
+
+    def has_plugin(self, plugin_id: str) -> bool:
+        """Whether a plugin of this id is known (loaded or not)."""
+        return self._info(plugin_id) is not None
+
+    def get_plugin_inst(self, plugin_id: str) -> Any:
+        """The loaded plugin's instance, or None."""
+        return self._loader.get_plugin(plugin_id)
+
+    def get_registered_plugins(self) -> dict[str, type]:
+        """The class of every loaded plugin, by id."""
+        return {pid: type(self._loader.get_plugin(pid)) for pid in self._loader.loaded_ids()}
+
+    def is_plugin_enabled(self, plugin_id: str) -> bool:
+        """Whether the plugin is loaded and running."""
+        return self._loader.get_plugin(plugin_id) is not None
+
+    async def set_plugin_enabled(self, plugin_id: str, enabled: bool) -> None:
+        """Enable (load) or disable (stop) a plugin; `ValueError` for an unknown id. Not persisted: the operator's
+        `[plugins]` lists decide at the next start."""
+        if not self.has_plugin(plugin_id):
+            raise ValueError(f"no plugin {plugin_id!r}")
+        if enabled:
+            await self._loader.enable(plugin_id)
+        else:
+            await self._loader.disable(plugin_id)
+
+    def get_plugin_manifest(self, plugin_id: str) -> dict[str, Any]:
+        """The plugin's manifest as a dict ({} when unknown)."""
+        source = self._loader.source(plugin_id)
+        return source.manifest.model_dump() if source is not None else {}
+
+    def get_plugin_config(self, plugin_id: str) -> dict[str, Any]:
+        """The operator's settings of the plugin (as given; defaults come from its schema)."""
+        return dict(self._loader.plugin_config.get(plugin_id) or {})
+
+    def get_plugin_load_errors(self) -> dict[str, dict[str, Any]]:
+        """The plugins that failed to load: `{plugin_id: {"error": reason}}`."""
+        return {s.plugin_id: {"error": s.reason or ""} for s in self._loader.statuses() if s.state == "error"}
+
+    def is_builtin_plugin(self, plugin_id: str) -> bool:
+        """Whether the plugin is one of the framework's own (core/builtins)."""
+        source = self._loader.source(plugin_id)
+        return bool(source and source.builtin)
+
+    async def update_plugin_config(self, plugin_id: str, config: dict[str, Any]) -> dict[str, Any]:
+        """Check and apply new settings (the plugin is reloaded with them); `PluginConfigError` names a bad field."""
+        await self._loader.configure(plugin_id, config)
+        return self.get_plugin_config(plugin_id)
+
+    _WHY = "plugins are installed as folders or packages by the operator"
+
+    def uninstall_plugin(self, plugin_id: str) -> Any:
+        """Refused: the operator installs and removes plugins."""
+        raise NotSupportedHere("plugin_mgr.uninstall_plugin", self._WHY)
+
+    def install_plugin(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: the operator installs and removes plugins."""
+        raise NotSupportedHere("plugin_mgr.install_plugin", self._WHY)
+
+
 class KiraContextMixin:
     """KiraAI's `PluginContext` methods and managers, on hookchat's `PluginContext` (which sets `plugin_id`,
     `manager` and `config`)."""
@@ -214,14 +326,21 @@ class KiraContextMixin:
         return self._kira_manager("event_bus")
 
     @property
+    def plugin_mgr(self) -> Any:
+        """KiraAI's plugin manager: list, look up, enable and disable plugins (`PluginManagerFacade`)."""
+        if self.manager is None:
+            return _Absent("plugin_mgr", "the plugin is not loaded by a plugin loader")
+        return PluginManagerFacade(self.manager)
+
+    @property
     def tool_mgr(self) -> Any:
         """KiraAI's function tool manager (absent: use `@register.tool` or `self.register_llm_tool`)."""
         return _Absent("tool_mgr", "register tools with @register.tool or register_llm_tool")
 
     @property
     def sticker_manager(self) -> Any:
-        """KiraAI's sticker manager (absent: hookchat has no sticker library)."""
-        return _Absent("sticker_manager", "hookchat has no sticker library")
+        """KiraAI's sticker manager: the stickers of `<data>/sticker/` (`sticker_dict`, `register_sticker`, ...)."""
+        return self._kira_manager("sticker_manager")
 
     # -- the documented context methods ----------------------------------------------------------------------------
 

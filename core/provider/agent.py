@@ -85,6 +85,38 @@ class AgentSettings:
     capped_text: str = "(The rest of this answer was not sent: it was longer than one answer may be.)"
 
 
+def chat_environment(batch: KiraMessageBatchEvent) -> str:
+    """The `chat_env` section KiraAI builds for each turn: the platform, the adapter, the kind of chat, the bot's
+    account, the session's title and description, and (in a group) the group and who spoke in this batch."""
+    session, adapter = batch.session, batch.adapter
+    group = batch.group
+    title = session.session_title or (group.name if group is not None else "") or (
+        batch.sender.nickname if batch.sender is not None else "")
+    lines = [
+        "## Chat environment",
+        f"- platform: `{adapter.platform}`",
+        f"- adapter: `{adapter.name}`",
+        f"- chat type: `{'GroupMessage' if batch.is_group_message() else 'DirectMessage'}`",
+        f"- your account id: `{batch.self_id}`",
+        f"- session title: `{title}`",
+        f"- session description: `{session.session_description or ''}`",
+    ]
+    if group is not None:
+        lines.append(f"- group: `{group.name}` (id `{group.group_id}`)")
+    speakers = dict.fromkeys(f"{m.sender.nickname or m.sender.user_id} (id `{m.sender.user_id}`)"
+                             for m in batch.messages if m.sender is not None)
+    if speakers:
+        lines.append(f"- who spoke: {', '.join(speakers)}")
+    return "\n".join(lines)
+
+
+def accounts_of(batch: KiraMessageBatchEvent) -> str:
+    """The `accounts` section: the bot's account on the batch's adapter, in KiraAI's line format."""
+    adapter = batch.adapter
+    return (f"## Accounts\nPlatform: {adapter.platform}, adapter_name: {adapter.name}, "
+            f"account_id: {batch.self_id or 'unknown'}")
+
+
 class TurnHistory(Protocol):
     """What the agent loop needs of a history store: a session's past messages, and appending a turn."""
 
@@ -283,9 +315,16 @@ class AgentLoop:
         for tag in self.tags.active():
             tag_set.register(tag)
         system = default_system_prompt({"role": DEFAULT_ROLE, **(self.settings.sections or {})})
-        time_section = next(p for p in system if p.name == "time")
-        if not time_section.content:
-            time_section.content = f"Current time: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+        filled = {
+            "time": lambda: f"Current time: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+            "chat_env": lambda: chat_environment(batch),
+            "accounts": lambda: accounts_of(batch),
+            "output": lambda: (f"Tools may be called over several steps, at most {self.settings.max_steps} steps in "
+                               "a turn; call one only when the answer needs it."),
+        }
+        for section in system:
+            if section.name in filled and not section.content:
+                section.content = filled[section.name]()
         req = LLMRequest(messages=[*history, *turn], system_prompt=system, user_prompt=user_prompt, tool_set=tool_set)
         return req, tag_set
 

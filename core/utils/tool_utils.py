@@ -91,6 +91,21 @@ class ToolCall:
 
 
 
+def execute_takes_event(tool: BaseTool) -> bool:
+    """Whether `tool.execute` takes the event first, as KiraAI calls it (`execute(event, **args)`), rather than the
+    model's arguments alone (seed 003's `execute(self, query)`). Its signature decides: a first positional
+    parameter that is not one of the schema's properties (`event`), or `*args`, means the event."""
+    params = list(inspect.signature(tool.execute).parameters.values())
+    properties = (tool.parameters or {}).get("properties") or {}
+    for param in params:
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if param.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            return param.name not in properties
+        return False
+    return False
+
+
 class BaseTool:
     """A tool as a class: set `name`, `description`, `parameters` (JSON Schema) and implement `async execute`.
 
@@ -122,7 +137,10 @@ class BaseTool:
         raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
 
     async def invoke(self, event: Any, arguments: dict[str, Any]) -> Any:
-        """How the agent loop calls the tool; `BaseTool` ignores the event, `FunctionTool` passes it on."""
+        """How the agent loop calls the tool: `execute(**arguments)` (seed 003's `execute(self, query)`), or
+        `execute(event, **arguments)` when `execute` is written for KiraAI (see `execute_takes_event`)."""
+        if execute_takes_event(self):
+            return await self.execute(event, **arguments)
         return await self.execute(**arguments)
 
     def to_openai(self) -> dict[str, Any]:

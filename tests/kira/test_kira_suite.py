@@ -57,7 +57,7 @@ async def test_unicode_id_plugin_rewrites_what_the_model_reads_and_keeps_request
     first, second = bot.requests
     assert first.user_prompt == "(via test) hello\n[only for this request]"
     assert [m.content for m in second.messages if m.role == "user"] == ["(via test) hello"], "persist=False stays out"
-    assert plugin.dynamic_sections == ["time"]
+    assert plugin.dynamic_sections == ["sessions", "chat_env", "time"], "KiraAI's dynamic sections, in its order"
 
 
 class SeedStyleShout(BasePlugin):

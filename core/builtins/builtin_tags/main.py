@@ -1,17 +1,38 @@
-"""The built-in output tags: `<text>`, `<at>`, `<reply>`, `<img>`, `<record>`, `<video>`, `<emoji>`, `<poke>` and
-`<file>`. Each request offers only the tags whose element the adapter can send; media tags send only files under the
-operator's media directories (`ctx.allowed_media_roots`), never hookchat's own data (`ctx.private_paths`),
-attachments a tool returned this turn, or URLs the operator's policy allows (`ctx.media_policy`: public http(s) by
-default); `<at>` mentions everyone only with the operator's consent."""
+"""The built-in output tags: `<text>`, `<at>`, `<reply>`, `<img>`, `<record>`, `<video>`, `<emoji>`, `<poke>`,
+`<file>`, and `<sticker>` (KiraAI's, offered when `<data>/sticker/` holds stickers). Each request offers only the
+tags whose element the adapter can send; media tags send only files under the operator's media directories
+(`ctx.allowed_media_roots`), never hookchat's own data (`ctx.private_paths`), attachments a tool returned this turn,
+or URLs the operator's policy allows (`ctx.media_policy`: public http(s) by default); `<at>` mentions everyone only
+with the operator's consent."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from core.chat.message_elements import At, BaseMessageElement, Emoji, File, Image, Poke, Record, Reply, Text, Video
-from core.plugin import BasePlugin, on, register
-from core.tag import MediaPathError, MediaURLError, current_event, find_attachment, is_mention_all, resolve_media_path
+from core.chat.message_elements import (
+    At,
+    BaseMessageElement,
+    Emoji,
+    File,
+    Image,
+    Poke,
+    Record,
+    Reply,
+    Sticker,
+    Text,
+    Video,
+)
+from core.plugin import BasePlugin, NotSupportedHere, on, register
+from core.tag import (
+    BaseTag,
+    MediaPathError,
+    MediaURLError,
+    current_event,
+    find_attachment,
+    is_mention_all,
+    resolve_media_path,
+)
 
 #: The element type (as in `event.capabilities`) each built-in tag produces.
 ELEMENT_TYPES: dict[str, str] = {
@@ -44,13 +65,52 @@ def _and_text(elements: list[BaseMessageElement], rest: str) -> list[BaseMessage
     return [*elements, Text(rest)] if rest.strip() else elements
 
 
+class StickerTag(BaseTag):
+    """KiraAI's `<sticker>ID</sticker>`: a sticker of the operator's sticker folder, sent as a sticker where the
+    platform has them and as a picture elsewhere; an unknown id is sent as its text."""
+
+    name = "sticker"
+
+    def __init__(self, stickers: Any, as_sticker: bool) -> None:
+        listed = "".join(f"[{sid}] {entry['desc']}\n" for sid, entry in stickers.sticker_dict.items())
+        super().__init__(description=f"send a sticker by its id, alone in its message: <sticker>ID</sticker>; "
+                                     f"the stickers:\n{listed}")
+        self.stickers = stickers
+        self.as_sticker = as_sticker
+
+    async def handle(self, value: str, **attrs: Any) -> list[BaseMessageElement]:
+        """The sticker's picture, or the id as text when there is no such sticker."""
+        sticker_id = value.strip()
+        path = self.stickers.path_of(sticker_id)
+        if path is None:
+            return [Text(value)] if value.strip() else []
+        desc = self.stickers.sticker_dict[sticker_id]["desc"]
+        if self.as_sticker:
+            return [Sticker(path=str(path), name=path.name)]
+        return [Image(path=str(path), name=path.name, caption=desc or None)]
+
+
 class BuiltinTagsPlugin(BasePlugin):
     """The tags every bot has, withdrawn per request when the platform cannot send their element."""
+
+    stickers: Any = None  # KiraAI's sticker manager, when an application runs
+
+    async def initialize(self) -> None:
+        """Read the sticker folder (off the event loop), when an application runs."""
+        try:
+            self.stickers = self.ctx.sticker_manager
+            await self.stickers.init()
+        except NotSupportedHere:
+            self.stickers = None
 
     @on.llm_request()
     async def offer_supported_tags(self, event: Any, req: Any, tag_set: Any, *args: Any, **kwargs: Any) -> None:
         """Unregister this plugin's tags whose element type is not in `event.capabilities` (None: all supported)."""
         capabilities = getattr(event, "capabilities", None)
+        stickers = self.stickers
+        can_show = capabilities is None or "image" in capabilities or "sticker" in capabilities
+        if stickers is not None and stickers.sticker_dict and can_show:
+            tag_set.register(StickerTag(stickers, capabilities is None or "sticker" in capabilities))
         if capabilities is None:
             return
         for name, element_type in ELEMENT_TYPES.items():

@@ -97,6 +97,14 @@ def build_provider(config: HookchatConfig) -> LLMProvider:
     )
 
 
+def _with_skills(builtins: tuple[str, ...], config: HookchatConfig) -> tuple[str, ...]:
+    """The built-in plugins to load: `builtins`, and the `skills` plugin when the skills folder exists (an app
+    without skills loads nothing for them)."""
+    if "skills" in builtins or not config.skills.dir.is_dir():
+        return builtins
+    return (*builtins, "skills")
+
+
 class HookChat:
     """The running bot. `plugins` adds plugin classes or folders to those found in the configured directories;
     `builtins` names the framework's own plugins to load (by default the chat debounce and the built-in tags)."""
@@ -142,7 +150,7 @@ class HookChat:
             init_timeout=deadlines.plugin_start,
             private_paths=[self.config.file] if self.config.file is not None else [],
             entry_points=entry_points,
-            builtins=builtins,
+            builtins=_with_skills(tuple(builtins), self.config),
             config_source=self.config.source,
             app=self,
             kira=KiraRuntimeImpl(self),

@@ -1,6 +1,6 @@
 """MCP, the Model Context Protocol: servers as tool sources (`McpManager`, one `McpConnection` per server, their
-tools in the app's tool registry owned by `mcp:<server>`) and hookchat's own tools served over MCP
-(`hookchat mcp serve`). See docs/mcp.md.
+tools in the app's tool registry owned by `mcp:<server>`), hookchat's own tools served over MCP
+(`hookchat mcp serve`), and Agent Skills beside them (`SkillCatalog`). See docs/mcp.md and docs/skills.md.
 
     manager = McpManager(config, app.plugins.tools)   # the app builds it from [mcp]
     await manager.start()
@@ -22,6 +22,7 @@ from core.mcp._connection import (
 )
 from core.mcp._manager import McpManager, read_servers_file
 from core.mcp._serve import LOOPBACK_HOSTS, McpHttpListener, McpServeError, McpToolServer
+from core.mcp._skills import SKILL_FILE, Skill, SkillCatalog, SkillError, SkillFileTool, parse_skill
 from core.mcp._results import MAX_MEDIA_BASE64, MAX_RESULT_CHARS, to_tool_result
 
 __all__ = [
@@ -29,6 +30,12 @@ __all__ = [
     "McpHttpListener",
     "McpServeError",
     "McpToolServer",
+    "SKILL_FILE",
+    "Skill",
+    "SkillCatalog",
+    "SkillError",
+    "SkillFileTool",
+    "parse_skill",
     "MAX_DESCRIPTION",
     "MAX_MEDIA_BASE64",
     "MAX_RESULT_CHARS",

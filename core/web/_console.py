@@ -18,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 
 from core.adapter.web import WebChatAdapter
 from core.app import HookChat
+from core.mcp import SkillCatalog
 from core.plugin import EventType, PluginConfigError
 from core.reload import PluginReloader
 from core.server import EmbeddedServer
@@ -176,6 +177,8 @@ class WebConsole:
             Route("/api/traces/{trace_id}", self.trace),
             Route("/api/logs", self.log_lines),
             Route("/api/logs/stream", self.log_stream),
+            Route("/api/mcp", self.mcp),
+            Route("/api/mcp/{name}/{action:str}", self.mcp_action, methods=["POST"]),
             Route("/api/sessions", self.sessions),
             Route("/api/inbox", self.inbox),
             Route("/api/sessions/{sid:path}", self.session, methods=["GET", "DELETE"]),
@@ -296,6 +299,30 @@ class WebConsole:
 
         return StreamingResponse(events(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def mcp(self, request: Request) -> Response:
+        catalog = SkillCatalog(self.app.config.skills)
+        skills = await anyio.to_thread.run_sync(catalog.scan)
+        return JSONResponse({
+            "servers": self.app.mcp.status(),
+            "skills": [{**s.to_dict(), "enabled": s.name not in catalog.config.disabled,
+                        "scope": catalog.config.scope.get(s.name)} for s in skills],
+            "skill_errors": catalog.errors,
+        })
+
+    async def mcp_action(self, request: Request) -> Response:
+        name, action = request.path_params["name"], request.path_params["action"]
+        manager = self.app.mcp
+        if manager.get(name) is None:
+            return _problem(404, f"no MCP server {name!r}")
+        if action in ("enable", "disable"):
+            await manager.set_enabled(name, action == "enable")
+        elif action == "restart":
+            await manager.restart(name)
+        else:
+            return _problem(404, f"unknown action {action!r}: enable, disable or restart")
+        _log.info("MCP server %r: %s from the web console", name, action)
+        return JSONResponse(manager.get(name).status())  # type: ignore[union-attr] - checked above
 
     async def sessions(self, request: Request) -> Response:
         history = self.app.history

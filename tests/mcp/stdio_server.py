@@ -1,6 +1,7 @@
 """A stdio MCP server for the tests, made with the SDK's own server API (`MCPServer`): `echo`, `huge` (megabytes of text), `hold` (blocks,
 after writing its process id to $HOLD_PID_FILE, so a test can kill it mid-call) and `spawn_child` (starts a child
-process that sleeps and writes its pid to $CHILD_PID_FILE, so a test can check nothing of the server survives)."""
+process that sleeps and writes its pid to $CHILD_PID_FILE, so a test can check nothing of the server survives).
+With `--http PORT` it serves streamable HTTP instead (bench/mcp.py)."""
 
 import asyncio
 import os
@@ -42,4 +43,7 @@ def spawn_child() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if sys.argv[1:2] == ["--http"]:  # bench/mcp.py: the same tools over streamable HTTP on 127.0.0.1:PORT
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

@@ -1,5 +1,5 @@
 // The hookchat web console: one page, one view per hash (#chat, #traces, #trace/<id>, #hooks, #plugins, #logs,
-// #sessions, #page/<url>). Plain DOM code, no build step. Everything it shows comes from /api/* of the console.
+// #mcp, #sessions, #page/<url>). Plain DOM code, no build step. Everything it shows comes from /api/* of the console.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -406,6 +406,40 @@ async function showSession(sid) {
     t.messages.map((m) => el("div", { class: `msg ${m.role === "user" ? "user" : m.role === "assistant" ? "bot" : "note"}` },
       m.role === "tool" ? `tool result: ${m.content}` : m.content || (m.tool_calls || []).map((c) => `calls ${c.name}`).join(", "))))));
 }
+
+// -- MCP servers and skills --------------------------------------------------------------------------------------
+
+async function mcpAction(name, action) {
+  $("#mcp-message").textContent = `${action} ${name}...`;
+  let text;
+  try {
+    const s = await api(`/api/mcp/${encodeURIComponent(name)}/${action}`, { method: "POST" });
+    text = `${name}: ${action} -> ${s.state}${s.last_error ? ": " + s.last_error : ""}`;
+  } catch (err) {
+    text = `${name}: ${err.message}`;
+  }
+  await views.mcp();
+  $("#mcp-message").textContent = text;
+}
+
+views.mcp = async () => {
+  const data = await api("/api/mcp");
+  $("#mcp-table tbody").replaceChildren(...data.servers.map((s) => el("tr", { "data-server": s.name },
+    el("td", {}, el("strong", {}, s.name), el("div", { class: "muted" }, `${s.type} ${s.target}`), s.server ? el("div", { class: "muted" }, s.server) : null),
+    el("td", { class: `state ${s.state === "ready" ? "ok" : s.state === "retrying" ? "bad" : ""}` }, s.state,
+      s.last_error ? el("div", { class: "reason" }, `last error: ${s.last_error}`) : null),
+    el("td", {}, s.tools.map((t) => el("div", { class: t.status === "refused" ? "reason" : "" },
+      t.status === "refused" ? `${t.remote_name}: refused (${t.reason})` : t.name === t.remote_name ? t.name : `${t.remote_name} as ${t.name}`))),
+    el("td", {},
+      s.enabled ? el("button", { class: "disable", onclick: () => mcpAction(s.name, "disable") }, "Disable")
+        : el("button", { class: "enable", onclick: () => mcpAction(s.name, "enable") }, "Enable"),
+      " ", el("button", { class: "restart", onclick: () => mcpAction(s.name, "restart") }, "Restart")))));
+  if (!data.servers.length) $("#mcp-table tbody").replaceChildren(el("tr", {}, el("td", { colspan: 4, class: "muted" }, "no MCP servers configured (docs/mcp.md)")));
+  $("#skills-table tbody").replaceChildren(...data.skills.map((k) => el("tr", { "data-skill": k.name },
+    el("td", {}, el("strong", {}, k.name), el("div", { class: "muted" }, k.folder)), el("td", {}, k.description),
+    el("td", {}, !k.enabled ? "disabled" : k.scope ? Object.entries(k.scope).map(([mode, sids]) => `${mode}: ${sids.join(", ")}`).join("; ") : "every session"))));
+  $("#skills-errors").replaceChildren(...data.skill_errors.map((e) => el("div", {}, e)));
+};
 
 // -- plugin pages -------------------------------------------------------------------------------------------------
 

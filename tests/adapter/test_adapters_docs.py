@@ -32,3 +32,21 @@ def test_the_onebot_configuration_examples_build_their_adapters(tmp_path, monkey
         path.write_text(example, encoding="utf-8")
         adapters = build_adapters(load_config(path, env={}))
         assert adapters and all(isinstance(a, OneBotAdapter) for a in adapters if a.name != "console"), number
+
+
+@pytest.mark.parametrize(("section", "variables"), [
+    ("Telegram", {"TELEGRAM_BOT_TOKEN": "123456:doc-token", "TELEGRAM_WEBHOOK_SECRET": "doc-secret"}),
+    ("Discord", {"DISCORD_BOT_TOKEN": "doc.token"}),
+])
+def test_the_telegram_and_discord_examples_build_their_adapters(section, variables, tmp_path, monkeypatch):
+    # what an operator copies from the page, with the variables the page tells them to export
+    text = (DOCS / "adapters.md").read_text(encoding="utf-8").split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    examples = re.findall(r"```toml\n(.*?)```", text, re.S)
+    assert examples
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    for number, example in enumerate(examples, 1):
+        path = tmp_path / f"example{number}.toml"
+        path.write_text(example, encoding="utf-8")
+        (adapter,) = [a for a in build_adapters(load_config(path, env={})) if a.name != "console"]
+        assert type(adapter).__name__ == f"{section}Adapter", number

@@ -286,3 +286,14 @@ def test_discord_is_built_from_the_config_and_names_its_extra_when_missing(monke
     monkeypatch.setitem(sys.modules, "discord", None)
     with pytest.raises(AdapterError, match=r"pip install 'hookchat\[discord\]'"):
         adapter_class("discord")
+
+
+async def test_the_embed_tag_is_offered_on_discord_and_sends_an_embed(discord_bot: Bot):
+    discord_bot.provider.add('<msg><embed title="Weather" color="#3366ff">Sunny all day</embed></msg>')
+    ann = discord_bot.config.members[0]
+    await discord_bot.write("weather?", channel=await ann.create_dm())
+    sent = await discord_bot.sent()
+    (request,) = discord_bot.provider.requests
+    assert "<embed" in request.render_system() and "<poke" not in request.render_system()
+    assert sent.embeds[0].title == "Weather" and sent.embeds[0].description == "Sunny all day"
+    assert sent.embeds[0].color.value == 0x3366FF

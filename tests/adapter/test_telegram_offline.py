@@ -27,7 +27,7 @@ from core.chat.message_elements import At, File, Image, Record, Reply, Sticker, 
 from core.plugin import BasePlugin, Priority, on
 from core.testing import ScriptedProvider
 from core.adapter.telegram import TelegramAdapter
-from tests.adapter.conftest import running_bot
+from tests.adapter.conftest import GatedProvider, running_bot
 
 pytestmark = pytest.mark.anyio
 
@@ -160,3 +160,36 @@ async def test_recall_deletes_every_message_of_a_send(offline: Offline):
     deleted = offline.requests(RequestType.DELETE_MESSAGE)
     assert len(receipt.message_ids) == 2
     assert [(d["chat_id"], str(d["message_id"])) for d in deleted] == [(7, i) for i in receipt.message_ids]
+
+
+async def test_typing_shows_while_the_model_writes(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "4242:offline-token")
+    adapter = TelegramAdapter("tg", download_media=False)
+    client = await AiogramTestClient.create(bot_token="4242:offline-token", bot_id=BOT.id, bot_username=BOT.username,
+                                            bot_first_name=BOT.first_name, setup_dispatcher_func=adapter.attach)
+    provider = GatedProvider(["done"])
+    async with running_bot(adapter, provider):
+        message = Message(message_id=1, date=datetime.now(), chat=Chat(id=7, type="private"), from_user=ANN,
+                          text="write something")
+        await client.dispatcher.feed_update(client.bot, Update(update_id=1, message=message))
+        with anyio.fail_after(10):
+            await provider.called.wait()
+            while not client.capture.get_by_type(RequestType.SEND_CHAT_ACTION):  # while the model writes
+                await anyio.sleep(0.01)
+            assert not client.capture.get_sent_messages()
+            provider.gate.set()
+            while not client.capture.get_sent_messages():
+                await anyio.sleep(0.01)
+    (action,) = [r.params for r in client.capture.get_by_type(RequestType.SEND_CHAT_ACTION)]
+    assert action == {"chat_id": 7, "action": "typing"}
+    await client.close()
+
+
+async def test_telegram_is_not_offered_the_embed_tag(offline: Offline):
+    offline.app.provider.add("plain")  # type: ignore[attr-defined]
+    await offline.deliver(chat=Chat(id=7, type="private"), text="hi")
+    with anyio.fail_after(10):
+        while not offline.client.capture.get_sent_messages():
+            await anyio.sleep(0.01)
+    system = offline.app.provider.requests[0].render_system()  # type: ignore[attr-defined]
+    assert "<img" in system and "<embed" not in system

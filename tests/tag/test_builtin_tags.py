@@ -17,7 +17,7 @@ from core.tag import BaseTag, MediaPolicy, TagSet, parse_output
 from core.testing import BUILTIN_PLUGINS_DIR
 
 PLUGIN_DIR = BUILTIN_PLUGINS_DIR / "builtin_tags"
-ALL_TAGS = ["text", "at", "reply", "img", "record", "video", "emoji", "poke", "file"]
+ALL_TAGS = ["text", "at", "reply", "img", "record", "video", "emoji", "poke", "file", "embed"]
 
 
 class Event:
@@ -159,4 +159,8 @@ async def test_only_supported_tags_are_offered(manager: PluginLoader, tags: TagS
     assert "<file>" not in tags.to_prompt()
     everything = TagSet(manager.tags.active())
     await manager.engine.dispatch("llm_request", Event(capabilities=None), LLMRequest(), everything)
-    assert sorted(everything.names()) == sorted(ALL_TAGS)
+    # no capabilities: every element type, but not the opt-in `embed`, which only an adapter naming it gets
+    assert sorted(everything.names()) == sorted(t for t in ALL_TAGS if t != "embed")
+    cards = TagSet(manager.tags.active())
+    await manager.engine.dispatch("llm_request", Event(capabilities=frozenset({"text", "embed"})), LLMRequest(), cards)
+    assert sorted(cards.names()) == ["embed", "text"]

@@ -45,6 +45,7 @@ CAPABILITIES = frozenset({"text", "at", "reply", "image", "file", "record", "vid
 INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, message_content=True)
 _OWN_IDS = 1000  # ids of messages the bot sent, to tell a reply to the bot when Discord did not resolve it
 _TYPING_EVERY = 8.0  # seconds; Discord shows "typing" for 10 s after each trigger
+_TYPING_AFTER = 0.5  # seconds of model work before "typing..." is shown: a quick answer needs no indicator
 
 
 class DiscordAdapter(Adapter):
@@ -299,7 +300,8 @@ class DiscordAdapter(Adapter):
             raise failures[0]
 
     def typing(self, session: Session) -> AbstractAsyncContextManager[None]:
-        """Discord's "<bot> is typing..." in the session's channel while the model writes (option `typing`)."""
+        """Discord's "<bot> is typing..." in the session's channel while the model writes, from half a second on
+        (option `typing`)."""
         return self._typing(session) if self.settings.typing else super().typing(session)
 
     @asynccontextmanager
@@ -313,6 +315,7 @@ class DiscordAdapter(Adapter):
 
     async def _keep_typing(self, session: Session) -> None:
         try:
+            await asyncio.sleep(_TYPING_AFTER)
             channel = await self._channel(session)
             while True:
                 await channel.typing()  # one trigger; Discord shows it for 10 s or until the bot's next message

@@ -1,7 +1,7 @@
 """`TelegramAdapter`: a Telegram bot through the Bot API, on aiogram 3.
 
-Updates arrive by long polling (`getUpdates`) or at a webhook (`setWebhook` with a secret token); either way they go
-through an aiogram `Dispatcher` to this adapter's router, wait in one bounded queue (polling stops fetching while it
+Updates arrive by long polling (`getUpdates`) or at a webhook (`setWebhook` with a secret token), or through an
+aiogram `Dispatcher` of your own (`attach`); either way they wait in one bounded queue (polling stops fetching while it
 is full; the webhook answers 503 so Telegram delivers again later) and one task turns them into `KiraIMMessage`s,
 in order. Replies go out with `sendMessage` (split at 4,096 characters) and one send per media element; a 429
 answer is waited out (`retry_after`) and the send tried again.
@@ -14,7 +14,8 @@ import hmac
 import logging
 import mimetypes
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,11 +23,13 @@ from aiogram import Bot, Dispatcher, Router
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
-    TelegramAPIError,
+    AiogramError,
     TelegramConflictError,
     TelegramRetryAfter,
     TelegramUnauthorizedError,
 )
+from aiogram import methods
+from aiogram.methods.base import Response
 from aiogram.types import BufferedInputFile, FSInputFile, Message, MessageEntity, ReplyParameters, Update
 from aiogram.types import User as TelegramUser
 from aiogram.utils.token import TokenValidationError
@@ -52,6 +55,15 @@ CAPABILITIES = frozenset({"text", "at", "reply", "image", "sticker", "record", "
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 #: The updates asked for: messages only (an edited message is not delivered again; see docs/adapters.md).
 ALLOWED_UPDATES = ["message"]
+_TYPING_EVERY = 4.5  # seconds; Telegram shows a chat action for 5 s or until the bot's next message
+_TYPING_AFTER = 0.5  # seconds of model work before "typing..." is shown: a quick answer needs no indicator
+# aiogram parses every answer as `Response[<type>]`, a pydantic generic class that pydantic caches only weakly:
+# once the garbage collector frees it, the next call builds it again (tens of milliseconds of CPU, seen in a
+# profile of bench/adapters.py). These references keep the classes of the methods the adapter calls alive.
+_RESPONSE_TYPES = tuple({Response[m.__returning__] for m in (
+    methods.GetMe, methods.GetUpdates, methods.SendMessage, methods.SendPhoto, methods.SendVoice,
+    methods.SendDocument, methods.SendSticker, methods.SendVideo, methods.DeleteMessage, methods.SendChatAction,
+    methods.SetWebhook, methods.DeleteWebhook, methods.GetFile)})
 
 T = TypeVar("T")
 
@@ -121,20 +133,18 @@ class TelegramAdapter(Adapter):
             await self.bot.session.close()
             raise AdapterError(f"adapter {self.name!r} (telegram): Telegram refused the token in "
                                f"${self.settings.token_env} ({exc.message}); check it with @BotFather") from None
-        except TelegramAPIError as exc:
+        except AiogramError as exc:
             logger.warning("telegram %s: getMe failed (%s); retrying in the background", self.name, exc)
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._dispatch(), name=f"hookchat:telegram:{self.name}:dispatch"))
         if self._external:
             return
-        dispatcher = Dispatcher()
-        dispatcher.include_router(self.router)
         if self.settings.mode == "webhook":
-            await self._listen(dispatcher)
+            await self._listen()
             self._tasks.append(loop.create_task(self._register_webhook(),
                                                 name=f"hookchat:telegram:{self.name}:webhook"))
         else:
-            self._tasks.append(loop.create_task(self._poll(dispatcher), name=f"hookchat:telegram:{self.name}:poll"))
+            self._tasks.append(loop.create_task(self._poll(), name=f"hookchat:telegram:{self.name}:poll"))
 
     async def stop(self) -> None:
         """Stop polling or listening and delivering; close the HTTP session. (The webhook stays registered:
@@ -165,7 +175,7 @@ class TelegramAdapter(Adapter):
         while self.me is None:
             try:
                 self.me = await self.bot.get_me()
-            except TelegramAPIError as exc:
+            except AiogramError as exc:
                 logger.warning("telegram %s: getMe failed (%s); next try in %.0f s", self.name, exc, delay)
                 delay = await self._backoff(delay)
         return self.me
@@ -179,12 +189,18 @@ class TelegramAdapter(Adapter):
     async def _on_message(self, message: Message) -> None:
         await self._queue.put(message)  # a full queue holds the poller (or the webhook request) here
 
-    async def _poll(self, dispatcher: Dispatcher) -> None:
+    async def _on_update(self, update: Update) -> None:
+        # Updates the adapter fetches itself skip aiogram's dispatcher (its FSM and middlewares serve handlers the
+        # adapter does not have); `attach` feeds the same `_on_message` through the router.
+        if update.message is not None:
+            await self._on_message(update.message)
+
+    async def _poll(self) -> None:
         s = self.settings
         await self._known_me()
         try:
             await self.bot.delete_webhook(drop_pending_updates=False)  # getUpdates is refused while one is set
-        except TelegramAPIError as exc:
+        except AiogramError as exc:
             logger.warning("telegram %s: deleteWebhook failed: %s", self.name, exc)
         offset: int | None = None
         delay = s.reconnect_initial
@@ -207,16 +223,16 @@ class TelegramAdapter(Adapter):
                              "in $%s and restart", self.name, exc.message, s.token_env)
                 delay = await self._backoff(s.reconnect_max)
                 continue
-            except TelegramAPIError as exc:
+            except AiogramError as exc:  # TelegramAPIError, or an answer that is not the Bot API's
                 logger.warning("telegram %s: getUpdates failed (%s); next try in %.0f s", self.name, exc, delay)
                 delay = await self._backoff(delay)
                 continue
             delay = s.reconnect_initial
             for update in updates:
                 offset = update.update_id + 1  # confirmed with the next getUpdates, once it is queued
-                await dispatcher.feed_update(self.bot, update)
+                await self._on_update(update)
 
-    async def _listen(self, dispatcher: Dispatcher) -> None:
+    async def _listen(self) -> None:
         s = self.settings
         secret = self._secret.encode()
 
@@ -237,7 +253,7 @@ class TelegramAdapter(Adapter):
                 update = Update.model_validate(await request.json(), context={"bot": self.bot})
             except (ValueError, ValidationError) as exc:
                 return web.Response(status=400, text=f"not a Telegram update: {str(exc)[:200]}\n")
-            await dispatcher.feed_update(self.bot, update)
+            await self._on_update(update)
             return web.Response(status=200)
 
         application = web.Application(client_max_size=s.max_body_bytes)
@@ -268,7 +284,7 @@ class TelegramAdapter(Adapter):
                 logger.info("telegram %s: webhook registered at %s", self.name, s.webhook_url)
                 await self._known_me()
                 return
-            except TelegramAPIError as exc:
+            except AiogramError as exc:
                 logger.warning("telegram %s: setWebhook failed (%s); next try in %.0f s", self.name, exc, delay)
                 delay = await self._backoff(delay)
 
@@ -355,7 +371,7 @@ class TelegramAdapter(Adapter):
         try:
             await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
             await self._with_retry(lambda: self.bot.download(file_id, destination=target))
-        except (TelegramAPIError, OSError, AttributeError, TypeError) as exc:
+        except (AiogramError, OSError, AttributeError, TypeError) as exc:
             # AttributeError/TypeError: a Bot API server that answers getFile without a file (a test double)
             logger.warning("telegram %s: cannot download %s %s: %s", self.name, kind.type, file_id, exc)
             return kind(name=name or file_id, mime=mime)
@@ -379,7 +395,7 @@ class TelegramAdapter(Adapter):
         for number, out in enumerate(sends, 1):
             try:
                 sent = await self._with_retry(lambda out=out: self._send_one(chat_id, out))
-            except (TelegramAPIError, MediaError) as exc:
+            except (AiogramError, MediaError) as exc:
                 where = f"part {number} of {len(sends)} ({out.method}): " if len(sends) > 1 else ""
                 logger.warning("telegram %s: send to %s failed: %s%s", self.name, session.sid, where, exc)
                 return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "",
@@ -397,6 +413,30 @@ class TelegramAdapter(Adapter):
         return await self._senders[out.method](chat_id=chat_id, reply_parameters=reply,
                                                **{out.method: await _input_file(out.media, out.method)})
 
+    def typing(self, session: Session) -> AbstractAsyncContextManager[None]:
+        """Telegram's "typing..." in the chat of `session` while the model writes, from half a second on
+        (`sendChatAction`, renewed every 4.5 s); a chat action that fails is only logged (debug)."""
+        return self._typing(session)
+
+    @asynccontextmanager
+    async def _typing(self, session: Session) -> AsyncIterator[None]:
+        task = asyncio.get_running_loop().create_task(self._keep_typing(session),
+                                                      name=f"hookchat:telegram:{self.name}:typing")
+        try:
+            yield
+        finally:
+            await cancel_and_wait(task)
+
+    async def _keep_typing(self, session: Session) -> None:
+        try:
+            chat_id = int(session.session_id)
+            await asyncio.sleep(_TYPING_AFTER)
+            while True:
+                await self.bot.send_chat_action(chat_id, "typing")
+                await asyncio.sleep(_TYPING_EVERY)
+        except (AiogramError, ValueError) as exc:
+            logger.debug("telegram %s: no typing indicator in %s: %s", self.name, session.sid, exc)
+
     async def _with_retry(self, call: Callable[[], Awaitable[T]]) -> T:
         """`call()`, waiting out 429 answers (`retry_after`) up to `max_retry_after` seconds in all."""
         waited = 0.0
@@ -413,16 +453,16 @@ class TelegramAdapter(Adapter):
     async def recall(self, receipt: KiraIMSentResult) -> None:
         """Delete every message of one send (`deleteMessage` for each id of `receipt.message_ids`). Telegram lets
         a bot delete its own messages for 48 hours. Every part is tried; then the first failure is raised
-        (`aiogram.exceptions.TelegramAPIError`)."""
+        (`aiogram.exceptions.TelegramAPIError`, or `AiogramError` for an answer that is not the Bot API's)."""
         ids = receipt.message_ids or ((receipt.message_id,) if receipt.message_id else ())
         chat_id = int(receipt.session.session_id)
-        failures: list[TelegramAPIError] = []
+        failures: list[AiogramError] = []
         for message_id in ids:
             if not message_id:
                 continue
             try:
                 await self._with_retry(lambda m=int(message_id): self.bot.delete_message(chat_id, m))
-            except TelegramAPIError as exc:
+            except AiogramError as exc:
                 failures.append(exc)
         if failures:
             raise failures[0]

@@ -1,6 +1,7 @@
 """The built-in output tags: `<text>`, `<at>`, `<reply>`, `<img>`, `<record>`, `<video>`, `<emoji>`, `<poke>`,
-`<file>`, and `<sticker>` (KiraAI's, offered when `<data>/sticker/` holds stickers). Each request offers only the
-tags whose element the adapter can send; media tags send only files under the operator's media directories
+`<file>`, `<sticker>` (KiraAI's, offered when `<data>/sticker/` holds stickers) and `<embed>` (a rich card, only
+where the adapter names `embed` among its capabilities, as Discord does). Each request offers only the tags whose
+element the adapter can send; media tags send only files under the operator's media directories
 (`ctx.allowed_media_roots`), never hookchat's own data (`ctx.private_paths`), attachments a tool returned this turn,
 or URLs the operator's policy allows (`ctx.media_policy`: public http(s) by default); `<at>` mentions everyone only
 with the operator's consent."""
@@ -16,6 +17,7 @@ from core.chat.message_elements import (
     Emoji,
     File,
     Image,
+    Json,
     Poke,
     Record,
     Reply,
@@ -45,7 +47,10 @@ ELEMENT_TYPES: dict[str, str] = {
     "emoji": "emoji",
     "poke": "poke",
     "file": "file",
+    "embed": "embed",
 }
+#: Capabilities that are not element types: offered only where an adapter names them, never by default.
+_OPT_IN = frozenset({"embed"})
 
 
 def _target(value: str, attrs: dict[str, str], *keys: str) -> tuple[str, str]:
@@ -105,18 +110,20 @@ class BuiltinTagsPlugin(BasePlugin):
 
     @on.llm_request()
     async def offer_supported_tags(self, event: Any, req: Any, tag_set: Any, *args: Any, **kwargs: Any) -> None:
-        """Unregister this plugin's tags whose element type is not in `event.capabilities` (None: all supported)."""
+        """Unregister this plugin's tags whose element type is not in `event.capabilities` (None: all but the
+        opt-in `embed`)."""
         capabilities = getattr(event, "capabilities", None)
         stickers = self.stickers
         can_show = capabilities is None or "image" in capabilities or "sticker" in capabilities
         if stickers is not None and stickers.sticker_dict and can_show:
             tag_set.register(StickerTag(stickers, capabilities is None or "sticker" in capabilities))
-        if capabilities is None:
-            return
         for name, element_type in ELEMENT_TYPES.items():
+            supported = element_type in capabilities if capabilities is not None else element_type not in _OPT_IN
+            if supported:
+                continue
             tag = tag_set.get(name)
             mine = getattr(getattr(tag, "handler", None), "__self__", None) is self
-            if mine and element_type not in capabilities:
+            if mine:
                 tag_set.unregister(name)
 
     @register.tag(name="text", description="plain text (bare text inside <msg> is text too): <text>Hello</text>")
@@ -153,6 +160,15 @@ class BuiltinTagsPlugin(BasePlugin):
         """A poke: `id` (or `user_id`) attribute, else the value."""
         user_id, rest = _target(value, attrs, "id", "user_id")
         return _and_text([Poke(user_id)] if user_id else [], rest)
+
+    @register.tag(name="embed", description='a rich card: <embed title="TITLE" url="LINK" color="#5865F2">TEXT</embed>')
+    async def embed_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:
+        """A card (`Json({"embed": {...}})`): `title`, `url`, `color`, `image` and `footer` attributes, the value as
+        its description."""
+        card = {k: attrs[k].strip() for k in ("title", "url", "color", "image", "footer") if attrs.get(k, "").strip()}
+        if value.strip():
+            card["description"] = value.strip()
+        return [Json({"embed": card})] if card else []
 
     @register.tag(name="img", description="send an image (a file path, https URL or tool attachment): <img>PATH</img>")
     async def img_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:

@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import json
 import logging
 import mimetypes
-import uuid
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import anyio
 import httpx
@@ -40,6 +41,7 @@ from core.adapter.matrix._content import (
     text_of,
 )
 from core.adapter.matrix._options import MatrixOptions, options_error
+from core.adapter.matrix._rooms import Rooms
 from core.adapter.matrix._state import MatrixState, load_state, save_state
 from core.chat.message_elements import BaseMessageElement, MediaError, Reply, Sticker, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
@@ -85,7 +87,14 @@ class MatrixStats:
     rooms: int
     direct_chats: int
     refused_rooms: int
+    invites_left: int
     next_batch: str | None
+
+
+def _events(section: Any) -> list[dict[str, Any]]:
+    """The event dicts of a sync section (`{"events": [...]}`), skipping anything that is not one."""
+    events = section.get("events") if isinstance(section, dict) else None
+    return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
 
 
 def _nio() -> ModuleType:
@@ -141,7 +150,11 @@ class MatrixAdapter(Adapter):
         self._own_ids: Recent[str, None] = Recent(_OWN_IDS)
         self._seen: Recent[str, None] = Recent(_SEEN_IDS)
         self._refused: set[str] = set()
-        self._joined: set[str] = set()  # rooms seen joined in this run's syncs (a new one's timeline starts limited)
+        self._invites_seen: set[str] = set()  # invites not taken (auto_join off), logged once each
+        #: The joined rooms, as the syncs have described them (members, name, encryption).
+        self.rooms = Rooms()
+        self._tx_prefix = f"hc{time.time_ns():x}"  # transaction ids are unique per access token, across runs too
+        self._sent = 0
         self._display_name: str | None = None
         self._logged_in = False
         self._connected = False
@@ -242,8 +255,8 @@ class MatrixAdapter(Adapter):
         return MatrixStats(
             logged_in=self._logged_in, connected=self._connected, syncs=self._syncs,
             sync_failures=self._sync_failures, events_processed=self._processed, queued_events=self._queue.qsize(),
-            rooms=len(self.client.rooms) if self.client is not None else 0, direct_chats=len(self._state.direct),
-            refused_rooms=len(self._refused), next_batch=self._state.next_batch)
+            rooms=len(self.rooms), direct_chats=len(self._state.direct),
+            refused_rooms=len(self._refused), invites_left=len(self._invites_seen), next_batch=self._state.next_batch)
 
     async def wait_until(self, condition: Callable[[MatrixStats], bool]) -> MatrixStats:
         """Wait until `condition(self.stats())` holds, checked after every sync and every event processed; returns
@@ -258,22 +271,45 @@ class MatrixAdapter(Adapter):
 
     # -- incoming -------------------------------------------------------------------------------------------------
 
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                       timeout: float | None = None) -> tuple[int, dict[str, Any]]:
+        """One client-server API request through nio's HTTP session, answered as (status, JSON body). Used for the
+        two requests made per message (`/sync`, `send`): nio's own methods check every event against JSON schemas,
+        which costs more than the rest of a turn and blocks the loop for seconds on a large sync."""
+        assert self.client is not None
+        headers = {"Authorization": f"Bearer {self.client.access_token}", "Content-Type": "application/json"}
+        response = await self.client.send(method, path, json.dumps(body) if body is not None else None, headers,
+                                          timeout=timeout)
+        async with response:
+            try:
+                data = await response.json(content_type=None)
+            except ValueError:
+                data = None
+        return response.status, data if isinstance(data, dict) else {}
+
     async def _sync_forever(self) -> None:
-        nio, client, s = self._nio, self.client, self.settings
-        assert client is not None
+        s = self.settings
         transport_errors = (OSError, asyncio.TimeoutError, self._aiohttp_error())
-        sync_filter = {"presence": {"not_types": ["*"]},
-                       "room": {"timeline": {"limit": _TIMELINE_LIMIT}, "ephemeral": {"not_types": ["*"]}}}
+        sync_filter = json.dumps({"presence": {"not_types": ["*"]}, "account_data": {"not_types": ["*"]},
+                                  "room": {"timeline": {"limit": _TIMELINE_LIMIT},
+                                           "ephemeral": {"not_types": ["*"]},
+                                           "account_data": {"not_types": ["*"]}}}, separators=(",", ":"))
         failures = 0
-        full_state = True  # nio learns every room's members and encryption once per run
+        full_state = True  # the rooms' members, names and encryption, once per run
         while True:
             if failures:
                 await asyncio.sleep(backoff_delay(failures - 1, s.reconnect_initial, s.reconnect_max))
+            query = {"timeout": str(int(s.sync_timeout * 1000)), "filter": sync_filter}
+            since = self._since()
+            if since is not None:
+                query["since"] = since
+            if full_state and since is not None:
+                query["full_state"] = "true"
             try:
                 if not self._logged_in:
                     await self._login()
-                response = await client.sync(timeout=int(s.sync_timeout * 1000), sync_filter=sync_filter,
-                                             since=self._since(), full_state=full_state)
+                status, data = await self._request("GET", f"/_matrix/client/v3/sync?{urlencode(query)}",
+                                                   timeout=s.sync_timeout + s.request_timeout)
             except AdapterError as exc:
                 logger.error("%s; trying again later", exc)
                 failures += 1
@@ -282,20 +318,21 @@ class MatrixAdapter(Adapter):
                 failures += 1
                 self._sync_failed(f"{s.homeserver} is not reachable ({exc or type(exc).__name__})", failures)
                 continue
-            if not isinstance(response, nio.SyncResponse):
+            if status != 200 or not isinstance(data.get("next_batch"), str):
                 failures += 1
-                if response.status_code in ("M_UNKNOWN_TOKEN", "M_MISSING_TOKEN"):
+                code, words = data.get("errcode", status), data.get("error", "no next_batch in the answer")
+                if code in ("M_UNKNOWN_TOKEN", "M_MISSING_TOKEN"):
                     self._logged_in = False
                     if self._secret_kind == "access_token":
                         logger.error("matrix %s: the homeserver no longer accepts the access token (%s); set a new "
-                                     "one in %s and restart", self.name, response.message, s.access_token_env)
-                self._sync_failed(f"sync refused: {response.message} ({response.status_code})", failures)
+                                     "one in %s and restart", self.name, words, s.access_token_env)
+                self._sync_failed(f"sync refused: {words} ({code})", failures)
                 continue
             if failures:
                 logger.info("matrix %s: syncing again with %s", self.name, s.homeserver)
             failures, full_state = 0, False
             self._connected = True
-            await self._take(response)
+            await self._take(data)
             self._syncs += 1
             self._notify()
 
@@ -309,33 +346,47 @@ class MatrixAdapter(Adapter):
         self._connected = False
         self._notify()
 
-    async def _take(self, response: nio.SyncResponse) -> None:
-        """Queue the response's messages (waiting while the queue is full), then its token; join the rooms the bot
-        was invited to (when `auto_join`), and refuse the encrypted ones."""
-        for room_id, invite in response.rooms.invite.items():
-            await self._invited(room_id, invite)
+    async def _take(self, data: dict[str, Any]) -> None:
+        """Queue a sync response's messages (waiting while the queue is full), then its token; keep each room's
+        state; join the rooms the bot was invited to (when `auto_join`), and refuse the encrypted ones."""
+        rooms = data.get("rooms") if isinstance(data.get("rooms"), dict) else {}
+        invite, join, leave = (rooms.get(k) if isinstance(rooms.get(k), dict) else {}
+                               for k in ("invite", "join", "leave"))
+        for room_id in leave:
+            self.rooms.pop(room_id, None)
+        for room_id, info in invite.items():
+            await self._invited(room_id, info if isinstance(info, dict) else {})
         first_ever = self._state.next_batch is None and self._pending_token is None
         catching_up = self._syncs == 0  # the first sync of a restart: every room was joined before
-        for room_id, info in response.rooms.join.items():
+        for room_id, info in join.items():
+            if not isinstance(info, dict):
+                continue
+            state = _events(info.get("state"))
+            timeline_info = info.get("timeline") if isinstance(info.get("timeline"), dict) else {}
+            timeline = _events(timeline_info)
+            known = catching_up or room_id in self.rooms
+            self.rooms.update_from(room_id, state + timeline)
             await self._refuse_if_encrypted(room_id)
-            known = catching_up or room_id in self._joined
-            self._joined.add(room_id)
-            if info.timeline.limited and known and not first_ever:
+            if timeline_info.get("limited") and known and not first_ever:
                 logger.warning("matrix %s: more than %d events arrived in %s while the bot was away; only the last "
                                "%d are answered", self.name, _TIMELINE_LIMIT, room_id, _TIMELINE_LIMIT)
             if first_ever:
                 continue  # the first sync of an account shows recent history: not for answering
-            for event in info.timeline.events:
-                await self._queue.put((room_id, event.source))
-        self._pending_token = response.next_batch
-        await self._queue.put(_Batch(response.next_batch))
+            for event in timeline:
+                await self._queue.put((room_id, event))
+        token = str(data["next_batch"])
+        self._pending_token = token
+        await self._queue.put(_Batch(token))
 
-    async def _invited(self, room_id: str, invite: Any) -> None:
-        inviter = next((e.sender for e in invite.invite_state
-                        if getattr(e, "state_key", None) == self.settings.user_id), "someone")
+    async def _invited(self, room_id: str, invite: dict[str, Any]) -> None:
+        events = _events(invite.get("invite_state"))
+        inviter = next((str(e.get("sender")) for e in events if e.get("type") == "m.room.member"
+                        and e.get("state_key") == self.settings.user_id), "someone")
         if not self.settings.auto_join:
-            logger.info("matrix %s: %s invited the bot to %s; not joining (auto_join is off)", self.name, inviter,
-                        room_id)
+            if room_id not in self._invites_seen:
+                self._invites_seen.add(room_id)
+                logger.info("matrix %s: %s invited the bot to %s; not joining (auto_join is off)", self.name,
+                            inviter, room_id)
             return
         assert self.client is not None
         response = await self.client.join(room_id)
@@ -346,13 +397,13 @@ class MatrixAdapter(Adapter):
                            response.message)
 
     async def _refuse_if_encrypted(self, room_id: str) -> None:
-        assert self.client is not None
-        room = self.client.rooms.get(room_id)
+        room = self.rooms.get(room_id)
         if room is None or not room.encrypted or room_id in self._refused:
             return
         self._refused.add(room_id)
         logger.warning("matrix %s: %s is end-to-end encrypted, which this adapter does not support; leaving it "
                        "(invite the bot to a room without encryption)", self.name, room_id)
+        assert self.client is not None
         try:
             await self.client.room_send(room_id, "m.room.message", {"msgtype": "m.notice",
                                                                     "body": ENCRYPTION_REFUSAL, "m.mentions": {}})
@@ -385,22 +436,16 @@ class MatrixAdapter(Adapter):
                 self._processed += 1
                 self._notify()
 
-    def _is_direct(self, room_id: str, sender: str) -> bool:
-        room = self.client.rooms.get(room_id) if self.client is not None else None
-        if room is None:
-            return self._state.direct.get(sender) == room_id
-        return room.member_count <= 2
-
     async def _message_of(self, room_id: str, source: dict[str, Any]) -> KiraIMMessage | None:
         event_id, sender = str(source.get("event_id") or ""), str(source.get("sender") or "")
         event_type, content = source.get("type"), source.get("content")
         if sender == self.settings.user_id:
             self._own_ids.remember(event_id, None)
             return None
-        if not event_id or event_id in self._seen or not isinstance(content, dict):
+        if not event_id or event_id in self._seen or not isinstance(content, dict) or "state_key" in source:
             return None
         if room_id in self._refused or event_type not in ("m.room.message", "m.sticker"):
-            return None  # state changes, reactions, redactions, encrypted events (refused above)
+            return None  # reactions, redactions, encrypted events (their room is refused)
         msgtype = content.get("msgtype") if event_type == "m.room.message" else "m.sticker"
         if msgtype == "m.notice" or is_edit(content):
             return None  # notices are what bots send (answering them loops bots); edits are not new messages
@@ -412,19 +457,20 @@ class MatrixAdapter(Adapter):
         if quoted:
             chain.append(Reply(quoted))
         if msgtype in MEDIA_MSGTYPES or msgtype == "m.sticker":
-            chain.extend(await self._media_in(msgtype, content))
+            chain.extend(await self._media_in(str(msgtype), content))
         else:
             text = text_of(content)
             chain.append(Text(f"* {text}" if msgtype == "m.emote" else text))
-        room = self.client.rooms.get(room_id) if self.client is not None else None
+        room = self.rooms.get(room_id)
         nickname = (room.user_name(sender) if room is not None else None) or sender
-        direct = self._is_direct(room_id, sender)
+        me = self.settings.user_id
+        direct = room is not None and len(room.members) <= 2
         if direct:
             self._state.direct[sender] = room_id
             session, group = Session(self.name, "dm", sender), None
         else:
-            session, group = Session(self.name, "gm", room_id), Group(room_id, room.display_name if room else "")
-        me = self.settings.user_id
+            session = Session(self.name, "gm", room_id)
+            group = Group(room_id, room.display_name(me) if room is not None else "")
         my_name = (room.user_name(me) if room is not None else None) or self._display_name
         to_me = direct or mentions(content, me, my_name) or await self._quotes_bot(room_id, quoted)
         ts = source.get("origin_server_ts")
@@ -553,10 +599,10 @@ class MatrixAdapter(Adapter):
             if self.client is None or not self._logged_in:
                 await self._wait_logged_in(deadline)
             room_id = await self._room_of(session)
-            room = self.client.rooms.get(room_id) if self.client is not None else None
+            room = self.rooms.get(room_id)
             if room_id in self._refused or (room is not None and room.encrypted):
                 raise MatrixError(f"{room_id} is end-to-end encrypted; the Matrix adapter does not send there")
-            names = {uid: user.display_name for uid, user in room.users.items() if user.display_name} if room else {}
+            names = {uid: name for uid, name in room.members.items() if name} if room is not None else {}
             parts = plan_events(chain, names)
             if not parts:
                 return KiraIMSentResult(chain, session, ok=False, error="nothing to send: the chain is empty")
@@ -601,15 +647,17 @@ class MatrixAdapter(Adapter):
                 failures += 1
 
     async def _room_send(self, room_id: str, event_type: str, content: dict[str, Any], deadline: float) -> str:
-        assert self.client is not None
-        client, tx_id = self.client, uuid.uuid4().hex
-        response = await self._retrying("send", lambda: client.room_send(room_id, event_type, content,
-                                                                          tx_id=tx_id), deadline)
-        if not isinstance(response, self._nio.RoomSendResponse):
-            raise MatrixError(f"the homeserver refused the {event_type} event: {response.message} "
-                              f"({response.status_code})")
-        self._own_ids.remember(response.event_id, None)
-        return response.event_id
+        # One transaction id per event, kept across retries: the homeserver posts it once however often it is sent.
+        self._sent += 1
+        path = (f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/{quote(event_type, safe='')}/"
+                f"{self._tx_prefix}.{self._sent}")
+        status, data = await self._retrying("send", lambda: self._request("PUT", path, content), deadline)
+        event_id = data.get("event_id")
+        if status != 200 or not isinstance(event_id, str):
+            raise MatrixError(f"the homeserver refused the {event_type} event: {data.get('error', 'no event id')} "
+                              f"({data.get('errcode', status)})")
+        self._own_ids.remember(event_id, None)
+        return event_id
 
     async def _media_content(self, part: MediaPart, deadline: float) -> tuple[str, dict[str, Any]]:
         element = part.element

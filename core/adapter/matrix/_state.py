@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,9 +52,7 @@ def _write(path: Path, state: MatrixState) -> None:
     partial = path.with_name(path.name + ".part")
     with open(partial, "w", encoding="utf-8") as out:
         json.dump(asdict(state), out)
-        out.flush()
-        os.fsync(out.fileno())
-    partial.replace(path)
+    partial.replace(path)  # no fsync: a token lost with the machine's power means one batch answered again
 
 
 async def load_state(path: Path, homeserver: str, user_id: str) -> MatrixState:

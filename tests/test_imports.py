@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-# What the serving and model commands need, and nothing else should pull in on import (issue: start-up time).
-HEAVY = ("openai", "starlette", "uvicorn", "nats", "xllamacpp", "opentelemetry", "PIL", "websockets", "httpx",
-         "watchfiles")
+# What the serving, model and MCP commands need, and nothing else should pull in on import (start-up time).
+HEAVY = ("openai", "starlette", "uvicorn", "nats", "xllamacpp", "opentelemetry", "PIL", "websockets", "watchfiles",
+         "mcp", "aiogram", "discord", "nio")
 
 
 def heavy_modules_after(statement: str) -> list[str]:

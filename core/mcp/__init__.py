@@ -8,22 +8,32 @@ tools in the app's tool registry owned by `mcp:<server>`), hookchat's own tools 
     await manager.aclose()
 """
 
-from core.mcp._connection import (
-    MAX_DESCRIPTION,
-    MAX_SCHEMA_BYTES,
-    MAX_TOOLS,
-    OWNER_PREFIX,
-    McpConfigError,
-    McpConnection,
-    McpTool,
-    ServerState,
-    ToolListing,
-    expand_env,
-)
+from typing import Any
+
+from core.mcp._errors import McpConfigError
 from core.mcp._manager import McpManager, read_servers_file
-from core.mcp._serve import LOOPBACK_HOSTS, McpHttpListener, McpServeError, McpToolServer
 from core.mcp._skills import SKILL_FILE, Skill, SkillCatalog, SkillError, SkillFileTool, parse_skill
-from core.mcp._results import MAX_MEDIA_BASE64, MAX_RESULT_CHARS, to_tool_result
+
+# The names below need the MCP SDK (and starlette, for serving): they are imported on first use (PEP 562), so
+# `import core.app` and a plugin's tests do not load the SDK unless a server is configured or tools are served.
+_LAZY = {
+    **dict.fromkeys(("MAX_DESCRIPTION", "MAX_SCHEMA_BYTES", "MAX_TOOLS", "OWNER_PREFIX", "McpConnection", "McpTool",
+                     "ServerState", "ToolListing", "expand_env"), "core.mcp._connection"),
+    **dict.fromkeys(("LOOPBACK_HOSTS", "McpHttpListener", "McpServeError", "McpToolServer"), "core.mcp._serve"),
+    **dict.fromkeys(("MAX_MEDIA_BASE64", "MAX_RESULT_CHARS", "to_tool_result"), "core.mcp._results"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'core.mcp' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "LOOPBACK_HOSTS",

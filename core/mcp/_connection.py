@@ -30,6 +30,7 @@ from mcp.shared.message import SessionMessage
 
 from core import __version__
 from core.config import McpServerConfig
+from core.mcp._errors import McpConfigError
 from core.mcp._results import to_tool_result
 from core.provider import ToolResult
 from core.trace import current_trace
@@ -64,11 +65,6 @@ STOP_GRACE = 5.0
 _STDERR_LOG_LIMIT = 1024 * 1024
 _LAUNCHER = Path(__file__).with_name("_launcher.py")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class McpConfigError(ValueError):
-    """An MCP server's configuration cannot be used (a `${VAR}` that is not set, a broken servers file); the message
-    names the server, the key and the fix."""
 
 
 class ServerState(StrEnum):

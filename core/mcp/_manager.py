@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import ValidationError
 
 from core.config import HookchatConfig, McpServerConfig
-from core.mcp._connection import McpConfigError, McpConnection
+from core.mcp._errors import McpConfigError
 from core.utils.log import get_logger
 from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool
+
+if TYPE_CHECKING:
+    from core.mcp._connection import McpConnection
 
 __all__ = ["McpManager", "read_servers_file"]
 
@@ -96,6 +99,10 @@ class McpManager:
         servers = await anyio.to_thread.run_sync(self.configured)
         if not servers:
             return
+        # The MCP SDK (and the HTTP clients it brings) is imported by the first app that has a server to talk to,
+        # not by every `import core.app`: a plugin's tests and `hookchat plugins` start without it.
+        from core.mcp._connection import McpConnection
+
         for server in servers:
             self.connections[server.name] = McpConnection(server, self.tools, data_dir=self.data_dir,
                                                           source=self.config.source)

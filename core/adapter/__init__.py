@@ -1,8 +1,8 @@
 """Platform adapters: what a chat platform implements to deliver messages to the bot and send its answers.
 
-Built-in types: `console` (`core.adapter.console`), `onebot` (`core.adapter.onebot`, QQ through OneBot v11) and
-`matrix` (`core.adapter.matrix`, needs the `matrix` extra);
-installed packages add more through the `hookchat.adapters` entry point group. The contract, for authors of
+Built-in types: `console` (`core.adapter.console`), `onebot` (`core.adapter.onebot`, QQ through OneBot v11),
+`telegram`, `discord` and `matrix` (their libraries are the extras `hookchat[telegram]`, `hookchat[discord]`,
+`hookchat[matrix]`); installed packages add more through the `hookchat.adapters` entry point group. The contract, for authors of
 adapters, is docs/adapters.md.
 """
 

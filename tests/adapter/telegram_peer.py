@@ -44,6 +44,8 @@ const TelegramServer = require('telegram-test-api').TelegramServer || require('t
 const server = new TelegramServer({port: Number(process.argv[1]), host: '127.0.0.1', storeTimeout: 600});
 server.start().then(() => console.log('ready'));
 process.on('unhandledRejection', (e) => console.error('unhandled: ' + e));
+process.stdin.on('end', () => process.exit(0));  // the test process is gone: so is the server
+process.stdin.resume();
 """
 
 
@@ -93,7 +95,8 @@ class TelegramTestApi:
     def start(self) -> None:
         """Start the server and the shim; return once both answer."""
         self._proc = subprocess.Popen(["node", "-e", _SERVER, str(self.node_port)], cwd=PACKAGE.parents[1],
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True)
         assert self._proc.stdout is not None
         if self._proc.stdout.readline().strip() != "ready":
             raise RuntimeError("telegram-test-api did not start")

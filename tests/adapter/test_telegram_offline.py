@@ -193,3 +193,19 @@ async def test_telegram_is_not_offered_the_embed_tag(offline: Offline):
             await anyio.sleep(0.01)
     system = offline.app.provider.requests[0].render_system()  # type: ignore[attr-defined]
     assert "<img" in system and "<embed" not in system
+
+
+def test_a_received_file_is_kept_under_a_name_no_sender_chooses(monkeypatch, tmp_path):
+    from core.utils.path_utils import set_data_path
+
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "4242:offline-token")
+    adapter = TelegramAdapter("tg")
+    set_data_path(tmp_path)
+    try:
+        hostile = adapter.download_path("../../x", "../../../etc/cron.d/evil.sh/", "text/plain")
+        odd = adapter.download_path("id", "a.tar.\x00gz", "image/png")
+        plain = adapter.download_path("AgADBQ", "notes.pdf", "application/pdf")
+    finally:
+        set_data_path(None)
+    assert hostile.parent == plain.parent == odd.parent == tmp_path / "telegram" / "tg" and odd.name == "id.png"
+    assert hostile.name == "______x.sh" and plain.name == "AgADBQ.pdf"

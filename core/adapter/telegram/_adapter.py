@@ -14,6 +14,7 @@ import hmac
 import logging
 import mimetypes
 import random
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -366,8 +367,7 @@ class TelegramAdapter(Adapter):
         s = self.settings
         if not s.download_media or (size is not None and size > s.max_download_bytes):
             return kind(name=name or file_id, mime=mime)
-        suffix = Path(name).suffix if name and Path(name).suffix else (mimetypes.guess_extension(mime or "") or "")
-        target = get_data_path() / "telegram" / self.name / f"{unique_id}{suffix}"
+        target = self.download_path(unique_id, name, mime)
         try:
             await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
             await self._with_retry(lambda: self.bot.download(file_id, destination=target))
@@ -376,6 +376,16 @@ class TelegramAdapter(Adapter):
             logger.warning("telegram %s: cannot download %s %s: %s", self.name, kind.type, file_id, exc)
             return kind(name=name or file_id, mime=mime)
         return kind(path=str(target), name=name, mime=mime)
+
+    def download_path(self, unique_id: str, name: str | None, mime: str | None) -> Path:
+        """Where a received file is kept: `<data>/telegram/<adapter name>/<file_unique_id><suffix>`, the suffix from
+        the file's name or MIME type. Only letters, digits, `_` and `-` of the id and a short alphanumeric suffix
+        are used, so no name a sender chooses can point elsewhere."""
+        safe_id = re.sub(r"[^A-Za-z0-9_-]", "_", unique_id)[:64] or "file"
+        suffix = Path(name).suffix if name else ""
+        if not re.fullmatch(r"\.[A-Za-z0-9]{1,8}", suffix):
+            suffix = mimetypes.guess_extension(mime or "") or ""
+        return get_data_path() / "telegram" / self.name / f"{safe_id}{suffix}"
 
     # -- outgoing -------------------------------------------------------------------------------------------------
 

@@ -152,7 +152,7 @@ class PluginReloader:
         self.events.append(event)
         if ok:
             await loader.dispatch_loaded(plugin_id)
-            _log.warning("--reload: plugin %r reloaded from %s: the new code is in effect", plugin_id, folder)
+            _log.info("--reload: plugin %r reloaded from %s: the new code is in effect", plugin_id, folder)
         else:
             _log.error("--reload: plugin %r failed to load from %s: %s (fix the files; it is retried on the next "
                        "change)", plugin_id, folder, event.reason)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import AbstractAsyncContextManager
@@ -52,7 +53,28 @@ from core.utils.tasks import SHUTDOWN_GRACE, wait_or_abandon
 if TYPE_CHECKING:
     from core.server import ToolRegistryServer
 
-__all__ = ["HookChat", "build_provider"]
+__all__ = ["HookChat", "build_provider", "SAVED_SETTINGS_NAME", "read_saved_settings"]
+
+#: Where plugin settings saved from the web console live, under the data directory. Every command reads them at
+#: start (over `[plugins.config]` of hookchat.toml), so `hookchat run` after the console uses what was saved.
+SAVED_SETTINGS_NAME = "web/plugin_config.json"
+
+
+def read_saved_settings(data_dir: Path) -> dict[str, dict[str, Any]]:
+    """The plugin settings saved from the web console (`{plugin_id: values}`); {} when none. A file that cannot
+    be read is logged (naming it) and ignored, so the bot still starts with the settings of hookchat.toml."""
+    path = Path(data_dir) / SAVED_SETTINGS_NAME
+    if not path.is_file():
+        return {}
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        logger.error("cannot read the plugin settings saved from the web console (%s): %s; they are not applied "
+                     "(fix or delete the file)", path, exc)
+        return {}
+    if not isinstance(saved, dict):
+        return {}
+    return {str(pid): values for pid, values in saved.items() if isinstance(values, dict)}
 
 
 def _media_policy(config: HookchatConfig) -> MediaPolicy:
@@ -220,6 +242,7 @@ class HookChat:
             await self.history.open()
         if self.tool_server is not None:
             await self.tool_server.start()
+        self.plugins.plugin_config.update(await anyio.to_thread.run_sync(read_saved_settings, self.data_dir))
         for item in self._extra_plugins:
             if isinstance(item, type):
                 self.plugins.add_class(item)

@@ -38,6 +38,27 @@ __all__ = ["main", "MCP_TOKEN_ENV"]
 MCP_TOKEN_ENV = "HOOKCHAT_MCP_TOKEN"
 
 
+def _builtin_settings_error(config: HookchatConfig) -> str | None:
+    """What is wrong with the operator's settings of a built-in plugin (`[plugins.config.chat] quiet_seconds = -1`),
+    or None. Checked before a bot starts: without its chat plugin a bot would start and never answer."""
+    from core.builtins import BUILTIN_PLUGINS, builtin_plugins_dir
+    from core.services import PluginConfigError, validate_config
+
+    root = builtin_plugins_dir()
+    for plugin_id in BUILTIN_PLUGINS:
+        values = config.plugins.config.get(plugin_id)
+        replaced = any((Path(d) / plugin_id / "manifest.json").is_file() for d in config.plugins.dirs)
+        if values is None or replaced or not config.plugins.is_enabled(plugin_id):
+            continue
+        schema_file = root / plugin_id / "schema.json"
+        schema = json.loads(schema_file.read_text(encoding="utf-8")) if schema_file.is_file() else None
+        try:
+            validate_config(plugin_id, schema, dict(values))
+        except PluginConfigError as exc:
+            return f"{config.file or 'config'}: [plugins.config.{plugin_id}]: {exc}"
+    return None
+
+
 def _app(config: HookchatConfig, *, console: ConsoleAdapter | None = None) -> HookChat:
     from core.app import HookChat
 
@@ -223,9 +244,10 @@ async def _web(config: HookchatConfig, host: str | None, port: int | None, reloa
 async def _plugins(config: HookchatConfig, as_json: bool) -> int:
     async with _app(config) as app:
         statuses = app.plugins.statuses()
+    failed = 1 if any(s.state == "error" or s.fault for s in statuses) else 0  # a script checking them sees it
     if as_json:
         print(json.dumps([vars(s) for s in statuses], indent=2))
-        return 0
+        return failed
     for s in statuses:
         line = f"{s.plugin_id:<24} {s.state:<9} {s.version:<9} {s.origin}"
         print(line)
@@ -239,7 +261,7 @@ async def _plugins(config: HookchatConfig, as_json: bool) -> int:
             items = getattr(s, kind)
             if items:
                 print(f"{'':<24} {kind}: {', '.join(items)}")
-    return 1 if any(s.state == "error" or s.fault for s in statuses) else 0
+    return failed
 
 
 async def _hooks(config: HookchatConfig, as_json: bool) -> int:
@@ -427,9 +449,14 @@ def main(argv: list[str] | None = None) -> int:
     from core.config import ConfigError, load_config
 
     try:
-        config = load_config(args.config)
+        # `plugins` and `hooks` never call the model, so a missing API key is no reason to refuse them.
+        config = load_config(args.config, require_api_key=args.command not in ("plugins", "hooks"))
     except ConfigError as exc:
         print(f"hookchat: {exc}", file=sys.stderr)
+        return 2
+    problem = _builtin_settings_error(config) if args.command in ("run", "chat", "web") else None
+    if problem is not None:
+        print(f"hookchat: {problem}", file=sys.stderr)
         return 2
     try:
         if args.command == "trace":

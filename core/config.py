@@ -541,7 +541,8 @@ class HookchatConfig(_Section):
         return None
 
 
-def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = None) -> HookchatConfig:
+def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = None, *,
+                require_api_key: bool = True) -> HookchatConfig:
     """Read, validate and complete the configuration.
 
     With `path` None the file is `$HOOKCHAT_CONFIG`, else `hookchat.toml` in the working directory, and a missing
@@ -549,7 +550,8 @@ def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = 
     file's directory. Secrets are then filled from `env` (default `os.environ`): each provider's key from its
     `api_key_env` variable (overriding `api_key`), else `HOOKCHAT_API_KEY` for the default provider if it has no
     key; the server token from its `token_env` variable (default `HOOKCHAT_SERVER_TOKEN`). Raises `ConfigError`,
-    also when the default provider names an `api_key_env` variable that is not set and nothing else gives it a key.
+    also when the default provider names an `api_key_env` variable that is not set and nothing else gives it a key
+    (unless `require_api_key` is False: for commands that never call the model, such as `hookchat plugins`).
     """
     env = os.environ if env is None else env
     explicit = path is not None or bool(env.get(CONFIG_PATH_ENV))
@@ -563,7 +565,7 @@ def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = 
         config = HookchatConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         raise _validation_error(file if found else None, exc) from None
-    _apply_env_secrets(config, env, file if found else None)
+    _apply_env_secrets(config, env, file if found else None, require_api_key)
     config._source = file if found else None
     return config
 
@@ -608,14 +610,16 @@ def _validation_error(file: Path | None, exc: ValidationError) -> ConfigError:
     return ConfigError("\n".join(lines), path=file, issues=issues)
 
 
-def _apply_env_secrets(config: HookchatConfig, env: Mapping[str, str], file: Path | None) -> None:
+def _apply_env_secrets(config: HookchatConfig, env: Mapping[str, str], file: Path | None,
+                       require_api_key: bool = True) -> None:
     for p in config.providers:
         if p.api_key_env and env.get(p.api_key_env):
             p.api_key = SecretStr(env[p.api_key_env])
     default = config.provider()
     if default is not None and default.api_key is None and env.get(API_KEY_ENV):
         default.api_key = SecretStr(env[API_KEY_ENV])
-    if default is not None and default.api_key is None and default.api_key_env and not default.embedded:
+    if (require_api_key and default is not None and default.api_key is None and default.api_key_env
+            and not default.embedded):
         # Naming a variable says the endpoint needs a key: without it every request would fail (HTTP 401).
         key = f"providers[{config.providers.index(default)}].api_key_env"
         reason = (f"the environment variable {default.api_key_env} is not set: export it with the API key of "

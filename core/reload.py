@@ -154,7 +154,7 @@ class PluginReloader:
         self.events.append(event)
         if ok:
             await loader.dispatch_loaded(plugin_id)
-            _log.warning("--reload: plugin %r reloaded from %s: the new code is in effect", plugin_id, folder)
+            _log.info("--reload: plugin %r reloaded from %s: the new code is in effect", plugin_id, folder)
         # A failure is not logged here: the plugin manager logged it once, with its reason (and whether the
         # previous version keeps running); it is retried on the next change.
         return event

@@ -40,29 +40,20 @@ class {class_name}(BasePlugin):
         return [Text(value.upper())]
 '''
 
-_TEST = '''import pytest
+_TEST = '''from pathlib import Path
 
-from pathlib import Path
-
-from core.provider import ToolCall
-from core.testing import ChatHarness, ScriptedProvider
+from core.testing import ChatHarness, ScriptedProvider, ToolCall
 
 PLUGIN = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.anyio
-async def test_the_tool_and_the_tag_work():
+async def test_the_tool_and_the_tag_work():  # hookchat's pytest plugin runs it on asyncio
     model = ScriptedProvider([[ToolCall("{plugin_id}_add", {{"a": 2, "b": 3}})], "<msg><shout>it is 5</shout></msg>"])
     async with ChatHarness(plugins=[PLUGIN], provider=model) as bot:
         chains = await bot.send("what is 2 + 3?")
     assert [c.plain_text for c in chains] == ["IT IS 5"]
     assert model.requests[1].messages[-1].content == "5"
     assert "Hello from {plugin_id}" in model.requests[0].render_system()
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 '''
 
 

@@ -9,9 +9,12 @@ why: which plugin stopped the message, or that no plugin chose to answer it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TextIO
 
 from core.adapter import Adapter
@@ -52,6 +55,7 @@ class ConsoleAdapter(Adapter):
         self.drafts = self.interactive
         self._count = 0
         self._line = ""  # what the current draft line shows after "bot> " (interactive only)
+        self._redraw = False  # a log line took the draft's place: show the whole draft again
         self._typing = False
         self._turn: asyncio.Future[TurnResult] | None = None
         self._leaving = False
@@ -64,6 +68,28 @@ class ConsoleAdapter(Adapter):
         self.out.write(text.encode(encoding, "replace").decode(encoding, "replace"))
         self.out.flush()
 
+    def _make_room(self, record: logging.LogRecord) -> bool:
+        """A logging filter: before a log line is printed, clear the line being written (the draft, or the typing
+        indicator), so the log line stands on a line of its own; the draft is shown again whole after it."""
+        if (self._line and not self._redraw) or self._typing:  # once per record, however many handlers
+            self._write("\r\033[K")
+            self._typing = False
+            self._redraw = bool(self._line)
+        return True
+
+    @contextlib.contextmanager
+    def logs_off_the_line(self) -> Iterator[None]:
+        """While the block runs (the chat), log lines printed by the root logger's handlers never land in the
+        middle of an answer being written (an "event loop blocked" warning during a streamed answer)."""
+        handlers = list(logging.getLogger().handlers) if self.interactive else []
+        for handler in handlers:
+            handler.addFilter(self._make_room)
+        try:
+            yield
+        finally:
+            for handler in handlers:
+                handler.removeFilter(self._make_room)
+
     def _clear_status(self) -> None:
         if self._typing:
             self._write("\r\033[K")
@@ -72,6 +98,11 @@ class ConsoleAdapter(Adapter):
     async def draft(self, session: Session, text: str) -> None:
         """Show the message the model is writing, as it grows (only the new characters are written)."""
         self._clear_status()
+        if self._redraw and text.startswith(self._line):
+            self._redraw = False
+            self._write(f"bot> {text}")
+            self._line = text
+            return
         if not text.startswith(self._line):
             self._write("\n")
             self._line = ""
@@ -85,13 +116,13 @@ class ConsoleAdapter(Adapter):
         self._count += 1
         self._clear_status()
         text = chain.message_repr
-        if self._line and text == self._line:
+        if self._line and text == self._line and not self._redraw:
             self._write("\n")
         else:
-            if self._line:
+            if self._line and not self._redraw:
                 self._write("\n")
             self._write(f"bot> {text}\n")
-        self._line = ""
+        self._line, self._redraw = "", False
         return KiraIMSentResult(chain, session, ok=True, message_id=f"console-{self._count}")
 
     # -- input -----------------------------------------------------------------------------------------------------
@@ -155,22 +186,26 @@ class ConsoleAdapter(Adapter):
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
             pass
         try:
-            while not self._leaving:
-                self._write(self.prompt)
-                line = await self._lines.get()
-                if not line:
-                    self._write("\n")
-                    return
-                text = line.strip()
-                if text in _QUIT:
-                    return
-                if text == "/help":
-                    self._write(CONSOLE_HELP + "\n")
-                if text:
-                    await self.say(text)
+            with self.logs_off_the_line():
+                await self._read_lines()
         finally:
             if handled:
                 loop.remove_signal_handler(signal.SIGINT)
+
+    async def _read_lines(self) -> None:
+        while not self._leaving:
+            self._write(self.prompt)
+            line = await self._lines.get()
+            if not line:
+                self._write("\n")
+                return
+            text = line.strip()
+            if text in _QUIT:
+                return
+            if text == "/help":
+                self._write(CONSOLE_HELP + "\n")
+            if text:
+                await self.say(text)
 
     def _start_reader(self, stdin: TextIO) -> None:
         """Read `stdin` in a daemon thread of its own, line by line, into `self._lines` (an empty line at the end).

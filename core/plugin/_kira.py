@@ -307,7 +307,7 @@ class KiraContextMixin:
 
     @property
     def session_mgr(self) -> Any:
-        """KiraAI's session manager: session info and the session's history (awaited here)."""
+        """KiraAI's session manager: session info and the session's history, plain calls as in KiraAI."""
         return self._kira_manager("session_mgr")
 
     @property

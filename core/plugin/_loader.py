@@ -254,7 +254,13 @@ class PluginLoader:
         for root in self.plugin_dirs:
             if not root.is_dir():
                 continue
-            for folder in sorted(p for p in root.iterdir() if p.is_dir() and (p / "manifest.json").is_file()):
+            for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+                if not (folder / "manifest.json").is_file():
+                    entry = next((m for m in ("main.py", "plugin.py") if (folder / m).is_file()), None)
+                    if entry is not None:  # it looks like a plugin: say why it is not loaded
+                        self._fail(folder.name, _NO_MANIFEST.format(folder=folder, entry=entry, id=folder.name),
+                                   str(folder))
+                    continue
                 try:
                     source = _read_folder(folder)
                 except PluginLoadError as exc:
@@ -724,6 +730,11 @@ def _read_json(path: Path, what: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise PluginLoadError(f"cannot read {what} {path}: {exc}") from exc
+
+
+_NO_MANIFEST = ('plugin folder {folder} has {entry} but no manifest.json, so it was not loaded: add '
+                '{folder}/manifest.json, for example {{"plugin_id": "{id}", "display_name": "{id}", "version": '
+                '"0.1.0"}} (docs/guide.md)')
 
 
 def _read_folder(folder: Path) -> PluginSource:

@@ -5,6 +5,7 @@ them; the operator's values are checked against each field's type; fields of an 
 from __future__ import annotations
 
 import copy
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,7 +224,7 @@ def _build(fields: tuple[ConfigField, ...], values: Mapping[str, Any], where: tu
     known = {f.key for f in fields}
     unknown = sorted(str(k) for k in values if k not in known)
     if unknown:
-        raise ConfigValueError(f"unknown config field {', '.join('.'.join((*where, k)) for k in unknown)!r}")
+        raise ConfigValueError(_unknown_fields(unknown, known, where))
     cfg: dict[str, Any] = {}
     for f in fields:
         path = (*where, f.key)
@@ -244,6 +245,16 @@ def _build(fields: tuple[ConfigField, ...], values: Mapping[str, Any], where: tu
     return cfg
 
 
+def _unknown_fields(unknown: list[str], known: set[str], where: tuple[str, ...]) -> str:
+    """"unknown config field 'x'", with the nearest known field ("did you mean") or the fields there are."""
+    names = ", ".join(".".join((*where, k)) for k in unknown)
+    near = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+    if near:
+        return f"unknown config field {names!r}: did you mean {'.'.join((*where, near[0]))!r}?"
+    fields = ", ".join(sorted(known)) or "none"
+    return f"unknown config field {names!r} (the fields are: {fields})"
+
+
 def _build_from_json_schema(schema: dict[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
     properties = schema.get("properties", {})
     cfg = {name: copy.deepcopy(spec["default"]) for name, spec in properties.items()
@@ -254,7 +265,7 @@ def _build_from_json_schema(schema: dict[str, Any], values: Mapping[str, Any]) -
         err = errors[0]
         where = ".".join(map(str, err.absolute_path))
         if not where and err.validator == "additionalProperties":
-            raise ConfigValueError(f"unknown config field {', '.join(sorted(set(cfg) - set(properties)))!r}")
+            raise ConfigValueError(_unknown_fields(sorted(set(cfg) - set(properties)), set(properties), ()))
         raise ConfigValueError(f"config field {where!r}: {err.message}")
     return cfg
 

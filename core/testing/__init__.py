@@ -34,6 +34,7 @@ from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChai
 from core.chat.session import Group, Session, User
 from core.builtins import BUILTIN_PLUGINS, builtin_plugins_dir
 from core.config import HookchatConfig
+from core.plugin import PluginLoadError
 from core.utils.clock import Clock
 from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, ToolCall
 
@@ -299,6 +300,8 @@ class ChatHarness:
     `config` may be a `HookchatConfig` or a dict of its sections; the data directory is a fresh temporary one
     unless the config sets it. The built-in chat and tag plugins load too (`builtins=()` to leave them out).
     `clock` replaces the app's clock (pass a `ManualClock` to drive debounces and idle sweeps by hand).
+    Entering raises `PluginLoadError` with each failed plugin's reason when a plugin failed to load (import,
+    manifest, config, hook signatures, `initialize()`), unless `allow_failed=True` (a test of a failing plugin).
     """
 
     def __init__(
@@ -311,8 +314,10 @@ class ChatHarness:
         history: bool = True,
         adapter: RecordingAdapter | None = None,
         clock: Clock | None = None,
+        allow_failed: bool = False,
     ) -> None:
         self.provider = provider if provider is not None else ScriptedProvider()
+        self._allow_failed = allow_failed
         self.adapter = adapter or RecordingAdapter()
         self._plugins = list(plugins)
         self._builtins = tuple(builtins)
@@ -350,6 +355,13 @@ class ChatHarness:
             clock=self.clock,
         )
         await self.app.start()
+        failed = [s for s in self.app.plugins.statuses() if s.state == "error"]
+        if failed and not self._allow_failed:
+            await self.__aexit__(None, None, None)
+            reasons = "\n".join(f"  {s.plugin_id} ({s.origin}): {s.reason}" for s in failed)
+            raise PluginLoadError(f"{len(failed)} plugin(s) of this ChatHarness failed to load, so the test would "
+                                  f"check a bot without them:\n{reasons}\n(pass allow_failed=True to test a failing "
+                                  "plugin on purpose; its status is bot.app.plugins.status(plugin_id))")
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

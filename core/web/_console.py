@@ -17,7 +17,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from core.adapter.web import WebChatAdapter
-from core.app import HookChat
+from core.app import SAVED_SETTINGS_NAME, HookChat
 from core.mcp import SkillCatalog
 from core.plugin import EventType, PluginConfigError
 from core.reload import PluginReloader
@@ -32,7 +32,7 @@ __all__ = ["WebConsole", "WebConsoleError", "SAVED_CONFIG_NAME"]
 _log = logging.getLogger("hookchat.web")
 STATIC = Path(__file__).resolve().parent / "static"
 #: Plugin settings saved from the console, under the data directory; read back when the console starts.
-SAVED_CONFIG_NAME = "web/plugin_config.json"
+SAVED_CONFIG_NAME = SAVED_SETTINGS_NAME  # one settings store: the app reads it at start, for every command
 _PIPELINE_ORDER = [e.value for e in EventType if e is not EventType.CUSTOM_EVENT]
 
 
@@ -80,8 +80,7 @@ class WebConsole:
             app.add_adapter(self.chat)
         self.logs = LogHub()
         self.pages = PluginPages(app)
-        self.saved_config_path = Path(app.data_dir) / SAVED_CONFIG_NAME
-        self._load_saved_config()
+        self.saved_config_path = Path(app.data_dir) / SAVED_CONFIG_NAME  # the app reads it at start
         self.asgi = ConsoleGate(self._build(), self.token, hosts)
         self.http = EmbeddedServer(self.asgi, self.host, port if port is not None else cfg.port, name="web console",
                                    config_key="web.port")
@@ -130,20 +129,6 @@ class WebConsole:
         await self.stop()
 
     # -- saved plugin settings --------------------------------------------------------------------------------------
-
-    def _load_saved_config(self) -> None:
-        if not self.saved_config_path.is_file():
-            return
-        try:
-            saved = json.loads(self.saved_config_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            _log.error("cannot read the settings saved from the web console (%s): %s; they are not applied",
-                       self.saved_config_path, exc)
-            return
-        if isinstance(saved, dict):
-            for plugin_id, values in saved.items():
-                if isinstance(values, dict):
-                    self.app.plugins.plugin_config[plugin_id] = values
 
     async def _save_config(self, plugin_id: str, values: dict[str, Any]) -> None:
         path = self.saved_config_path

@@ -157,3 +157,28 @@ async def test_ctrl_c_at_the_prompt_leaves_at_once_while_the_input_still_blocks(
             with anyio.fail_after(10):
                 await repl
     assert repl.done() and repl.exception() is None
+
+
+async def test_a_log_line_during_a_streamed_answer_gets_a_line_of_its_own():
+    import io
+    import logging
+
+    from core.adapter.console import ConsoleAdapter
+    from core.chat import MessageChain
+    from core.chat.message_elements import Text
+
+    out = io.StringIO()
+    console = ConsoleAdapter(out=out, interactive=True)
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with console.logs_off_the_line():
+            await console.draft(console.session, "Hel")
+            logging.getLogger("hookchat").warning("event loop blocked for 0.3 s")
+            await console.draft(console.session, "Hello")
+            await console.send(console.session, MessageChain([Text("Hello")]))
+    finally:
+        root.removeHandler(handler)
+    assert out.getvalue() == "bot> Hel\r\033[KWARNING event loop blocked for 0.3 s\nbot> Hello\n"

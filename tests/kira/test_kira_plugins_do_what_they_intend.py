@@ -228,3 +228,19 @@ async def test_kiraai_module_paths_and_the_plugin_manager_do_what_kiraai_does(tm
     assert tool_results[1] == "kira_prompt enabled: False" and prompt_hook_names is None
     assert bot.app.plugins.status("kira_prompt").state == "disabled"
     assert "[3] a sleepy dog" in provider.requests[4].render_system(), "the registered sticker is offered"
+
+
+async def test_a_refused_name_raises_naming_itself_and_the_compatibility_page():
+    async with ChatHarness([PLUGINS / "managers"], ScriptedProvider()) as bot:
+        ctx = bot.plugin("kira_managers").ctx
+        refused = [
+            (lambda: ctx.adapter_mgr.delete_adapter("test"), "adapter_mgr.delete_adapter"),
+            (lambda: ctx.tool_mgr.register_tool(None), "tool_mgr.register_tool"),
+            (lambda: ctx.plugin_mgr.uninstall_plugin("kira_managers"), "plugin_mgr.uninstall_plugin"),
+            (lambda: ctx.config.save_config(), "config.save_config"),
+        ]
+        for call, name in refused:
+            with pytest.raises(NotSupportedHere, match=rf"not supported here: {name} \(.+\); see docs/kira-compat.md"):
+                call()
+        with pytest.raises(NotSupportedHere, match=r"sticker_manager.add_sticker .*docs/kira-compat.md"):
+            await ctx.sticker_manager.add_sticker(b"", "x.png")

@@ -61,7 +61,7 @@ async def test_a_startup_err_refuses_the_load_with_its_reason():
         async def startup(self, **_):
             return Err(SdkError("the API key is missing"))
 
-    async with ChatHarness(plugins=[Refuses], builtins=()) as bot:
+    async with ChatHarness(plugins=[Refuses], builtins=(), allow_failed=True) as bot:
         status = bot.app.plugins.status("refuses")
     assert status.state == "error" and "the API key is missing" in status.reason
 

@@ -29,16 +29,17 @@ TEXT_TOOL = {"type": "object", "properties": {"text": {"type": "string"}}, "requ
 
 @contextlib.asynccontextmanager
 async def registry_bot(provider: Any, data_dir: Path, *, port: int = 0, token: str | None = TOKEN,
-                       plugins: list[Any] = (), max_body_bytes: int | None = None
+                       plugins: list[Any] = (), max_body_bytes: int | None = None, allow_failed: bool = False
                        ) -> AsyncIterator[tuple[ChatHarness, ToolRegistryServer]]:
-    """A `ChatHarness` whose app serves its tool registry on 127.0.0.1 (`port` 0: a free one)."""
+    """A `ChatHarness` whose app serves its tool registry on 127.0.0.1 (`port` 0: a free one); `allow_failed` as
+    the harness's (a test of a plugin that fails to load)."""
     server_cfg: dict[str, Any] = {"host": "127.0.0.1", "port": port}
     if token is not None:
         server_cfg["token"] = token
     if max_body_bytes is not None:
         server_cfg["max_body_bytes"] = max_body_bytes
     config = {"data": {"dir": str(data_dir)}, "server": server_cfg}
-    async with ChatHarness(plugins=plugins, provider=provider, config=config) as bot:
+    async with ChatHarness(plugins=plugins, provider=provider, config=config, allow_failed=allow_failed) as bot:
         server = ToolRegistryServer(bot.app.config.server, bot.app.plugins.tools, bot.app.data_dir, recheck_interval=0.2, probe_timeout=1.0)
         bot.app.tool_server = server
         await server.start()

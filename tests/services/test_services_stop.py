@@ -82,7 +82,7 @@ async def test_a_plugin_that_fails_to_initialise_leaves_nothing_behind(tmp_path)
             spawned.append(self.ctx.spawn(asyncio.sleep(3600)))
             raise RuntimeError("cannot start")
 
-    async with registry_bot(ScriptedProvider(), tmp_path, plugins=[Broken]) as (bot, server):
+    async with registry_bot(ScriptedProvider(), tmp_path, plugins=[Broken], allow_failed=True) as (bot, server):
         assert bot.app.plugins.status("broken").state == "error"
         assert "half_done" not in bot.app.plugins.tools
         [task] = spawned

@@ -6,7 +6,6 @@ The application builds one `KiraRuntimeImpl` and hands it to its plugin manager;
 each facade does here and what it cannot do.
 """
 
-from core.kira._clients import OneBotClient
 from core.kira._config import KiraConfigView, kira_shaped_config
 from core.kira._stickers import STICKER_EXTENSIONS, StickerManager
 from core.kira._runtime import (
@@ -39,7 +38,6 @@ __all__ = [
     "PersonaInfo",
     "EventBusFacade",
     "MustAwait",
-    "OneBotClient",
     "StickerManager",
     "STICKER_EXTENSIONS",
 ]

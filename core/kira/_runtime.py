@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import ValidationError
 
 from core.adapter.adapter_utils import IMAdapter
-from core.adapter.onebot import OneBotAdapter
 from core.chat import (
     AdapterInfo,
     KiraCustomEvent,
@@ -35,7 +34,6 @@ from core.chat import (
 )
 from core.chat.session import SessionIdError
 from core.history import HistoryStore, SessionHistory
-from core.kira._clients import OneBotClient
 from core.kira._config import KiraConfigView
 from core.kira._stickers import StickerManager
 from core.plugin import NotSupportedHere, custom_event_name
@@ -44,6 +42,7 @@ from core.provider.model_client import LLMModelClient, ModelInfo, ModelType
 from core.services import PluginHost
 
 if TYPE_CHECKING:  # annotations of the KiraApp protocol only
+    from core.kira._clients import OneBotClient
     from core.adapter import Adapter
     from core.config import HookchatConfig
     from core.plugin import PluginLoader
@@ -267,6 +266,10 @@ class AdapterView(IMAdapter):
         """The platform's client: for a OneBot (QQ) adapter KiraAI's NapCat client shape (`await
         client.send_action(action, params, timeout=10.0) -> dict`) on the adapter's connection. Other adapters have
         no platform client here (`NotSupportedHere`)."""
+        # Imported here: the OneBot adapter (and websockets) loads only for a bot that has one, not with core.app.
+        from core.adapter.onebot import OneBotAdapter
+        from core.kira._clients import OneBotClient
+
         if isinstance(self.adapter, OneBotAdapter):
             return OneBotClient(self.adapter)
         raise NotSupportedHere("adapter.get_client",

@@ -291,3 +291,33 @@ async def test_a_lazy_server_offers_its_cached_tools_and_connects_on_the_first_c
             await bot.send("weather, lazily")
             assert connection.state == "ready" and connection.connects == 1
     assert tool_messages(provider)[-1] == "weather: lazy"
+
+
+async def test_an_sse_server_made_with_the_sdk_is_a_tool_source_too():
+    from core.server import EmbeddedServer
+    from tests.mcp.stdio_server import server as sdk_server  # the SDK's MCPServer, here over SSE
+
+    http = EmbeddedServer(sdk_server.sse_app(), "127.0.0.1", 0, name="test sse server")
+    await http.start()
+    provider = ScriptedProvider([[ToolCall("echo", {"text": "over sse"})], "ok"])
+    try:
+        async with ChatHarness(provider=provider, config=mcp_config({"name": "sse", "url": f"{http.url}/sse"})) as bot:
+            [status] = bot.app.mcp.status()
+            await bot.send("go")
+    finally:
+        await http.stop()
+    assert status["type"] == "sse" and status["state"] == "ready"
+    assert tool_messages(provider)[-1] == "echo: over sse"
+
+
+def test_hookchat_mcp_list_prints_each_server_and_its_tools(tmp_path):
+    config = tmp_path / "hookchat.toml"
+    config.write_text(f'[data]\ndir = "{tmp_path / "data"}"\n[adapters]\nconsole = false\n'
+                      f'[[mcp.servers]]\nname = "time"\ncommand = "{sys.executable}"\nargs = ["-m", "mcp_server_time"]\n'
+                      '[[mcp.servers]]\nname = "off"\ncommand = "nothing"\nenabled = false\n')
+    run = subprocess.run([sys.executable, "-m", "core.cli", "-c", str(config), "mcp", "list", "--json"],
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr
+    servers = {s["name"]: s for s in json.loads(run.stdout)}
+    assert servers["time"]["state"] == "ready" and servers["off"]["state"] == "disabled"
+    assert {t["name"] for t in servers["time"]["tools"]} == {"get_current_time", "convert_time"}

@@ -148,8 +148,8 @@ class _Flags:
 class McpConnection:
     """The connection to one configured MCP server, offering its tools in `tools` (the app's registry).
 
-    `start()` begins connecting (and, unless the server is `lazy`, waits up to its `connect_timeout` for the first
-    session; a failure is logged and retried in the background, never raised); `stop()` ends the session (a stdio
+    `start()` begins connecting and waits up to its `connect_timeout` for the first session (a failure is logged
+    and retried in the background, never raised); `stop()` ends the session (a stdio
     server is asked to exit, then its process group is killed) and withdraws the tools; `restart()` is both.
     A lazy server with a tool list cached from an earlier run offers those tools at once and connects on the
     first call; without a cache it connects at start to learn them.
@@ -216,10 +216,9 @@ class McpConnection:
         if self.config.lazy and await self._offer_cached():
             self.state = ServerState.IDLE
             return
-        self._launch()
-        if not self.config.lazy:
-            with anyio.move_on_after(self.config.connect_timeout + 1):
-                await self._first_attempt.wait()
+        self._launch()  # a lazy server without a cached list connects now, to learn its tools
+        with anyio.move_on_after(self.config.connect_timeout + 1):
+            await self._first_attempt.wait()
 
     def _launch(self) -> None:
         if self.running or self._task_group is None:
@@ -249,7 +248,7 @@ class McpConnection:
     async def restart(self) -> None:
         """Stop, then start again (connecting now, even a lazy server)."""
         await self.stop()
-        if self.config.enabled:
+        if self.config.enabled and self._task_group is not None:  # not before the manager started it
             self._launch()
             with anyio.move_on_after(self.config.connect_timeout + 1):
                 await self._first_attempt.wait()

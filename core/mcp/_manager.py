@@ -63,8 +63,8 @@ def read_servers_file(path: Path) -> list[McpServerConfig]:
 class McpManager:
     """Every configured MCP server of `config`, offering tools in `tools` (the app's tool registry).
 
-    `await start()` reads the servers file, starts every enabled server (waiting for the eager ones, each up to its
-    `connect_timeout`, all at once); `await aclose()` stops them all (no server process is left running). A
+    `await start()` reads the servers file, starts every enabled server, all at once, waiting for each up to its
+    `connect_timeout` (a lazy server with a tool list cached from an earlier run is connected on its first call); `await aclose()` stops them all (no server process is left running). A
     server that fails is reported in its status and retried; it never stops the app from starting.
     """
 

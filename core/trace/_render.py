@@ -50,6 +50,9 @@ def _item_lines(item: dict[str, Any]) -> list[str]:
         status = "error" if item["is_error"] else "ok"
         return [f"{at}  tool {item['name']} ({item['plugin_id']})  {item['duration_ms']:.1f} ms  {status}",
                 f"    args {_short(item['arguments'])} -> {_short(item['result'])}"]
+    if kind == "mcp":  # docs/mcp.md: one per call of an MCP server's tool, beside its `tool` item
+        return [f"{at}  mcp {item['server']}/{item['tool']}  {item['duration_ms']:.1f} ms  {item['outcome']}"
+                + (f": {_short(item['error'])}" if item.get("error") else "")]
     if kind == "tag":
         result = f"error {item['error']}" if item["error"] else _short(item["elements"])
         return [f"{at}  tag <{item['name']}> ({item['plugin_id']})  {_short(item['value'], 40)!r} -> {result}"]

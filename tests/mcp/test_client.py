@@ -20,6 +20,7 @@ from core.mcp import MAX_RESULT_CHARS, McpConfigError, McpManager, read_servers_
 from core.plugin import BasePlugin, on, register
 from core.provider import ToolCall
 from core.testing import ChatHarness, ScriptedProvider
+from core.trace import render_trace
 from core.utils.registry import OwnedRegistry
 from core.config import HookchatConfig
 
@@ -77,6 +78,7 @@ async def test_the_time_server_lists_its_tools_and_the_model_calls_one():
     assert len(mcp_items) == 1 and mcp_items[0]["server"] == "time" and mcp_items[0]["tool"] == "get_current_time"
     assert mcp_items[0]["arguments"] == {"timezone": "Asia/Tokyo"} and mcp_items[0]["outcome"] == "ok"
     assert mcp_items[0]["duration_ms"] > 0
+    assert "mcp time/get_current_time" in render_trace(traces[0].to_dict())
 
 
 async def test_the_git_server_reads_a_temporary_repository(tmp_path):
@@ -272,3 +274,50 @@ def test_kill_9_of_hookchat_leaves_no_server_process_behind(tmp_path):
         assert not _alive(child_pid), "a process the MCP server started outlived hookchat"
     finally:
         bot.kill()
+
+
+async def test_a_lazy_server_offers_its_cached_tools_and_connects_on_the_first_call(tmp_path):
+    state = Hostile(tools=hostile_tools())
+    provider = ScriptedProvider([[ToolCall("hostile_weather", {"text": "lazy"})], "ok"])
+    async with serve_http(hostile_server(state)) as url:
+        config = {"data": {"dir": str(tmp_path)}, **mcp_config({"name": "hostile", "url": url, "lazy": True})}
+        async with ChatHarness(config=config) as bot:  # no cache yet: it connects at start to learn its tools
+            assert bot.app.mcp.get("hostile").state == "ready"
+        assert (tmp_path / "mcp" / "hostile.tools.json").is_file()
+        async with ChatHarness([Results], provider=provider, config=config) as bot:
+            connection = bot.app.mcp.get("hostile")
+            assert connection.state == "idle" and connection.connects == 0
+            assert "hostile_weather" in bot.app.plugins.tools  # offered from the cache, renamed as before
+            await bot.send("weather, lazily")
+            assert connection.state == "ready" and connection.connects == 1
+    assert tool_messages(provider)[-1] == "weather: lazy"
+
+
+async def test_an_sse_server_made_with_the_sdk_is_a_tool_source_too():
+    from core.server import EmbeddedServer
+    from tests.mcp.stdio_server import server as sdk_server  # the SDK's MCPServer, here over SSE
+
+    http = EmbeddedServer(sdk_server.sse_app(), "127.0.0.1", 0, name="test sse server")
+    await http.start()
+    provider = ScriptedProvider([[ToolCall("echo", {"text": "over sse"})], "ok"])
+    try:
+        async with ChatHarness(provider=provider, config=mcp_config({"name": "sse", "url": f"{http.url}/sse"})) as bot:
+            [status] = bot.app.mcp.status()
+            await bot.send("go")
+    finally:
+        await http.stop()
+    assert status["type"] == "sse" and status["state"] == "ready"
+    assert tool_messages(provider)[-1] == "echo: over sse"
+
+
+def test_hookchat_mcp_list_prints_each_server_and_its_tools(tmp_path):
+    config = tmp_path / "hookchat.toml"
+    config.write_text(f'[data]\ndir = "{tmp_path / "data"}"\n[adapters]\nconsole = false\n'
+                      f'[[mcp.servers]]\nname = "time"\ncommand = "{sys.executable}"\nargs = ["-m", "mcp_server_time"]\n'
+                      '[[mcp.servers]]\nname = "off"\ncommand = "nothing"\nenabled = false\n')
+    run = subprocess.run([sys.executable, "-m", "core.cli", "-c", str(config), "mcp", "list", "--json"],
+                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr
+    servers = {s["name"]: s for s in json.loads(run.stdout)}
+    assert servers["time"]["state"] == "ready" and servers["off"]["state"] == "disabled"
+    assert {t["name"] for t in servers["time"]["tools"]} == {"get_current_time", "convert_time"}

@@ -3,7 +3,8 @@
 `scripted_provider` is a fresh `ScriptedProvider`; `chat_harness` is a factory: `async with chat_harness(plugins=[P])
 as bot: ...` with the fixture's provider as default. An `async def test_...` runs on asyncio with no marker and no
 `anyio_backend` fixture to write: this plugin turns on anyio's auto mode and chooses the asyncio backend (a
-project's `--anyio-mode=strict` or own `anyio_backend` fixture, or pytest-asyncio, still wins).
+project's `--anyio-mode=strict` or own `anyio_backend` fixture, or pytest-asyncio in its auto mode, still wins;
+pytest-asyncio in its default strict mode runs only the tests marked for it, so the others still run here).
 """
 
 from __future__ import annotations
@@ -44,9 +45,18 @@ def chat_harness(scripted_provider: ScriptedProvider):
     return make
 
 
+def _ini(config: pytest.Config, name: str) -> str:
+    """An ini option of another plugin (its command-line form first), or "" when that plugin does not declare it."""
+    try:
+        return str(config.getoption(name, None) or config.getini(name) or "")
+    except ValueError:
+        return ""
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Run every `async def` test on anyio (its documented `anyio_mode = "auto"`), unless the command line chose a
-    mode (`--anyio-mode=strict`) or the project uses pytest-asyncio."""
-    if config.getoption("anyio_mode", None) is None and not config.pluginmanager.has_plugin("asyncio"):
+    mode (`--anyio-mode=strict`) or the project runs every async test on pytest-asyncio (`asyncio_mode = auto`)."""
+    asyncio_auto = config.pluginmanager.has_plugin("asyncio") and _ini(config, "asyncio_mode") == "auto"
+    if config.getoption("anyio_mode", None) is None and not asyncio_auto:
         config.option.anyio_mode = "auto"
     config.pluginmanager.register(_BACKEND, "hookchat-asyncio-backend")

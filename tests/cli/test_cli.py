@@ -41,7 +41,7 @@ def test_hooks_prints_the_resolved_order_per_event(project):
            "   2. SYS_HIGH (100)   chat.choose_strategy  (deadline 10 s)" in text
     events = [line for line in text.splitlines() if line and not line.startswith(" ") and not line.endswith(":")]
     assert events == ["im_message", "message_buffered", "llm_request"], "pipeline order, not alphabetical"
-    assert "builtin_tags: tags: <at>, <emoji>, <file>, <img>" in text
+    assert "builtin_tags: tags: <at>, <embed>, <emoji>, <file>, <img>" in text
 
 
 def test_global_options_work_before_and_after_the_subcommand(project):
@@ -96,10 +96,10 @@ def test_chat_talks_to_the_embedded_model_through_the_whole_pipeline(project):
 
 
 def test_run_refuses_an_unknown_adapter_type_by_name(project):
-    (project / "hookchat.toml").write_text('[[adapters.instances]]\ntype = "telegram"\n', encoding="utf-8")
+    (project / "hookchat.toml").write_text('[[adapters.instances]]\ntype = "irc"\n', encoding="utf-8")
     out = hookchat("run", cwd=project)
     assert out.returncode == 2
-    assert "unknown adapter type 'telegram'" in out.stderr and "console" in out.stderr
+    assert "unknown adapter type 'irc'" in out.stderr and "console" in out.stderr
 
 
 @pytest.mark.slow

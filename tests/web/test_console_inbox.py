@@ -7,12 +7,10 @@ import asyncio
 import json
 import time
 
-import httpx
-from websockets.sync.client import connect
 
 from core.chat import KiraIMMessage, MessageChain, User
 from core.chat.message_elements import Text
-from tests.web.test_console_api import _blocking_model, _set, frames_until, ws_url
+from tests.web.test_console_api import _blocking_model, _set, connect_chat, frames_until
 
 
 async def _inbox_texts(live) -> list[str]:
@@ -21,7 +19,7 @@ async def _inbox_texts(live) -> list[str]:
 
 def test_stop_removes_the_stopped_message_from_the_inbox(live_console):
     gate = live_console.call(_blocking_model(live_console))
-    with connect(ws_url(live_console, "?session=stop1")) as ws:
+    with connect_chat(live_console, "?session=stop1") as ws:
         ws.recv(timeout=10)
         ws.send(json.dumps({"type": "message", "text": "take your time"}))
         live_console.call(gate["entered"].wait())
@@ -49,7 +47,8 @@ def test_clear_drops_the_messages_waiting_for_an_answer_and_their_inbox_rows(liv
 
     turns = live_console.call(busy())
     assert app.scheduler.waiting(session.sid) == 2
-    removed = httpx.delete(f"{live_console.url}/api/sessions/{session.sid}").json()
+    with live_console.client() as client:
+        removed = client.delete(f"/api/sessions/{session.sid}").json()
     assert removed == {"ok": True, "removed": 0}
     assert live_console.call(_inbox_texts(live_console)) == ["first"], "only the running turn's message is left"
     live_console.call(_set(gate["release"]))
@@ -70,7 +69,8 @@ def test_the_inbox_endpoint_lists_messages_set_aside_as_poison(live_console):
         return inbox_id
 
     inbox_id = live_console.call(set_aside())
-    listed = httpx.get(f"{live_console.url}/api/inbox").json()
+    with live_console.client() as client:
+        listed = client.get("/api/inbox").json()
     assert listed["waiting"] == 0
     assert [(p["id"], p["sid"], p["text"], p["attempts"]) for p in listed["poison"]] == [
         (inbox_id, "web:dm:p1", "the bad one", 1)]

@@ -92,6 +92,7 @@ class TurnScheduler:
         self._workers = TaskOwner("the turn scheduler")
         self._running: dict[str, asyncio.Task[None]] = {}  # session -> its worker, while a turn runs
         self._cancelling: set[asyncio.Task[None]] = set()  # workers whose running turn `cancel()` asked to end
+        self._slots: set[asyncio.Task[None]] = set()  # workers whose turn holds a slot of `max_concurrent`
         hook_stuck.connect(self._abandon_stuck)  # held weakly: gone with the scheduler
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
@@ -121,11 +122,10 @@ class TurnScheduler:
                 batch, future = queue[0]
                 self._running[sid] = worker
                 try:
-                    if self._limit is None:
-                        result = await self._run_turn(batch)
-                    else:
-                        async with self._limit:
-                            result = await self._run_turn(batch)
+                    if self._limit is not None:
+                        await self._limit.acquire()
+                        self._slots.add(worker)
+                    result = await self._run_turn(batch)
                 except asyncio.CancelledError:
                     # `cancel(sid)` ends this turn only: the session's later turns still run. Any other
                     # cancellation (the scheduler closing, or one from outside alongside) ends the worker.
@@ -144,6 +144,7 @@ class TurnScheduler:
                     if not future.done():
                         future.set_result(result)
                 finally:
+                    self._release_slot(worker)
                     if self._running.get(sid) is worker:
                         del self._running[sid]
                     if worker in self._cancelling:  # the turn swallowed its cancellation: undo the request
@@ -170,11 +171,19 @@ class TurnScheduler:
         queue.append((stuck_batch, stuck_future))  # the old worker keeps only its stuck turn
         del self._running[sid]
         del self._queues[sid]
+        self._release_slot(task)  # the stuck turn no longer counts against max_concurrent
         stuck_future.cancel()
         logger.error("turn of %s abandoned: plugin %r hook %s (%s) ignored its cancellation; the session goes on "
                      "with its next turn", sid, plugin_id, hook_name, event_name)
         if later:
             self._start_worker(sid, later)
+
+    def _release_slot(self, worker: object) -> None:
+        """Give back the concurrency slot `worker`'s turn holds, once (its end and its abandonment both call this)."""
+        if worker in self._slots:
+            self._slots.discard(worker)  # type: ignore[arg-type]
+            assert self._limit is not None
+            self._limit.release()
 
     def cancel(self, sid: str) -> bool:
         """Cancel the turn running for session `sid` (a stop button, Ctrl-C): its future is cancelled, and the

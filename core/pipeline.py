@@ -134,6 +134,7 @@ class TurnScheduler:
         #: Sessions whose waiting batch is full, and how many messages were refused since (until it starts): the
         #: session is told and the log says so once per filling, not per message.
         self._overflowed: dict[str, int] = {}
+        self._slots: set[asyncio.Task[None]] = set()  # workers whose turn holds a slot of `max_concurrent`
         hook_stuck.connect(self._abandon_stuck)  # held weakly: gone with the scheduler
 
     def submit(self, batch: KiraMessageBatchEvent, *, join: bool = False) -> asyncio.Future[TurnResult]:
@@ -221,11 +222,10 @@ class TurnScheduler:
                 self._end_overflow(sid)
                 self._running[sid] = worker
                 try:
-                    if self._limit is None:
-                        result = await self._run_turn(batch)
-                    else:
-                        async with self._limit:
-                            result = await self._run_turn(batch)
+                    if self._limit is not None:
+                        await self._limit.acquire()
+                        self._slots.add(worker)
+                    result = await self._run_turn(batch)
                 except asyncio.CancelledError:
                     # `cancel(sid)` ends this turn only: the session's later turns still run. Any other
                     # cancellation (the scheduler closing, or one from outside alongside) ends the worker.
@@ -246,6 +246,7 @@ class TurnScheduler:
                         if not future.done():
                             future.set_result(result)
                 finally:
+                    self._release_slot(worker)
                     if self._running.get(sid) is worker:
                         del self._running[sid]
                     if worker in self._cancelling:  # the turn swallowed its cancellation: undo the request
@@ -273,6 +274,7 @@ class TurnScheduler:
         queue.append(stuck)  # the old worker keeps only its stuck turn
         del self._running[sid]
         del self._queues[sid]
+        self._release_slot(task)  # the stuck turn no longer counts against max_concurrent
         stuck.cancel()
         logger.error("turn of %s abandoned: plugin %r hook %s (%s) ignored its cancellation; the session goes on "
                      "with its next turn", sid, plugin_id, hook_name, event_name)
@@ -298,6 +300,13 @@ class TurnScheduler:
             entry.cancel()
             self._forgotten(entry.batch, "dropped by a reset")
         return sum(len(entry.batch.messages) for entry in dropped)
+
+    def _release_slot(self, worker: object) -> None:
+        """Give back the concurrency slot `worker`'s turn holds, once (its end and its abandonment both call this)."""
+        if worker in self._slots:
+            self._slots.discard(worker)  # type: ignore[arg-type]
+            assert self._limit is not None
+            self._limit.release()
 
     def cancel(self, sid: str) -> bool:
         """Cancel the turn running for session `sid` (a stop button, Ctrl-C): its future is cancelled, and the

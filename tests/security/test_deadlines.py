@@ -158,7 +158,9 @@ async def test_a_session_goes_on_to_its_next_turn_after_a_hook_that_swallows_its
                 except asyncio.CancelledError:
                     pass  # swallowed, again and again
 
-    async with ChatHarness([Stubborn], ScriptedProvider(["<msg>next turn</msg>"])) as bot:
+    # One turn at a time in the whole bot: the abandoned turn must also give back its slot.
+    config = {"limits": {"max_concurrent_turns": 1}}
+    async with ChatHarness([Stubborn], ScriptedProvider(["<msg>next turn</msg>"]), config=config) as bot:
         try:
             first, second = bot.message("one"), bot.message("two")
             stuck = bot.app.submit(KiraMessageBatchEvent([KiraMessageEvent(first)], first.session))

@@ -91,11 +91,6 @@ class _OwnedValues:
         self._keep(slot, sid, value, revision)
         return value, revision
 
-    def known_empty(self, kv: KeyValue, key: str, sid: str) -> bool:
-        """Whether the value under `key` is known, without a round trip, to be empty (never written, or deleted)."""
-        known = self._values.get((kv._name, key)) if self._owns(sid) else None  # noqa: SLF001
-        return known is not None and known[1] is None
-
     def _keep(self, slot: tuple[str, str], sid: str, value: dict[str, Any] | None, revision: int) -> None:
         if not self._owns(sid):
             return
@@ -341,11 +336,6 @@ class ClusterHistory:
         if not await self._still_owned(sid):  # the partition moved on: the message must reach its new owner
             raise PartitionMoved(f"{what}: its partition moved to another worker")
         await self._values.change(kv, self._buffer_key(sid), sid, change, what)
-
-    def nothing_parked(self, sid: str) -> bool:
-        """Whether `sid` is known (from memory) to have no parked messages and no begun batch."""
-        assert self.bus.buffers is not None
-        return self._values.known_empty(self.bus.buffers, self._buffer_key(sid), sid)
 
     async def intend(self, sid: str, ids: Sequence[str], unparked: dict[str, dict[str, Any]]) -> None:
         """Before a turn answers the messages `ids` (in this batch), write the batch down beside the parked

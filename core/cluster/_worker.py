@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import nats.js.errors
 
 from core.adapter import ALL_ELEMENTS, Adapter
@@ -212,10 +213,6 @@ class Worker:
             @on.im_batch_message(priority=_FIRST, deadline=PATIENCE + 60)
             async def record_batch(self, event: KiraMessageBatchEvent, *args: Any, **kwargs: Any) -> None:
                 ids = [m.inbox_id for m in event.messages if m.inbox_id]
-                if len(ids) == 1 and ids[0] in worker._data and worker.history.nothing_parked(event.sid):
-                    # The one message the worker holds unacknowledged, and nothing parked: after a crash
-                    # JetStream delivers it again and the same batch forms, so there is nothing to write down.
-                    return
                 if ids:
                     unparked = {i: worker._data[i] for i in ids if i in worker._data}
                     try:
@@ -296,6 +293,8 @@ class Worker:
         while True:
             sent = time.monotonic()
             try:
+                if not self.bus.nc.is_connected:  # nothing would reach the server; nats-py would buffer it
+                    raise nats.errors.ConnectionReconnectingError
                 return await asyncio.wait_for(self._renew(partition, revision), self.cluster.lease_seconds / 12), sent
             except (asyncio.TimeoutError, *NATS_ERRORS) as exc:
                 if sent - last > self.cluster.lease_seconds:
@@ -323,10 +322,11 @@ class Worker:
     async def _retake(self, partition: int) -> int | None:
         """The lease expired while the server was away. Written again at once, it stays this worker's: no other
         worker can have taken the partition and given it up again within a quarter lease of its expiry (a
-        worker gives a partition up at a heartbeat after the one that took it). Later than that, it is lost."""
+        worker gives a partition up at a heartbeat after the one that took it); an eighth is allowed, for margin.
+        Later than that, it is lost."""
         assert self.bus.leases is not None
         last = self._renewed.get(partition)
-        if last is None or time.monotonic() - last > self.cluster.lease_seconds * 1.25:
+        if last is None or time.monotonic() - last > self.cluster.lease_seconds * 1.125:  # a margin under 1.25
             return None
         try:
             revision = await self.bus.leases.create(f"p{partition}", self.name.encode())

@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import io
+import re
+import sys
 import tempfile
+import textwrap
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,7 +25,7 @@ from core.adapter.matrix import ENCRYPTION_REFUSAL, MatrixAdapter
 from core.app import HookChat
 from core.chat import MessageChain, Session
 from core.chat.message_elements import At, Image, Reply, Text
-from core.config import HookchatConfig
+from core.config import HookchatConfig, load_config
 from core.testing import BUILTIN_PLUGINS_DIR, ScriptedProvider
 from core.chat import KiraMessageEvent
 from core.plugin import BasePlugin, Priority, on
@@ -277,6 +280,25 @@ async def test_an_access_token_of_another_account_is_refused(synapse, ann, monke
     with pytest.raises(AdapterError, match=f"the access token belongs to {ANN}, not {BOT}"):
         async with bot(adapter, ScriptedProvider()):
             pass
+
+
+def test_the_setup_example_of_the_docs_builds_its_adapter(tmp_path, monkeypatch):
+    section = (Path(__file__).resolve().parents[2] / "docs" / "adapters.md").read_text(encoding="utf-8")
+    section = section.split("\n## Matrix\n", 1)[1]
+    (example,) = re.findall(r"```toml\n(.*?)```", section, re.S)
+    (tmp_path / "hookchat.toml").write_text(textwrap.dedent(example), encoding="utf-8")
+    monkeypatch.setenv("MATRIX_TOKEN", "syt_example")
+    console, adapter = build_adapters(load_config(tmp_path / "hookchat.toml", env={}))
+    assert isinstance(adapter, MatrixAdapter) and adapter.settings.user_id == "@hookbot:example.org"
+    monkeypatch.delenv("MATRIX_TOKEN")
+    with pytest.raises(AdapterError, match="access_token_env names MATRIX_TOKEN, which is not set"):
+        build_adapters(load_config(tmp_path / "hookchat.toml", env={}))
+
+
+def test_without_matrix_nio_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "nio", None)  # as if it were not installed
+    with pytest.raises(AdapterError, match=r"needs matrix-nio.*pip install 'hookchat\[matrix\]'"):
+        MatrixAdapter("mx", homeserver="https://x", user_id="@b:x", password_env="HOOKCHAT_TEST_MATRIX_PASSWORD")
 
 
 def test_matrix_is_a_built_in_type_built_from_the_config(monkeypatch):

@@ -13,13 +13,16 @@ import asyncio
 import contextlib
 import importlib
 import importlib.metadata
+from collections.abc import Mapping
 from typing import Any, Protocol
+
+from pydantic import ValidationError
 
 from core.chat import KiraEvent, KiraIMMessage, KiraIMSentResult, MessageChain, Received, Session, TurnResult
 from core.config import HookchatConfig
 
 __all__ = ["Adapter", "AdapterHost", "ALL_ELEMENTS", "AdapterError", "adapter_class", "build_adapters",
-           "ADAPTER_ENTRY_POINT_GROUP"]
+           "ADAPTER_ENTRY_POINT_GROUP", "options_error"]
 
 #: Element type names an adapter may support; the built-in tags offered to the model follow this set.
 ALL_ELEMENTS = frozenset(
@@ -29,6 +32,24 @@ ALL_ELEMENTS = frozenset(
 
 class AdapterError(RuntimeError):
     """An adapter could not send a message."""
+
+
+def options_error(adapter_name: str, adapter_type: str, exc: ValidationError, docs: str,
+                  reasons: Mapping[tuple[str, str], str] | None = None) -> str:
+    """The refusal of an instance's `options`: one line per problem, naming the adapter and the option, pointing
+    unknown and missing options to `docs` (a page and section). `reasons` words an error type of one option
+    (`{(".user_id", "string_pattern_mismatch"): "not a Matrix user id"}`) better than pydantic does."""
+    lines = []
+    for e in exc.errors(include_url=False, include_input=False):
+        where = "".join(f".{p}" for p in e["loc"])
+        reason = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            reason = f"unknown option (see {docs})"
+        elif e["type"] == "missing":
+            reason = f"required (see {docs})"
+        reason = (reasons or {}).get((where, e["type"]), reason)
+        lines.append(f"adapter {adapter_name!r} ({adapter_type}): options{where}: {reason}")
+    return "\n".join(lines)
 
 
 class AdapterHost(Protocol):

@@ -21,7 +21,7 @@ import aiohttp
 import discord
 from pydantic import ValidationError
 
-from core.adapter import Adapter, AdapterError, AdapterHost
+from core.adapter import Adapter, AdapterError, AdapterHost, options_error
 from core.adapter.discord._convert import (
     MediaElement,
     Part,
@@ -29,7 +29,7 @@ from core.adapter.discord._convert import (
     content_to_elements,
     to_parts,
 )
-from core.adapter.discord._options import DiscordOptions, options_error
+from core.adapter.discord._options import DiscordOptions
 from core.chat.message_elements import BaseMessageElement, MediaError, Reply, Sticker
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
@@ -66,7 +66,7 @@ class DiscordAdapter(Adapter):
         try:
             self.settings = DiscordOptions.model_validate(options)
         except ValidationError as exc:
-            raise AdapterError(options_error(self.name, exc)) from None
+            raise AdapterError(options_error(self.name, "discord", exc, "docs/adapters.md, 'Discord'")) from None
         try:
             self._token = self.settings.bot_token()
         except ValueError as exc:

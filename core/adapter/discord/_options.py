@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["DiscordOptions", "options_error"]
+__all__ = ["DiscordOptions"]
 
 _MIB = 1024 * 1024
 
@@ -38,14 +38,3 @@ class DiscordOptions(BaseModel):
                              "with `token_env`")
         return value
 
-
-def options_error(adapter_name: str, exc: ValidationError) -> str:
-    """One line per problem, naming the adapter and the option."""
-    lines = []
-    for e in exc.errors(include_url=False, include_input=False):
-        where = "".join(f".{p}" for p in e["loc"])
-        reason = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            reason = "unknown option (see docs/adapters.md, 'Discord')"
-        lines.append(f"adapter {adapter_name!r} (discord): options{where}: {reason}")
-    return "\n".join(lines)

@@ -28,7 +28,7 @@ import anyio
 import httpx
 from pydantic import ValidationError
 
-from core.adapter import Adapter, AdapterError, AdapterHost
+from core.adapter import Adapter, AdapterError, AdapterHost, options_error
 from core.adapter.matrix._content import (
     MEDIA_MSGTYPES,
     MediaPart,
@@ -40,7 +40,7 @@ from core.adapter.matrix._content import (
     split_text,
     text_of,
 )
-from core.adapter.matrix._options import MatrixOptions, options_error
+from core.adapter.matrix._options import MatrixOptions
 from core.adapter.matrix._rooms import Rooms
 from core.adapter.matrix._state import MatrixState, load_state, save_state
 from core.chat.message_elements import BaseMessageElement, MediaError, Reply, Sticker, Text
@@ -131,7 +131,9 @@ class MatrixAdapter(Adapter):
         try:
             self.settings = MatrixOptions.model_validate(options)
         except ValidationError as exc:
-            raise AdapterError(options_error(self.name, exc)) from None
+            raise AdapterError(options_error(
+                self.name, "matrix", exc, "docs/adapters.md, 'Matrix'",
+                {(".user_id", "string_pattern_mismatch"): "not a Matrix user id like @bot:example.org"})) from None
         try:
             self._secret_kind, self._secret = self.settings.secret()
         except ValueError as exc:

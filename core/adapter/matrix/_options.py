@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["MatrixOptions", "options_error"]
+__all__ = ["MatrixOptions"]
 
 _MIB = 1024 * 1024
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -70,18 +70,3 @@ class MatrixOptions(BaseModel):
                              f"as {name})")
         return kind, value
 
-
-def options_error(adapter_name: str, exc: ValidationError) -> str:
-    """One line per problem, naming the adapter and the option."""
-    lines = []
-    for e in exc.errors(include_url=False, include_input=False):
-        where = "".join(f".{p}" for p in e["loc"])
-        reason = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            reason = "unknown option (see docs/adapters.md, 'Matrix')"
-        elif e["type"] == "missing":
-            reason = "required (see docs/adapters.md, 'Matrix')"
-        elif e["type"] == "string_pattern_mismatch" and where == ".user_id":
-            reason = "not a Matrix user id like @bot:example.org"
-        lines.append(f"adapter {adapter_name!r} (matrix): options{where}: {reason}")
-    return "\n".join(lines)

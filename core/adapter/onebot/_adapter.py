@@ -23,7 +23,7 @@ from websockets.asyncio.connection import Connection as WebSocket
 from websockets.asyncio.server import Server
 from websockets.frames import CloseCode
 
-from core.adapter import Adapter, AdapterError, AdapterHost
+from core.adapter import Adapter, AdapterError, AdapterHost, options_error
 from core.adapter.onebot._accounts import Accounts
 from core.adapter.onebot._connection import ActionFailed, Connection, NotConnected, OneBotError
 from core.adapter.onebot._cqcode import to_cq
@@ -38,7 +38,7 @@ from core.adapter.onebot._events import (
     quoted_id,
 )
 from core.adapter.onebot._forward import dial_forever
-from core.adapter.onebot._options import OneBotOptions, options_error
+from core.adapter.onebot._options import OneBotOptions
 from core.utils.recent import Recent
 from core.adapter.onebot._reverse import serve_reverse
 from core.adapter.onebot._segments import to_messages, to_segments
@@ -105,7 +105,7 @@ class OneBotAdapter(Adapter):
         try:
             self.settings = OneBotOptions.model_validate(options)
         except ValidationError as exc:
-            raise AdapterError(options_error(self.name, exc)) from None
+            raise AdapterError(options_error(self.name, "onebot", exc, "docs/configuration.md, 'OneBot'")) from None
         try:
             self._token = self.settings.access_token()
         except ValueError as exc:

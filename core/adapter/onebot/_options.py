@@ -6,9 +6,9 @@ import os
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-__all__ = ["OneBotOptions", "options_error"]
+__all__ = ["OneBotOptions"]
 
 _MIB = 1024 * 1024
 
@@ -92,14 +92,3 @@ class OneBotOptions(BaseModel):
             return value
         return self.token.get_secret_value() if self.token else None
 
-
-def options_error(adapter_name: str, exc: ValidationError) -> str:
-    """One line per problem, naming the adapter and the option."""
-    lines = []
-    for e in exc.errors(include_url=False, include_input=False):
-        where = "".join(f".{p}" for p in e["loc"])
-        reason = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            reason = "unknown option (see docs/configuration.md, 'OneBot')"
-        lines.append(f"adapter {adapter_name!r} (onebot): options{where}: {reason}")
-    return "\n".join(lines)

@@ -37,9 +37,9 @@ from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 from pydantic import ValidationError
 
-from core.adapter import Adapter, AdapterError, AdapterHost
+from core.adapter import Adapter, AdapterError, AdapterHost, options_error
 from core.adapter.telegram._convert import MediaElement, Outgoing, entities_to_elements, to_outgoing
-from core.adapter.telegram._options import LOOPBACK_HOSTS, TelegramOptions, options_error
+from core.adapter.telegram._options import LOOPBACK_HOSTS, TelegramOptions
 from core.chat.message_elements import BaseMessageElement, File, Image, MediaError, Record, Reply, Sticker, Video
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
@@ -84,7 +84,7 @@ class TelegramAdapter(Adapter):
         try:
             self.settings = TelegramOptions.model_validate(options)
         except ValidationError as exc:
-            raise AdapterError(options_error(self.name, exc)) from None
+            raise AdapterError(options_error(self.name, "telegram", exc, "docs/adapters.md, 'Telegram'")) from None
         s = self.settings
         try:
             token = s.bot_token()

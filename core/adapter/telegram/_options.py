@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["TelegramOptions", "options_error", "LOOPBACK_HOSTS"]
+__all__ = ["TelegramOptions", "LOOPBACK_HOSTS"]
 
 _ENV = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _MIB = 1024 * 1024
@@ -83,14 +83,3 @@ class TelegramOptions(BaseModel):
                              "(Telegram refuses other secret tokens)")
         return value
 
-
-def options_error(adapter_name: str, exc: ValidationError) -> str:
-    """One line per problem, naming the adapter and the option."""
-    lines = []
-    for e in exc.errors(include_url=False, include_input=False):
-        where = "".join(f".{p}" for p in e["loc"])
-        reason = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            reason = "unknown option (see docs/adapters.md, 'Telegram')"
-        lines.append(f"adapter {adapter_name!r} (telegram): options{where}: {reason}")
-    return "\n".join(lines)

@@ -24,7 +24,8 @@ async def test_the_mcp_page_shows_servers_and_skills_and_steers_servers(tmp_path
             console = WebConsole(bot.app, port=0)
             await console.start()
             try:
-                async with httpx.AsyncClient(base_url=console.url, trust_env=False) as http:
+                async with httpx.AsyncClient(base_url=console.url, trust_env=False,
+                                             headers={"Authorization": f"Bearer {console.token}"}) as http:
                     page = (await http.get("/")).text
                     data = (await http.get("/api/mcp")).json()
                     disabled = (await http.post("/api/mcp/hostile/disable")).json()

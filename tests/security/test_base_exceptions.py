@@ -175,7 +175,7 @@ class Quitter(BasePlugin):
 
 @pytest.mark.slow
 def test_a_hook_calling_sys_exit_in_a_real_hookchat_run_leaves_the_bot_answering(tmp_path) -> None:
-    from tests.security.test_crash_recovery import SlowModel, _replies  # the model server of the crash test
+    from tests.security.processes import SlowModel, read_replies  # the model server of the crash tests
 
     folder = tmp_path / "plugins" / "quitter"
     folder.mkdir(parents=True)
@@ -206,7 +206,7 @@ token = "t"
         for i, text in enumerate(["hello", "still there?"], 1):
             process.stdin.write(text + "\n")
             process.stdin.flush()
-            _replies(process, i, replies)
+            read_replies(process, i, replies)
         assert replies == ["answer: hello", "answer: still there?"]
         assert process.poll() is None, "the bot is still running"
         _, err = process.communicate(timeout=30)  # closes stdin: the console leaves, the bot stops normally

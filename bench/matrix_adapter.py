@@ -138,18 +138,25 @@ async def _fake_homeserver(port_out: multiprocessing.Queue) -> None:
                                "content": {"msgtype": "m.text", "body": text}}))
         arrived.set()
 
+    generation = 0  # one per bot run: a long poll of a stopped bot still waiting here must not take the events
+
     async def sync(request: web.Request) -> web.Response:
+        nonlocal generation
         since = request.query.get("since")
         if since is None:
+            generation += 1
             join = {room: {"state": {"events": state_of(room)}, "timeline": {"events": [], "limited": False}}
                     for room in rooms}
             return web.json_response({"next_batch": "s0", "rooms": {"join": join}})
+        mine = generation
         if not pending:
             arrived.clear()
             try:
                 await asyncio.wait_for(arrived.wait(), int(request.query.get("timeout", "0")) / 1000)
             except asyncio.TimeoutError:
                 pass
+        if mine != generation:
+            return web.json_response({"next_batch": since, "rooms": {}})
         batch = pending[:]
         pending.clear()
         join: dict[str, dict] = {}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import logging
 import multiprocessing
 import os

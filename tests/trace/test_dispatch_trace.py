@@ -91,4 +91,5 @@ async def test_a_hook_still_running_and_a_dispatch_cancelled_from_outside():
     assert [c.function for c in running] == ["quick", "slow"], "a running trace shows the hook that runs now"
     calls = trace.hook_calls()
     assert outcomes(calls) == [("slow", "quick", "returned"), ("slow", "slow", "cancelled")]
-    assert calls[1].duration_ms >= 15, "the cancelled hook ran until the trace ended"
+    # The cancelled hook's end is the trace's end (no reading of its own): later than when it was seen running.
+    assert calls[1].duration_ms > running[1].duration_ms, "the cancelled hook ran until the trace ended"

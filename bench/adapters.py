@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.app import HookChat  # noqa: E402
-from core.config import HookchatConfig  # noqa: E402
-from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, ScriptedProvider  # noqa: E402
+from core.app import HookChat
+from core.config import HookchatConfig
+from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, ScriptedProvider
 
 TURNS = 1_000
 SESSIONS = 20
@@ -50,8 +50,9 @@ Result = tuple[float, list[float], float]
 
 
 def _config(data_dir: str) -> HookchatConfig:
-    return HookchatConfig.model_validate({"data": {"dir": data_dir}, "plugins": {"dirs": [], "config": PLUGIN_CONFIG},
-                                          "adapters": {"console": False}})
+    return HookchatConfig.model_validate(
+        {"data": {"dir": data_dir}, "plugins": {"dirs": [], "config": PLUGIN_CONFIG}, "adapters": {"console": False}}
+    )
 
 
 def _plugins() -> list[Path]:
@@ -59,6 +60,7 @@ def _plugins() -> list[Path]:
 
 
 # -- the kit ---------------------------------------------------------------------------------------------------
+
 
 async def through_the_kit(turns: int, samples: int) -> Result:
     """The same turns delivered straight to the app, answered into the kit's `RecordingAdapter`."""
@@ -105,10 +107,18 @@ async def _bot_api(port_out: multiprocessing.Queue) -> None:
 
     def update(user: int, text: str) -> None:
         n = next(counter)
-        updates.append({"update_id": n, "message": {
-            "message_id": n, "date": int(time.time()), "text": text,
-            "chat": {"id": user, "type": "private", "first_name": f"u{user}"},
-            "from": {"id": user, "is_bot": False, "first_name": f"u{user}"}}})
+        updates.append(
+            {
+                "update_id": n,
+                "message": {
+                    "message_id": n,
+                    "date": int(time.time()),
+                    "text": text,
+                    "chat": {"id": user, "type": "private", "first_name": f"u{user}"},
+                    "from": {"id": user, "is_bot": False, "first_name": f"u{user}"},
+                },
+            }
+        )
         arrived.set()
 
     async def method(request: web.Request) -> web.Response:
@@ -127,8 +137,14 @@ async def _bot_api(port_out: multiprocessing.Queue) -> None:
             return ok(list(updates)[:100])
         if name == "sendMessage":
             sent.put_nowait(time.perf_counter())
-            return ok({"message_id": next(counter), "date": int(time.time()), "text": form.get("text", ""),
-                       "chat": {"id": int(str(form["chat_id"])), "type": "private"}})
+            return ok(
+                {
+                    "message_id": next(counter),
+                    "date": int(time.time()),
+                    "text": form.get("text", ""),
+                    "chat": {"id": int(str(form["chat_id"])), "type": "private"},
+                }
+            )
         if name == "getMe":
             return ok({"id": BOT_ID, "is_bot": True, "first_name": "bench", "username": "bench_bot"})
         return ok(True)  # deleteWebhook, sendChatAction
@@ -169,12 +185,18 @@ async def through_telegram(port: int, turns: int, samples: int) -> Result:
     from core.adapter.telegram import TelegramAdapter
 
     os.environ["BENCH_TELEGRAM_TOKEN"] = f"{BOT_ID}:bench-token"
-    adapter = TelegramAdapter("tg", token_env="BENCH_TELEGRAM_TOKEN", api_url=f"http://127.0.0.1:{port}",
-                              poll_timeout=10, download_media=False)
+    adapter = TelegramAdapter(
+        "tg",
+        token_env="BENCH_TELEGRAM_TOKEN",
+        api_url=f"http://127.0.0.1:{port}",
+        poll_timeout=10,
+        download_media=False,
+    )
     provider = ScriptedProvider([REPLY] * (turns + samples))
     with tempfile.TemporaryDirectory() as data_dir:
-        async with HookChat(_config(data_dir), provider=provider, adapters=[adapter], entry_points=False,
-                            plugins=_plugins()):
+        async with HookChat(
+            _config(data_dir), provider=provider, adapters=[adapter], entry_points=False, plugins=_plugins()
+        ):
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600) as control:
                 cpu = time.process_time()
                 rate = (await control.get("/bench/flood", params={"count": turns, "sessions": SESSIONS})).json()
@@ -184,6 +206,7 @@ async def through_telegram(port: int, turns: int, samples: int) -> Result:
 
 
 # -- Discord: dpytest's backend in this process ------------------------------------------------------------------
+
 
 async def through_discord(turns: int, samples: int) -> Result:
     """Guild messages mentioning the bot, made by dpytest and dispatched by discord.py; sends to dpytest's HTTP."""
@@ -212,8 +235,9 @@ async def through_discord(turns: int, samples: int) -> Result:
         sent.put_nowait(time.perf_counter())
 
     with tempfile.TemporaryDirectory() as data_dir:
-        async with HookChat(_config(data_dir), provider=provider, adapters=[adapter], entry_points=False,
-                            plugins=_plugins()):
+        async with HookChat(
+            _config(data_dir), provider=provider, adapters=[adapter], entry_points=False, plugins=_plugins()
+        ):
             callbacks.set_callback(on_send, "send_message")
             config = dpytest.get_config()
             member, channels = config.members[0], config.channels
@@ -237,6 +261,7 @@ async def through_discord(turns: int, samples: int) -> Result:
 
 # -- the run -----------------------------------------------------------------------------------------------------
 
+
 def _report(name: str, description: str, kit: list[Result], runs: list[Result]) -> None:
     per_round = [r[0] / k[0] for k, r in zip(kit, runs)]
     ratio = statistics.median(per_round)
@@ -244,12 +269,18 @@ def _report(name: str, description: str, kit: list[Result], runs: list[Result]) 
     run_ms = statistics.median(statistics.median(r[1]) for r in runs) * 1e3
     kit_cpu = statistics.median(r[2] for r in kit) * 1e6
     run_cpu = statistics.median(r[2] for r in runs) * 1e6
-    print(f"{name} ({description}): {max(r[0] for r in runs):,.0f} messages/s (best run; median "
-          f"{statistics.median(r[0] for r in runs):,.0f}); kit {max(k[0] for k in kit):,.0f}")
-    print(f"  {name} / kit: {ratio:.2f}x, the median of the rounds ({', '.join(f'{r:.2f}x' for r in per_round)}); "
-          f"target at least {TARGET:.2f}x: {'met' if ratio >= TARGET else 'NOT met'}")
-    print(f"  latency per message, one at a time (median): kit {kit_ms:.2f} ms, {name} {run_ms:.2f} ms; the adapter "
-          f"adds {run_ms - kit_ms:.2f} ms; CPU per message kit {kit_cpu:,.0f} us, {name} {run_cpu:,.0f} us")
+    print(
+        f"{name} ({description}): {max(r[0] for r in runs):,.0f} messages/s (best run; median "
+        f"{statistics.median(r[0] for r in runs):,.0f}); kit {max(k[0] for k in kit):,.0f}"
+    )
+    print(
+        f"  {name} / kit: {ratio:.2f}x, the median of the rounds ({', '.join(f'{r:.2f}x' for r in per_round)}); "
+        f"target at least {TARGET:.2f}x: {'met' if ratio >= TARGET else 'NOT met'}"
+    )
+    print(
+        f"  latency per message, one at a time (median): kit {kit_ms:.2f} ms, {name} {run_ms:.2f} ms; the adapter "
+        f"adds {run_ms - kit_ms:.2f} ms; CPU per message kit {kit_cpu:,.0f} us, {name} {run_cpu:,.0f} us"
+    )
 
 
 async def main(names: list[str]) -> None:
@@ -258,14 +289,17 @@ async def main(names: list[str]) -> None:
     if cpus:
         os.sched_setaffinity(0, {cpus[0]})
     ports: multiprocessing.Queue = multiprocessing.Queue()
-    bot_api = multiprocessing.Process(target=_bot_api_process, args=(ports, cpus[-1] if len(cpus) > 1 else None),
-                                      daemon=True)
+    bot_api = multiprocessing.Process(
+        target=_bot_api_process, args=(ports, cpus[-1] if len(cpus) > 1 else None), daemon=True
+    )
     bot_api.start()
     try:
         port = await asyncio.to_thread(ports.get, True, 30)
         adapters: dict[str, tuple[str, Callable[[int, int], Awaitable[Result]]]] = {
-            "telegram": ("long polling a Bot API server in another process over loopback",
-                         lambda turns, samples: through_telegram(port, turns, samples)),
+            "telegram": (
+                "long polling a Bot API server in another process over loopback",
+                lambda turns, samples: through_telegram(port, turns, samples),
+            ),
             "discord": ("dpytest's backend in the bot's process", through_discord),
         }
         chosen = [n for n in names if n in adapters] or list(adapters)
@@ -286,10 +320,14 @@ async def main(names: list[str]) -> None:
         bot_api.terminate()
         bot_api.join()
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
-    print(f"{TURNS:,} turns over {SESSIONS} sessions, chat + builtin_tags plugins, history on, bot pinned to one core; "
-          f"{ROUNDS} rounds; load average at the end {load} on {len(cpus)} cores")
-    print(f"testing kit (RecordingAdapter): {max(k[0] for k in kit):,.0f} messages/s (best run; median "
-          f"{statistics.median(k[0] for k in kit):,.0f})")
+    print(
+        f"{TURNS:,} turns over {SESSIONS} sessions, chat + builtin_tags plugins, history on, bot pinned to one core; "
+        f"{ROUNDS} rounds; load average at the end {load} on {len(cpus)} cores"
+    )
+    print(
+        f"testing kit (RecordingAdapter): {max(k[0] for k in kit):,.0f} messages/s (best run; median "
+        f"{statistics.median(k[0] for k in kit):,.0f})"
+    )
     for name in chosen:
         _report(name, adapters[name][0], kit, runs[name])
 

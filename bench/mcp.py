@@ -80,8 +80,10 @@ async def compare(server: dict, direct_session: ClientSession) -> tuple[float, f
 
 def report(what: str, direct: float, through: float, *, target: bool) -> None:
     ratio, added_ms = through / direct, (through - direct) * 1000
-    print(f"{what}: SDK client {direct * 1e6:7.1f} us, through hookchat {through * 1e6:7.1f} us per call: "
-          f"{ratio:.2f}x, {added_ms:+.3f} ms")
+    print(
+        f"{what}: SDK client {direct * 1e6:7.1f} us, through hookchat {through * 1e6:7.1f} us per call: "
+        f"{ratio:.2f}x, {added_ms:+.3f} ms"
+    )
     if target:
         met = ratio <= TARGET_RATIO and added_ms < TARGET_ADDED_MS
         print(f"  target <= {TARGET_RATIO}x and < {TARGET_ADDED_MS:g} ms added per call: {'met' if met else 'NOT met'}")
@@ -89,8 +91,9 @@ def report(what: str, direct: float, through: float, *, target: bool) -> None:
 
 async def main() -> int:
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER), "--http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         for _ in range(200):
@@ -110,8 +113,7 @@ async def main() -> int:
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         await session.list_tools()
-        stdio = await compare({"name": "bench", "command": sys.executable, "args": [str(SERVER)], "env": ENV},
-                              session)
+        stdio = await compare({"name": "bench", "command": sys.executable, "args": [str(SERVER)], "env": ENV}, session)
     print(f"MCP tool call (echo), best of {ROUNDS} interleaved rounds of {CALLS} calls")
     report("streamable HTTP, one server", *http, target=True)
     report("stdio, a server per client ", *stdio, target=False)

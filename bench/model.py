@@ -18,8 +18,8 @@ import xllamacpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.provider import LLMRequest  # noqa: E402
-from core.provider.local import _PROMPT_BATCH, TOOLS_CHAT_TEMPLATE, LocalLlamaProvider, default_model_path  # noqa: E402
+from core.provider import LLMRequest
+from core.provider.local import _PROMPT_BATCH, TOOLS_CHAT_TEMPLATE, LocalLlamaProvider, default_model_path
 
 PROMPT = "Write a short story about a lighthouse keeper."
 
@@ -45,8 +45,16 @@ def direct_server(threads: int, context_tokens: int) -> xllamacpp.Server:
 def direct_run(server: xllamacpp.Server, max_tokens: int) -> list[float]:
     """Times (from the call) at which each piece of text arrived, calling the server in this thread."""
     req = request(max_tokens)
-    body = json.dumps({"messages": req.to_openai_messages(), "max_tokens": max_tokens, "temperature": 0.0,
-                       "seed": 1, "stream": True, "return_progress": True})
+    body = json.dumps(
+        {
+            "messages": req.to_openai_messages(),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "seed": 1,
+            "stream": True,
+            "return_progress": True,
+        }
+    )
     stamps: list[float] = []
 
     def on_chunk(data: str) -> bool:
@@ -122,10 +130,14 @@ async def bench(runs: int, max_tokens: int, threads: int, context_tokens: int) -
     pairs = [(d, p) for d, p in zip(direct_stamps[1:], provider_stamps[1:]) if len(d) > 1 and len(p) > 1]
 
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"threads {threads}: {runs} runs of {max_tokens} tokens, greedy, prompt {PROMPT!r}; "
-          f"load average now {load_avg:.1f}")
-    print(f"  load time     direct {direct_load * 1000:.0f} ms, provider {provider_load * 1000:.0f} ms "
-          f"(event loop stalled up to {load_stall.longest * 1000:.0f} ms: xllamacpp holds the GIL while loading)")
+    print(
+        f"threads {threads}: {runs} runs of {max_tokens} tokens, greedy, prompt {PROMPT!r}; "
+        f"load average now {load_avg:.1f}"
+    )
+    print(
+        f"  load time     direct {direct_load * 1000:.0f} ms, provider {provider_load * 1000:.0f} ms "
+        f"(event loop stalled up to {load_stall.longest * 1000:.0f} ms: xllamacpp holds the GIL while loading)"
+    )
     if not pairs:
         print("  no run produced two or more pieces of text")
         return
@@ -136,12 +148,16 @@ async def bench(runs: int, max_tokens: int, threads: int, context_tokens: int) -
     rate_p = statistics.median(rate(p) for _, p in pairs)
     ratio = statistics.median(rate(p) / rate(d) for d, p in pairs)
     # On a shared machine noise only adds time, so the fastest runs show the cost itself best.
-    print(f"  first token   direct median {statistics.median(ttft_d) * 1000:.1f} ms (fastest "
-          f"{min(ttft_d) * 1000:.1f}), provider median {statistics.median(ttft_p) * 1000:.1f} ms (fastest "
-          f"{min(ttft_p) * 1000:.1f}); overhead: median of pairs {overhead * 1000:+.1f} ms, fastest against "
-          f"fastest {(min(ttft_p) - min(ttft_d)) * 1000:+.1f} ms (target < 5 ms)")
-    print(f"  tokens/s      direct {rate_d:.1f}, provider {rate_p:.1f}; provider/direct median {ratio:.3f}x "
-          f"(target >= 0.95x); pieces per run {[len(p) for _, p in pairs]}")
+    print(
+        f"  first token   direct median {statistics.median(ttft_d) * 1000:.1f} ms (fastest "
+        f"{min(ttft_d) * 1000:.1f}), provider median {statistics.median(ttft_p) * 1000:.1f} ms (fastest "
+        f"{min(ttft_p) * 1000:.1f}); overhead: median of pairs {overhead * 1000:+.1f} ms, fastest against "
+        f"fastest {(min(ttft_p) - min(ttft_d)) * 1000:+.1f} ms (target < 5 ms)"
+    )
+    print(
+        f"  tokens/s      direct {rate_d:.1f}, provider {rate_p:.1f}; provider/direct median {ratio:.3f}x "
+        f"(target >= 0.95x); pieces per run {[len(p) for _, p in pairs]}"
+    )
     print(f"  event loop    longest stall over 3 more provider runs, streaming: {stream_stall.longest * 1000:.1f} ms")
 
 
@@ -153,8 +169,10 @@ def main() -> None:
     parser.add_argument("--context-tokens", type=int, default=2048)
     args = parser.parse_args()
     path = default_model_path()
-    print(f"model {path.name} ({path.stat().st_size / 2**20:.0f} MiB), xllamacpp {xllamacpp.__version__}, "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"model {path.name} ({path.stat().st_size / 2**20:.0f} MiB), xllamacpp {xllamacpp.__version__}, "
+        f"{os.cpu_count()} CPUs"
+    )
     for threads in args.threads:
         anyio.run(bench, args.runs, args.max_tokens, threads, args.context_tokens)
 

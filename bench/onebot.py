@@ -31,12 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from websockets.asyncio.server import serve  # noqa: E402
+from websockets.asyncio.server import serve
 
-from core.adapter.onebot import OneBotAdapter  # noqa: E402
-from core.app import HookChat  # noqa: E402
-from core.config import HookchatConfig  # noqa: E402
-from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, ScriptedProvider  # noqa: E402
+from core.adapter.onebot import OneBotAdapter
+from core.app import HookChat
+from core.config import HookchatConfig
+from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, ScriptedProvider
 
 TURNS = 3_000
 SESSIONS = 100
@@ -49,11 +49,23 @@ PLUGIN_CONFIG = {"chat": {"flush_messages": 1}}
 
 # -- the OneBot implementation (its own process) ------------------------------------------------------------------
 
+
 def _event(user: int, text: str, message_id: int) -> str:
-    return json.dumps({"post_type": "message", "message_type": "private", "sub_type": "friend",
-                       "message_id": message_id, "user_id": user, "message": [{"type": "text", "data": {"text": text}}],
-                       "raw_message": text, "font": 0, "sender": {"user_id": user, "nickname": f"u{user}"},
-                       "time": int(time.time()), "self_id": BOT_ID})
+    return json.dumps(
+        {
+            "post_type": "message",
+            "message_type": "private",
+            "sub_type": "friend",
+            "message_id": message_id,
+            "user_id": user,
+            "message": [{"type": "text", "data": {"text": text}}],
+            "raw_message": text,
+            "font": 0,
+            "sender": {"user_id": user, "nickname": f"u{user}"},
+            "time": int(time.time()),
+            "self_id": BOT_ID,
+        }
+    )
 
 
 async def _peer(port_out: multiprocessing.Queue) -> None:
@@ -82,8 +94,17 @@ async def _peer(port_out: multiprocessing.Queue) -> None:
             await ws.send(json.dumps({"status": "ok", "retcode": 0, "data": data, "echo": call["echo"]}))
 
         jobs = set()
-        await ws.send(json.dumps({"post_type": "meta_event", "meta_event_type": "lifecycle", "sub_type": "connect",
-                                  "time": int(time.time()), "self_id": BOT_ID}))
+        await ws.send(
+            json.dumps(
+                {
+                    "post_type": "meta_event",
+                    "meta_event_type": "lifecycle",
+                    "sub_type": "connect",
+                    "time": int(time.time()),
+                    "self_id": BOT_ID,
+                }
+            )
+        )
         message_ids = iter(range(1_000_000, 10_000_000))
         async for frame in ws:
             call = json.loads(frame)
@@ -122,17 +143,24 @@ def _peer_process(port_out: multiprocessing.Queue, cpu: int | None) -> None:
 
 # -- the two paths ----------------------------------------------------------------------------------------------
 
+
 def _config(data_dir: str) -> HookchatConfig:
-    return HookchatConfig.model_validate({"data": {"dir": data_dir}, "plugins": {"dirs": [], "config": PLUGIN_CONFIG},
-                                          "adapters": {"console": False}})
+    return HookchatConfig.model_validate(
+        {"data": {"dir": data_dir}, "plugins": {"dirs": [], "config": PLUGIN_CONFIG}, "adapters": {"console": False}}
+    )
 
 
 async def through_onebot(port: int, turns: int, samples: int) -> tuple[float, list[float], float]:
     adapter = OneBotAdapter("qq", url=f"ws://127.0.0.1:{port}", action_timeout=600, max_queued_events=turns)
     provider = ScriptedProvider([REPLY] * (turns + samples))
     with tempfile.TemporaryDirectory() as data_dir:
-        async with HookChat(_config(data_dir), provider=provider, adapters=[adapter], entry_points=False,
-                            plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags"]):
+        async with HookChat(
+            _config(data_dir),
+            provider=provider,
+            adapters=[adapter],
+            entry_points=False,
+            plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags"],
+        ):
             await asyncio.wait_for(adapter.wait_connected(), 30)
             cpu = time.process_time()
             await adapter.call_action("bench_flood", count=turns, sessions=SESSIONS)
@@ -170,8 +198,7 @@ async def main() -> None:
     if cpus:
         os.sched_setaffinity(0, {cpus[0]})
     ports: multiprocessing.Queue = multiprocessing.Queue()
-    peer = multiprocessing.Process(target=_peer_process, args=(ports, cpus[-1] if len(cpus) > 1 else None),
-                                   daemon=True)
+    peer = multiprocessing.Process(target=_peer_process, args=(ports, cpus[-1] if len(cpus) > 1 else None), daemon=True)
     peer.start()
     try:
         port = await asyncio.to_thread(ports.get, True, 30)
@@ -200,18 +227,30 @@ async def main() -> None:
     kit_cpu = statistics.median(r[2] for r in kit) * 1e6
     onebot_cpu = statistics.median(r[2] for r in onebot) * 1e6
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
-    print(f"{TURNS:,} turns over {SESSIONS} sessions, chat + builtin_tags plugins, history on, bot pinned to one core;"
-          f" {ROUNDS} rounds, alternating which path goes first; load average at the end {load} on {len(cpus)} cores")
-    print(f"testing kit (RecordingAdapter): {kit_rate:,.0f} messages/s (best run; median "
-          f"{statistics.median(r[0] for r in kit):,.0f})")
-    print(f"OneBot, event -> send_msg over a loopback WebSocket: {onebot_rate:,.0f} messages/s (best run; median "
-          f"{statistics.median(r[0] for r in onebot):,.0f})")
-    print(f"OneBot / kit: {statistics.median(per_round):.2f}x, the median of the rounds (target at least 0.70x); "
-          f"per round {', '.join(f'{r:.2f}x' for r in per_round)}; best against best {onebot_rate / kit_rate:.2f}x")
-    print(f"CPU of the bot's process per message (median): kit {kit_cpu:,.0f} us, OneBot {onebot_cpu:,.0f} us "
-          f"(the adapter, JSON and WebSocket add {onebot_cpu - kit_cpu:,.0f} us)")
-    print(f"latency per message, one at a time (median of {LATENCY_SAMPLES} per round): kit {kit_ms:.2f} ms, "
-          f"OneBot {onebot_ms:.2f} ms; the adapter adds {onebot_ms - kit_ms:.2f} ms")
+    print(
+        f"{TURNS:,} turns over {SESSIONS} sessions, chat + builtin_tags plugins, history on, bot pinned to one core;"
+        f" {ROUNDS} rounds, alternating which path goes first; load average at the end {load} on {len(cpus)} cores"
+    )
+    print(
+        f"testing kit (RecordingAdapter): {kit_rate:,.0f} messages/s (best run; median "
+        f"{statistics.median(r[0] for r in kit):,.0f})"
+    )
+    print(
+        f"OneBot, event -> send_msg over a loopback WebSocket: {onebot_rate:,.0f} messages/s (best run; median "
+        f"{statistics.median(r[0] for r in onebot):,.0f})"
+    )
+    print(
+        f"OneBot / kit: {statistics.median(per_round):.2f}x, the median of the rounds (target at least 0.70x); "
+        f"per round {', '.join(f'{r:.2f}x' for r in per_round)}; best against best {onebot_rate / kit_rate:.2f}x"
+    )
+    print(
+        f"CPU of the bot's process per message (median): kit {kit_cpu:,.0f} us, OneBot {onebot_cpu:,.0f} us "
+        f"(the adapter, JSON and WebSocket add {onebot_cpu - kit_cpu:,.0f} us)"
+    )
+    print(
+        f"latency per message, one at a time (median of {LATENCY_SAMPLES} per round): kit {kit_ms:.2f} ms, "
+        f"OneBot {onebot_ms:.2f} ms; the adapter adds {onebot_ms - kit_ms:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.chat.message_elements import At, Text  # noqa: E402
-from core.tag import BaseTag, StreamParser, TagSet, parse_output  # noqa: E402
+from core.chat.message_elements import At, Text
+from core.tag import BaseTag, StreamParser, TagSet, parse_output
 
 MB = 1 << 20
 
@@ -76,7 +76,7 @@ def main() -> None:
             count += len(await parser.feed(text[start : start + size]))
         return count + len(await parser.close())
 
-    streamed = valid[: MB]
+    streamed = valid[:MB]
     for size in (16, 256):
         seconds = best_of(3, lambda: anyio.run(stream, streamed, size))
         print(f"  StreamParser, {size:3d}-char chunks: {len(streamed) / MB / seconds:6.1f} MB/s")
@@ -101,8 +101,11 @@ def main() -> None:
         "1 MB of '<!--' (unclosed comments)": "<!--" * (MB // 4),
         "1 MB of '<![CDATA[' (unclosed)": "<![CDATA[" * (MB // 9),
         "1 MB of '<at id=\"' (unclosed attribute)": '<at id="' * (MB // 8),
-        "nesting 10,000 deep (<msg><text><b>... x 10k)":
-            "<msg>" + "<text><b>" * 10_000 + "x" + "</b></text>" * 10_000 + "</msg>",
+        "nesting 10,000 deep (<msg><text><b>... x 10k)": "<msg>"
+        + "<text><b>" * 10_000
+        + "x"
+        + "</b></text>" * 10_000
+        + "</msg>",
         "1 MB inside an unclosed <think>": "<think>" + "x<y " * (MB // 4),
     }
     print("worst cases (seconds, target < 0.2 s each):")

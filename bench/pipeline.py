@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.plugin import BasePlugin, on  # noqa: E402
-from core.testing import ChatHarness, ScriptedProvider  # noqa: E402
+from core.plugin import BasePlugin, on
+from core.testing import ChatHarness, ScriptedProvider
 
 TURNS = 20_000
 REPLY = "<msg><text>Hello there!</text></msg>"
@@ -131,11 +131,15 @@ async def main() -> None:
     results = {}
     for sessions in (100, 1_000, 10_000):
         results[sessions] = await run(sessions, PLUGINS)
-        print(f"20 plugins x 9 events, {sessions:>6,} sessions: {results[sessions]:,.0f} turns/s"
-              f"  ({results[sessions] / bare:.2f}x the no-plugin baseline)")
+        print(
+            f"20 plugins x 9 events, {sessions:>6,} sessions: {results[sessions]:,.0f} turns/s"
+            f"  ({results[sessions] / bare:.2f}x the no-plugin baseline)"
+        )
     traced = await run(1_000, PLUGINS, config=None)
-    print(f"20 plugins x 9 events,  1,000 sessions, tracing on (the default): {traced:,.0f} turns/s"
-          f"  ({traced / results[1_000]:.2f}x tracing off)")
+    print(
+        f"20 plugins x 9 events,  1,000 sessions, tracing on (the default): {traced:,.0f} turns/s"
+        f"  ({traced / results[1_000]:.2f}x tracing off)"
+    )
     ratio = results[10_000] / results[100]
     print(f"10,000 sessions run at {ratio:.2f}x the 100-session rate (target: at least 0.90x, and 1,000 turns/s)")
     per_session = await idle_memory(10_000)

@@ -94,8 +94,12 @@ class SignalAdapter(RecordingAdapter):
 
 
 def message(session: int | str, number: int) -> KiraIMMessage:
-    return KiraIMMessage(MessageChain([Text(f"s{session}m{number}")]), User(f"u{session}"),
-                         Session("test", "dm", f"u{session}"), message_id=f"{session}-{number}")
+    return KiraIMMessage(
+        MessageChain([Text(f"s{session}m{number}")]),
+        User(f"u{session}"),
+        Session("test", "dm", f"u{session}"),
+        message_id=f"{session}-{number}",
+    )
 
 
 def workload() -> tuple[list[KiraIMMessage], list[KiraIMMessage]]:
@@ -138,6 +142,7 @@ async def latency_of(send_one, adapter: SignalAdapter, label: str) -> list[float
 
 # -- one process --------------------------------------------------------------------------------------------------
 
+
 async def single_process() -> dict:
     adapter = SignalAdapter("test")
     config = {"plugins": {"config": PLUGIN_CONFIG}, "trace": {"enabled": False}}
@@ -145,8 +150,9 @@ async def single_process() -> dict:
         app = bot.app
         warm, burst = workload()
         await asyncio.gather(*[(await app.receive(m)).turn for m in warm])
-        await asyncio.gather(*[(await app.receive(m)).turn for m in [message(f"lat{n}", 0)
-                                                                     for n in range(LATENCY_SAMPLES)]])
+        await asyncio.gather(
+            *[(await app.receive(m)).turn for m in [message(f"lat{n}", 0) for n in range(LATENCY_SAMPLES)]]
+        )
         adapter.sent.clear()
         start, cpu = time.perf_counter(), time.process_time()
         turns = [(await app.receive(m)).turn for m in burst]
@@ -167,6 +173,7 @@ async def single_process() -> dict:
 
 # -- the cluster ----------------------------------------------------------------------------------------------------
 
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of process `pid` (all its threads), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
@@ -180,7 +187,8 @@ def write_config(directory: Path, url: str, receipt_timeout: float | None) -> Pa
     path.write_text(
         f'[data]\ndir = "{directory / "data"}"\n[trace]\nenabled = false\n'
         f'[cluster]\nurl = "{url}"\npartitions = {PARTITIONS}\n{receipt}'
-        "[plugins.config.chat]\nflush_messages = 1\n")
+        "[plugins.config.chat]\nflush_messages = 1\n"
+    )
     return path
 
 
@@ -282,8 +290,9 @@ async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, l
         gateway_cpu = time.process_time()
         traffic = cluster.messages()
         start = time.perf_counter()
-        idle = [(now - then) / (start - idle[0]) for now, then in
-                zip((worker_cpu, broker_cpu, gateway_cpu), idle[1:])]  # CPU seconds per second, idle
+        idle = [
+            (now - then) / (start - idle[0]) for now, then in zip((worker_cpu, broker_cpu, gateway_cpu), idle[1:])
+        ]  # CPU seconds per second, idle
         for m in burst:
             await gateway.receive(m)
         published = time.perf_counter() - start
@@ -298,10 +307,16 @@ async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, l
         if wrong:
             raise RuntimeError(f"cluster, {workers} worker(s): {wrong}")
         turns = len(burst)
-        result = {"rate": turns / wall, "publish_rate": turns / published,
-                  "worker": (worker_after - worker_cpu) / turns,
-                  "broker": (broker_after - broker_cpu) / turns, "gateway": gateway_cpu / turns,
-                  "idle": idle, "window": window, "traffic": [t / turns for t in traffic]}
+        result = {
+            "rate": turns / wall,
+            "publish_rate": turns / published,
+            "worker": (worker_after - worker_cpu) / turns,
+            "broker": (broker_after - broker_cpu) / turns,
+            "gateway": gateway_cpu / turns,
+            "idle": idle,
+            "window": window,
+            "traffic": [t / turns for t in traffic],
+        }
         if latency:
             result["latency"] = await latency_of(gateway.receive, adapter, "lat")
         return result
@@ -320,6 +335,7 @@ async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, l
 
 
 # -- report ----------------------------------------------------------------------------------------------------------
+
 
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.0f} us"
@@ -340,14 +356,22 @@ def print_cpu(run: dict, single_cpu: float) -> float:
     total = sum(run[part] for part in PARTS)
     net = marginal(run)
     net_total = sum(net.values())
-    print("    CPU per turn: " + ", ".join(f"{PART_NAMES[part]} {us(run[part])}" for part in PARTS)
-          + f", total {us(total)} ({total / single_cpu:.1f}x single's {us(single_cpu)})")
-    print("    idle background: " + ", ".join(f"{PART_NAMES[part]} {rate * 100:.1f}%" for part, rate
-                                             in zip(PARTS, run["idle"]))
-          + " of a core; less that, per turn: " + ", ".join(f"{PART_NAMES[part]} {us(net[part])}" for part in PARTS)
-          + f", total {us(net_total)} ({net_total / single_cpu:.1f}x single)")
-    print(f"    NATS messages per turn (server's /varz, idle background included): {run['traffic'][0]:.1f} in, "
-          f"{run['traffic'][1]:.1f} out")
+    print(
+        "    CPU per turn: "
+        + ", ".join(f"{PART_NAMES[part]} {us(run[part])}" for part in PARTS)
+        + f", total {us(total)} ({total / single_cpu:.1f}x single's {us(single_cpu)})"
+    )
+    print(
+        "    idle background: "
+        + ", ".join(f"{PART_NAMES[part]} {rate * 100:.1f}%" for part, rate in zip(PARTS, run["idle"]))
+        + " of a core; less that, per turn: "
+        + ", ".join(f"{PART_NAMES[part]} {us(net[part])}" for part in PARTS)
+        + f", total {us(net_total)} ({net_total / single_cpu:.1f}x single)"
+    )
+    print(
+        f"    NATS messages per turn (server's /varz, idle background included): {run['traffic'][0]:.1f} in, "
+        f"{run['traffic'][1]:.1f} out"
+    )
     return net_total
 
 
@@ -356,38 +380,49 @@ async def main() -> None:
     began = time.perf_counter()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"{SESSIONS} sessions, {MESSAGES:,} messages per run after 1 warm-up message per session; chat plugin "
-          f"flush_messages = 1 (one turn per message), EchoProvider, tracing off, {PARTITIONS} partitions; "
-          f"{cores} core(s), load average {load:.1f} at start (every process of the run shares these cores)")
+    print(
+        f"{SESSIONS} sessions, {MESSAGES:,} messages per run after 1 warm-up message per session; chat plugin "
+        f"flush_messages = 1 (one turn per message), EchoProvider, tracing off, {PARTITIONS} partitions; "
+        f"{cores} core(s), load average {load:.1f} at start (every process of the run shares these cores)"
+    )
     single = await single_process()
-    print(f"single process (testing kit, SQLite history): {single['rate']:,.0f} turns/s, "
-          f"CPU {us(single['cpu'])} per turn")
+    print(
+        f"single process (testing kit, SQLite history): {single['rate']:,.0f} turns/s, CPU {us(single['cpu'])} per turn"
+    )
     runs: dict[str, dict] = {}
     net: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="hookchat-scale-") as tmp:
         for n in WORKER_COUNTS:
             label = f"N={n}"
             runs[label] = r = await cluster_run(Path(tmp), n, 0, latency=n == 2)
-            print(f"cluster, {n} worker(s), receipt_timeout = 0: {r['rate']:,.0f} turns/s "
-                  f"({r['rate'] / single['rate']:.2f}x single; {r['rate'] / runs['N=1']['rate']:.2f}x N=1; "
-                  f"the gateway published at {r['publish_rate']:,.0f} msg/s)")
+            print(
+                f"cluster, {n} worker(s), receipt_timeout = 0: {r['rate']:,.0f} turns/s "
+                f"({r['rate'] / single['rate']:.2f}x single; {r['rate'] / runs['N=1']['rate']:.2f}x N=1; "
+                f"the gateway published at {r['publish_rate']:,.0f} msg/s)"
+            )
             net[label] = print_cpu(r, single["cpu"])
         runs["receipts"] = r = await cluster_run(Path(tmp), 2, None, latency=False)
-        print(f"cluster, 2 workers, default receipt_timeout (a reply waits for the gateway's receipt): "
-              f"{r['rate']:,.0f} turns/s ({r['rate'] / single['rate']:.2f}x single; "
-              f"{r['rate'] / runs['N=2']['rate']:.2f}x N=2 without receipts)")
+        print(
+            f"cluster, 2 workers, default receipt_timeout (a reply waits for the gateway's receipt): "
+            f"{r['rate']:,.0f} turns/s ({r['rate'] / single['rate']:.2f}x single; "
+            f"{r['rate'] / runs['N=2']['rate']:.2f}x N=2 without receipts)"
+        )
         net["receipts"] = print_cpu(r, single["cpu"])
     s_lat, c_lat = single["latency"], runs["N=2"]["latency"]
     s50, s99, c50, c99 = (percentile(s_lat, 50), percentile(s_lat, 99), percentile(c_lat, 50), percentile(c_lat, 99))
     print(f"latency per turn, one message at a time ({LATENCY_SAMPLES} samples), receive -> reply at the adapter:")
     print(f"    single process: p50 {s50 * 1e3:.2f} ms, p99 {s99 * 1e3:.2f} ms")
-    print(f"    cluster (N=2):  p50 {c50 * 1e3:.2f} ms, p99 {c99 * 1e3:.2f} ms; the distributed path adds "
-          f"{(c50 - s50) * 1e3:.2f} ms at p50 ({c50 / s50:.1f}x), {(c99 - s99) * 1e3:.2f} ms at p99")
+    print(
+        f"    cluster (N=2):  p50 {c50 * 1e3:.2f} ms, p99 {c99 * 1e3:.2f} ms; the distributed path adds "
+        f"{(c50 - s50) * 1e3:.2f} ms at p50 ({c50 / s50:.1f}x), {(c99 - s99) * 1e3:.2f} ms at p99"
+    )
     low, high = min(net[f"N={n}"] for n in WORKER_COUNTS), max(net[f"N={n}"] for n in WORKER_COUNTS)
     estimate = ", ".join(f"with {c} cores about {c / high:,.0f}-{c / low:,.0f} turns/s" for c in CORES)
-    print(f"extrapolation, an ESTIMATE from measured CPU (receipt_timeout = 0; {us(low)}-{us(high)} per turn over "
-          f"workers + nats-server + gateway, idle background excluded; assumes the work spreads evenly over the "
-          f"cores, with enough workers, gateways and partitions, and nothing else limits it): {estimate}")
+    print(
+        f"extrapolation, an ESTIMATE from measured CPU (receipt_timeout = 0; {us(low)}-{us(high)} per turn over "
+        f"workers + nats-server + gateway, idle background excluded; assumes the work spreads evenly over the "
+        f"cores, with enough workers, gateways and partitions, and nothing else limits it): {estimate}"
+    )
     print(f"    for comparison, one process on one core: about {1 / single['cpu']:,.0f} turns/s")
     print(f"bench took {time.perf_counter() - began:.0f} s")
 

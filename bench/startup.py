@@ -19,12 +19,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.app import HookChat  # noqa: E402
-from core.config import HookchatConfig  # noqa: E402
-from core.testing import ScriptedProvider  # noqa: E402
+from core.app import HookChat
+from core.config import HookchatConfig
+from core.testing import ScriptedProvider
 
 PLUGINS = 50
-MAIN = '''
+MAIN = """
 from core.plugin import BasePlugin, on, register
 
 
@@ -40,7 +40,7 @@ class Plugin{i}(BasePlugin):
     @register.tool("tool_{i}", "Tool {i}", {{"type": "object", "properties": {{"q": {{"type": "string"}}}}}})
     async def tool(self, event, *_, q: str = "") -> str:
         return q
-'''
+"""
 
 
 def write_plugins(root: Path) -> None:
@@ -101,9 +101,11 @@ def commands(tmp: Path) -> None:
     for args in (["--help"], ["plugins"]):
         wall, cpu = whole_process([python, *cli, *args], empty)
         met = "met" if wall <= COMMAND_TARGET else "not met"
-        print(f"hookchat {' '.join(args):8s}: {wall * 1000:.0f} ms wall ({wall / bare_wall:.1f}x the bare interpreter), "
-              f"{cpu * 1000:.0f} ms CPU (target: <= {COMMAND_TARGET * 1000:.0f} ms wall: {met}; "
-              f"load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"hookchat {' '.join(args):8s}: {wall * 1000:.0f} ms wall ({wall / bare_wall:.1f}x the bare interpreter), "
+            f"{cpu * 1000:.0f} ms CPU (target: <= {COMMAND_TARGET * 1000:.0f} ms wall: {met}; "
+            f"load average {os.getloadavg()[0]:.1f})"
+        )
 
 
 def main() -> None:
@@ -116,8 +118,10 @@ def main() -> None:
         runs = [asyncio.run(start_app(root, Path(tmp) / f"data{n}")) for n in range(3)]
         bare = min(import_by_hand(root, str(n)) for n in range(3))
     best = min(runs)
-    print(f"start-up with {PLUGINS} plugins: best {best * 1000:.0f} ms, runs "
-          f"{', '.join(f'{r * 1000:.0f}' for r in runs)} ms (target: under 1000 ms, model load excluded)")
+    print(
+        f"start-up with {PLUGINS} plugins: best {best * 1000:.0f} ms, runs "
+        f"{', '.join(f'{r * 1000:.0f}' for r in runs)} ms (target: under 1000 ms, model load excluded)"
+    )
     print(f"baseline, importing the same {PLUGINS} modules by hand: {bare * 1000:.0f} ms ({best / bare:.1f}x)")
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from websockets.asyncio.client import connect  # noqa: E402
+from websockets.asyncio.client import connect
 
-from core.testing import ChatHarness, ScriptedProvider  # noqa: E402
-from core.web import WebConsole  # noqa: E402
+from core.testing import ChatHarness, ScriptedProvider
+from core.web import WebConsole
 
 TURNS = 200  # per session and round
 SESSION_COUNTS = (8, 1)  # the target is for 8 sessions at once; 1 shows the latency of one round trip per turn
@@ -58,8 +58,10 @@ async def web_turns(url: str, name: str, sessions: int) -> float:
 
     base = url.replace("http://", "ws://")
     auth = {"Authorization": f"Bearer {BENCH_TOKEN}"}
-    sockets = [await connect(f"{base}/ws/chat?session={name}-{s}", compression=None, additional_headers=auth)
-               for s in range(sessions)]
+    sockets = [
+        await connect(f"{base}/ws/chat?session={name}-{s}", compression=None, additional_headers=auth)
+        for s in range(sessions)
+    ]
     for ws in sockets:
         assert json.loads(await ws.recv())["type"] == "ready"
     start = time.perf_counter()
@@ -72,8 +74,9 @@ async def web_turns(url: str, name: str, sessions: int) -> float:
 
 async def web_turns_elsewhere(url: str, name: str, sessions: int) -> float:
     """`web_turns` in a child process (this file with `--client`)."""
-    child = await asyncio.create_subprocess_exec(sys.executable, __file__, "--client", url, name, str(sessions),
-                                                 stdout=asyncio.subprocess.PIPE)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--client", url, name, str(sessions), stdout=asyncio.subprocess.PIPE
+    )
     out, _ = await child.communicate()
     if child.returncode != 0:
         raise RuntimeError(f"the web client failed ({child.returncode})")

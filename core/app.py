@@ -41,8 +41,8 @@ from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
 from core.provider.agent import AgentLoop, AgentSettings
 from core.provider.local import LocalLlamaProvider
-from core.tag import MediaPolicy
 from core.services import PluginStoreLike, PushService
+from core.tag import MediaPolicy
 from core.trace import Tracer, default_file
 from core.utils.clock import Clock, LoopClock
 from core.utils.log import logger
@@ -69,8 +69,12 @@ def read_saved_settings(data_dir: Path) -> dict[str, dict[str, Any]]:
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        logger.error("cannot read the plugin settings saved from the web console (%s): %s; they are not applied "
-                     "(fix or delete the file)", path, exc)
+        logger.error(
+            "cannot read the plugin settings saved from the web console (%s): %s; they are not applied "
+            "(fix or delete the file)",
+            path,
+            exc,
+        )
         return {}
     if not isinstance(saved, dict):
         return {}
@@ -81,11 +85,13 @@ def _media_policy(config: HookchatConfig) -> MediaPolicy:
     """The `[media]` consent for model-steered tags; `ConfigError` naming the key for an unusable entry."""
     media = config.media
     try:
-        return MediaPolicy.from_settings(allow_mention_all=media.allow_mention_all,
-                                         allowed_url_hosts=media.allowed_url_hosts)
+        return MediaPolicy.from_settings(
+            allow_mention_all=media.allow_mention_all, allowed_url_hosts=media.allowed_url_hosts
+        )
     except ValueError as exc:
-        raise ConfigError(f"{config.source}: {exc}", path=config.file,
-                          issues=[("media.allowed_url_hosts", str(exc))]) from None
+        raise ConfigError(
+            f"{config.source}: {exc}", path=config.file, issues=[("media.allowed_url_hosts", str(exc))]
+        ) from None
 
 
 def build_provider(config: HookchatConfig) -> LLMProvider:
@@ -99,8 +105,9 @@ def build_provider(config: HookchatConfig) -> LLMProvider:
         return LocalLlamaProvider()
     if chosen.embedded:
         keys = {"model_path", "context_tokens", "threads", "temperature", "top_p", "max_tokens"}
-        return LocalLlamaProvider(**chosen.model_dump(include=keys, exclude_none=True), stop=chosen.stop,
-                                  name=chosen.name)
+        return LocalLlamaProvider(
+            **chosen.model_dump(include=keys, exclude_none=True), stop=chosen.stop, name=chosen.name
+        )
     # Imported when chosen: the `openai` client costs a third of a second to import, which `hookchat --help`, the
     # embedded model and a plugin's tests should not pay (bench/startup.py).
     from core.provider.openai_provider import OpenAIProvider
@@ -200,16 +207,27 @@ class HookChat:
             drafts=self.drafts_for,
             typing=self.typing_for,
             settings=AgentSettings(
-                max_steps=limits.max_steps, tool_timeout=limits.tool_timeout, max_tool_timeout=limits.max_tool_timeout,
-                max_messages=limits.max_messages_per_turn, max_chars=limits.max_chars_per_turn,
+                max_steps=limits.max_steps,
+                tool_timeout=limits.tool_timeout,
+                max_tool_timeout=limits.max_tool_timeout,
+                max_messages=limits.max_messages_per_turn,
+                max_chars=limits.max_chars_per_turn,
             ),
         )
-        self.scheduler = TurnScheduler(self._run_turn, limits.max_concurrent_turns,
-                                       max_waiting=limits.max_waiting_messages, forget=self._forget,
-                                       overflow=self._waiting_full)
+        self.scheduler = TurnScheduler(
+            self._run_turn,
+            limits.max_concurrent_turns,
+            max_waiting=limits.max_waiting_messages,
+            forget=self._forget,
+            overflow=self._waiting_full,
+        )
         self.pipeline = MessagePipeline(
-            self.engine, self.scheduler, self.capabilities, max_buffered_sessions=limits.max_buffered_sessions,
-            clock=self.clock, inbox=self.history,
+            self.engine,
+            self.scheduler,
+            self.capabilities,
+            max_buffered_sessions=limits.max_buffered_sessions,
+            clock=self.clock,
+            inbox=self.history,
         )
         self.push: PushService | None = PushService(self)
         self.tool_server: ToolRegistryServer | None = None
@@ -282,16 +300,25 @@ class HookChat:
                 self.history.mark_done([inbox_id])
                 continue
             if not self.serves(message.session):
-                logger.warning("unanswered message %s of %s kept: no adapter %r serves it", inbox_id, sid,
-                               message.session.adapter_name)
+                logger.warning(
+                    "unanswered message %s of %s kept: no adapter %r serves it",
+                    inbox_id,
+                    sid,
+                    message.session.adapter_name,
+                )
                 continue
             preview = message.message_repr[:80]
             if self.inbox is not None and entry.attempts >= limits.message_attempts:
                 # Set aside (durably) before the notice goes out: if sending it ends the process too, the
                 # message is not tried again at the next start.
                 await self.inbox.set_aside([inbox_id])
-                logger.error("message %s of %s set aside as poison: %d turn(s) for it ended the process (see "
-                             "`hookchat status`; [limits] message_attempts)", inbox_id, sid, entry.attempts)
+                logger.error(
+                    "message %s of %s set aside as poison: %d turn(s) for it ended the process (see "
+                    "`hookchat status`; [limits] message_attempts)",
+                    inbox_id,
+                    sid,
+                    entry.attempts,
+                )
                 await self.send(message.session, MessageChain([Text(limits.poison_notice.format(message=preview))]))
                 continue
             if now - entry.received_at > limits.unanswered_max_age:
@@ -363,15 +390,21 @@ class HookChat:
 
         if self._started:
             hooks = sum(entry.deadline for entry in self.engine.chain("shutdown")) * 2 + SHUTDOWN_GRACE
-            await stage(self.engine.dispatch("shutdown", KiraLifecycleEvent(None)), "the shutdown hooks",
-                        min(hooks, left(1 / 3)))
+            await stage(
+                self.engine.dispatch("shutdown", KiraLifecycleEvent(None)),
+                "the shutdown hooks",
+                min(hooks, left(1 / 3)),
+            )
         self._started = False
         if self.tool_server is not None:  # first: the remote registrations it stored stay stored
             await stage(self.tool_server.stop(), "the tool registry", min(SHUTDOWN_GRACE, left(1 / 4)))
         if self.push is not None:
             await stage(self.push.aclose(), "the push service", min(SHUTDOWN_GRACE, left(1 / 4)))
-        await stage(self.scheduler.aclose(grace=min(SHUTDOWN_GRACE, left(1 / 5))), "the turn scheduler",
-                    min(SHUTDOWN_GRACE, left(1 / 4)))
+        await stage(
+            self.scheduler.aclose(grace=min(SHUTDOWN_GRACE, left(1 / 5))),
+            "the turn scheduler",
+            min(SHUTDOWN_GRACE, left(1 / 4)),
+        )
         for adapter in self.adapters.values():
             await stage(adapter.stop(), f"adapter {adapter.name!r}: stop()", min(SHUTDOWN_GRACE, left(1 / 4)))
         await stage(self.mcp.aclose(), "the MCP servers", min(SHUTDOWN_GRACE, left(1 / 4)))
@@ -507,7 +540,8 @@ class HookChat:
             except Exception as exc:  # an adapter that raises is reported, not fatal
                 logger.exception("sending to %s failed", session.sid)
                 result = KiraIMSentResult(chain, session, ok=False, error=f"{type(exc).__name__}: {exc}")
-        await self.engine.dispatch("message_sent", event if event is not None else KiraMessageBatchEvent([], session),
-                                   result)
+        await self.engine.dispatch(
+            "message_sent", event if event is not None else KiraMessageBatchEvent([], session), result
+        )
         send(message_sent, self, session=session, chain=chain, result=result)
         return result

@@ -66,8 +66,9 @@ def _app(config: HookchatConfig, *, console: ConsoleAdapter | None = None) -> Ho
 
 
 @contextlib.asynccontextmanager
-async def _serving(app: HookChat, *, reload: bool, web: bool, host: str | None = None,
-                   port: int | None = None) -> AsyncIterator[WebConsole | None]:
+async def _serving(
+    app: HookChat, *, reload: bool, web: bool, host: str | None = None, port: int | None = None
+) -> AsyncIterator[WebConsole | None]:
     """Run `app`, with the plugin reloader (`--reload`) and the web console when asked; stop them in reverse."""
     reloader = console = None
     if reload:
@@ -124,8 +125,12 @@ async def _chat(config: HookchatConfig, show_traces: bool = False, reload: bool 
             # The prompt comes first; the model loads while the user types, quietly: its progress lines would land
             # in the middle of the line being typed.
             loading = asyncio.create_task(_load_quietly(app.provider), name="hookchat model load")
-        print(f"[hookchat] chatting with {getattr(app.provider, 'model_name', app.provider.name)}{note}; "
-              "/help for commands, /quit or Ctrl-D to leave", file=sys.stderr, flush=True)
+        print(
+            f"[hookchat] chatting with {getattr(app.provider, 'model_name', app.provider.name)}{note}; "
+            "/help for commands, /quit or Ctrl-D to leave",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             await console.repl()
         finally:
@@ -140,7 +145,7 @@ async def _load_quietly(provider: LocalLlamaProvider) -> None:
     loads again and reports it like any model error."""
     try:
         await provider.load()
-    except Exception as exc:  # noqa: BLE001 - reported by the turn that needs the model
+    except Exception as exc:
         logging.getLogger("hookchat").info("loading the model ahead of the first message failed: %s", exc)
 
 
@@ -175,8 +180,9 @@ async def _run_role(config: HookchatConfig, role: str) -> int:
 
     try:
         if role == "gateway":
-            part: Gateway | Worker = Gateway(config, [a for a in build_adapters(config)
-                                                      if not isinstance(a, ConsoleAdapter)])
+            part: Gateway | Worker = Gateway(
+                config, [a for a in build_adapters(config) if not isinstance(a, ConsoleAdapter)]
+            )
         else:
             part = Worker(config)
         stop = asyncio.Event()
@@ -215,18 +221,27 @@ async def _inbox_status(config: HookchatConfig, as_json: bool) -> int:
         async with HistoryStore(path) as store:
             waiting, poison = await store.waiting(), await store.poisoned()
     if as_json:
-        print(json.dumps({"inbox": str(path), "waiting": len(waiting), "poison": [e.summary() for e in poison]},
-                         indent=2, ensure_ascii=False))
+        print(
+            json.dumps(
+                {"inbox": str(path), "waiting": len(waiting), "poison": [e.summary() for e in poison]},
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
         return 0
     print(f"inbox {path}: {len(waiting)} message(s) waiting for an answer, {len(poison)} set aside as poison")
     if poison:
-        print(f"poison (each time a turn for it started, the process ended; [limits] message_attempts = "
-              f"{config.limits.message_attempts}):")
+        print(
+            f"poison (each time a turn for it started, the process ended; [limits] message_attempts = "
+            f"{config.limits.message_attempts}):"
+        )
     for entry in poison:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.received_at))
         text = entry.summary()["text"]
-        print(f"  {when}  {entry.sid}  {entry.attempts} attempt(s)  {json.dumps(text[:80], ensure_ascii=False)}"
-              f"  id {entry.id}")
+        print(
+            f"  {when}  {entry.sid}  {entry.attempts} attempt(s)  {json.dumps(text[:80], ensure_ascii=False)}"
+            f"  id {entry.id}"
+        )
     return 0
 
 
@@ -277,8 +292,10 @@ async def _hooks(config: HookchatConfig, as_json: bool) -> int:
     for event, chain in chains.items():
         print(f"\n{event}")
         for i, entry in enumerate(chain, 1):
-            print(f"  {i:>2}. {priority_name(entry['priority']):<16} {entry['plugin_id']}.{entry['function']}"
-                  f"  (deadline {entry['deadline']:g} s)")
+            print(
+                f"  {i:>2}. {priority_name(entry['priority']):<16} {entry['plugin_id']}.{entry['function']}"
+                f"  (deadline {entry['deadline']:g} s)"
+            )
     if offers:
         print("\nWhat each plugin offers the model:")
         for pid, (tools, tags) in offers.items():
@@ -297,14 +314,18 @@ async def _mcp_list(config: HookchatConfig, as_json: bool) -> int:
     if not statuses:
         print("no MCP servers configured ([[mcp.servers]] or [mcp] servers_file; see docs/mcp.md)")
     for s in statuses:
-        print(f"{s['name']:<20} {s['state']:<10} {s['type']:<15} {s['target']}" + (f"  ({s['server']})"
-                                                                                   if s["server"] else ""))
+        print(
+            f"{s['name']:<20} {s['state']:<10} {s['type']:<15} {s['target']}"
+            + (f"  ({s['server']})" if s["server"] else "")
+        )
         if s["last_error"]:
             print(f"{'':<20} last error: {s['last_error']}")
         for tool in s["tools"]:
             shown = tool["name"] if tool["name"] == tool["remote_name"] else f"{tool['remote_name']} as {tool['name']}"
-            print(f"{'':<20} {tool['status']:<8} {shown or tool['remote_name']}" + (f": {tool['reason']}"
-                                                                                   if tool["reason"] else ""))
+            print(
+                f"{'':<20} {tool['status']:<8} {shown or tool['remote_name']}"
+                + (f": {tool['reason']}" if tool["reason"] else "")
+            )
     return 1 if any(s["state"] not in ("ready", "idle", "disabled") for s in statuses) else 0
 
 
@@ -325,8 +346,11 @@ async def _mcp_serve(config: HookchatConfig, http: bool, host: str, port: int) -
         async with server.http(host, port, token=os.environ.get(MCP_TOKEN_ENV) or None) as listener:
             print(f"[hookchat] serving tools over MCP on {listener.url}: {names}", file=sys.stderr, flush=True)
             if not os.environ.get(MCP_TOKEN_ENV):
-                print(f"[hookchat] bearer token (set {MCP_TOKEN_ENV} to choose it): {listener.token}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[hookchat] bearer token (set {MCP_TOKEN_ENV} to choose it): {listener.token}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             await asyncio.Event().wait()
     return 0
 
@@ -336,8 +360,7 @@ def _trace(config: HookchatConfig, count: int, trace_id: str | None, as_json: bo
 
     path = default_file(Path(config.data.dir), config.trace.file)
     if path is None:
-        print("hookchat: [trace] file is empty, so no traces are written; set it to read them here",
-              file=sys.stderr)
+        print("hookchat: [trace] file is empty, so no traces are written; set it to read them here", file=sys.stderr)
         return 2
     traces = [t for t in read_json_lines(path) if t.get("kind") == "turn" or trace_id]
     if trace_id:
@@ -361,8 +384,10 @@ def _new_plugin(name: str, root: Path) -> int:
 
     plugin_id = re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_")
     if not plugin_id or not plugin_id[0].isalpha():
-        print(f"hookchat: {name!r} cannot be a plugin id: use letters, digits and '_', starting with a letter",
-              file=sys.stderr)
+        print(
+            f"hookchat: {name!r} cannot be a plugin id: use letters, digits and '_', starting with a letter",
+            file=sys.stderr,
+        )
         return 2
     folder = root / plugin_id
     if folder.exists():
@@ -376,8 +401,12 @@ def _new_plugin(name: str, root: Path) -> int:
 def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     """`-c` and `-v`, accepted before the subcommand and after it (`hookchat hooks -c bot.toml`)."""
     default = {} if defaults else {"default": argparse.SUPPRESS}
-    parser.add_argument("-c", "--config", help="config file (default: $HOOKCHAT_CONFIG or ./hookchat.toml)",
-                        **({"default": None} if defaults else default))
+    parser.add_argument(
+        "-c",
+        "--config",
+        help="config file (default: $HOOKCHAT_CONFIG or ./hookchat.toml)",
+        **({"default": None} if defaults else default),
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level", **default)
 
 
@@ -389,14 +418,22 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     chat = sub.add_parser("chat", help="chat with the bot in this terminal", parents=[common])
     chat.add_argument("--trace", action="store_true", help="print each turn's trace after its reply")
-    run = sub.add_parser("run", help="start the configured adapters, the tool registry and ([web]) the web console",
-                         parents=[common])
-    run.add_argument("--role", choices=("single", "gateway", "worker"), default="single",
-                     help="single (default): everything in this process; gateway: the adapters, publishing to NATS "
-                          "JetStream; worker: the pipeline and plugins, consuming from it (docs/scale-out.md)")
-    status = sub.add_parser("status", help="show the messages waiting in the inbox and those set aside as poison "
-                                              "(with [cluster]: the cluster's gateways, workers, partitions and lag)",
-                            parents=[common])
+    run = sub.add_parser(
+        "run", help="start the configured adapters, the tool registry and ([web]) the web console", parents=[common]
+    )
+    run.add_argument(
+        "--role",
+        choices=("single", "gateway", "worker"),
+        default="single",
+        help="single (default): everything in this process; gateway: the adapters, publishing to NATS "
+        "JetStream; worker: the pipeline and plugins, consuming from it (docs/scale-out.md)",
+    )
+    status = sub.add_parser(
+        "status",
+        help="show the messages waiting in the inbox and those set aside as poison "
+        "(with [cluster]: the cluster's gateways, workers, partitions and lag)",
+        parents=[common],
+    )
     status.add_argument("--json", action="store_true", help="print JSON")
     web = sub.add_parser("web", help="start the web console alone (chat in the browser)", parents=[common])
     web.add_argument("--host", help="address to bind (default: [web] host, 127.0.0.1)")
@@ -407,19 +444,24 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("-n", "--count", type=int, default=5, help="how many turns (default 5)")
     trace.add_argument("--id", dest="trace_id", help="only the trace with this id (a turn's or a message's)")
     trace.add_argument("--json", action="store_true", help="print JSON")
-    for name, text in (("plugins", "list plugins, their status and what they registered"),
-                       ("hooks", "show the resolved hook order per event, and the tools and tags offered")):
+    for name, text in (
+        ("plugins", "list plugins, their status and what they registered"),
+        ("hooks", "show the resolved hook order per event, and the tools and tags offered"),
+    ):
         cmd = sub.add_parser(name, help=text, parents=[common])
         cmd.add_argument("--json", action="store_true", help="print JSON")
-    mcp = sub.add_parser("mcp", help="MCP: list the configured servers, or serve the plugins' tools over MCP",
-                         parents=[common])
+    mcp = sub.add_parser(
+        "mcp", help="MCP: list the configured servers, or serve the plugins' tools over MCP", parents=[common]
+    )
     mcp_sub = mcp.add_subparsers(dest="mcp_command", required=True)
     mcp_list = mcp_sub.add_parser("list", help="the MCP servers, their state and their tools", parents=[common])
     mcp_list.add_argument("--json", action="store_true", help="print JSON")
-    serve = mcp_sub.add_parser("serve", help="serve the plugins' tools over MCP (stdio, or --http)",
-                               parents=[common])
-    serve.add_argument("--http", action="store_true", help="streamable HTTP instead of stdio (needs a token: "
-                                                           f"${MCP_TOKEN_ENV}, or one is made and printed)")
+    serve = mcp_sub.add_parser("serve", help="serve the plugins' tools over MCP (stdio, or --http)", parents=[common])
+    serve.add_argument(
+        "--http",
+        action="store_true",
+        help=f"streamable HTTP instead of stdio (needs a token: ${MCP_TOKEN_ENV}, or one is made and printed)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8790, help="port with --http (default 8790)")
     new = sub.add_parser("new-plugin", help="create a working plugin skeleton", parents=[common])
@@ -498,8 +540,16 @@ def _reported_errors() -> tuple[type[Exception], ...]:
     from core.utils.net import InsecureListenerError
     from core.web import WebConsoleError
 
-    return (ModelNotInstalledError, WebConsoleError, OtelNotInstalledError, InsecureListenerError, AdapterError,
-            McpConfigError, McpServeError, ListenError)
+    return (
+        ModelNotInstalledError,
+        WebConsoleError,
+        OtelNotInstalledError,
+        InsecureListenerError,
+        AdapterError,
+        McpConfigError,
+        McpServeError,
+        ListenError,
+    )
 
 
 if __name__ == "__main__":

@@ -142,8 +142,10 @@ class DataConfig(_Section):
             os.unlink(probe)
         except OSError as exc:
             what = "be a data directory" if existing == value else "be created"
-            raise ValueError(f"{value} cannot {what}: no file can be created in {existing} ({exc.strerror}); "
-                             "choose a writable directory") from None
+            raise ValueError(
+                f"{value} cannot {what}: no file can be created in {existing} ({exc.strerror}); "
+                "choose a writable directory"
+            ) from None
         return value
 
     @property
@@ -207,7 +209,7 @@ class ProviderConfig(_Section):
     def _embedded_keys(self) -> ProviderConfig:
         given = [key for key in ("context_tokens", "threads", "model_path") if getattr(self, key) is not None]
         if given and not self.embedded:
-            raise ValueError(f"{', '.join(given)}: only for the embedded model (type = \"local\" without base_url)")
+            raise ValueError(f'{", ".join(given)}: only for the embedded model (type = "local" without base_url)')
         if self.context_tokens is not None and self.max_tokens is not None and self.max_tokens >= self.context_tokens:
             raise ValueError(f"max_tokens ({self.max_tokens}) must be less than context_tokens ({self.context_tokens})")
         return self
@@ -249,22 +251,25 @@ class LimitsConfig(_Section):
     #: Seconds after which a message left unanswered by a crash is no longer answered at start-up: its sender is
     #: told the bot restarted instead.
     unanswered_max_age: float = Field(default=600.0, ge=0)
-    unanswered_notice: str = ("Sorry, I restarted and could not answer your message (\"{message}\"). "
-                              "Please send it again.")
+    unanswered_notice: str = 'Sorry, I restarted and could not answer your message ("{message}"). Please send it again.'
     max_chars_per_turn: int = Field(default=20_000, gt=0)
     #: Messages of one session that may wait for a turn while its turn runs (they join one waiting batch); past
     #: it the rest are refused and the session is told with `waiting_full_notice` (once per filling).
     max_waiting_messages: int = Field(default=200, gt=0)
-    waiting_full_notice: str = ("Too many messages are waiting for an answer here: I will answer the first "
-                                "{limit} and skipped the ones after them. Please send again what still needs "
-                                "an answer once I have replied.")
+    waiting_full_notice: str = (
+        "Too many messages are waiting for an answer here: I will answer the first "
+        "{limit} and skipped the ones after them. Please send again what still needs "
+        "an answer once I have replied."
+    )
     #: Turns that may start for one message: one whose turns ended the process this many times (a crash, a kill)
     #: is set aside as poison at the next start, kept in the inbox, and its sender told with `poison_notice`.
     message_attempts: int = Field(default=3, ge=1)
-    poison_notice: str = ("Sorry, something went wrong every time I tried to answer your message (\"{message}\"), "
-                          "so I have stopped trying. Please rephrase it, or tell the bot's operator.")
+    poison_notice: str = (
+        'Sorry, something went wrong every time I tried to answer your message ("{message}"), '
+        "so I have stopped trying. Please rephrase it, or tell the bot's operator."
+    )
     #: What the sender of a message the cluster's stream refuses for good (too large) is told.
-    refused_notice: str = "Sorry, I could not take your message (\"{message}\"): {reason}."
+    refused_notice: str = 'Sorry, I could not take your message ("{message}"): {reason}.'
 
     @field_validator("tool_timeout")
     @classmethod
@@ -541,8 +546,9 @@ class HookchatConfig(_Section):
         return None
 
 
-def load_config(path: Path | str | None = None, env: Mapping[str, str] | None = None, *,
-                require_api_key: bool = True) -> HookchatConfig:
+def load_config(
+    path: Path | str | None = None, env: Mapping[str, str] | None = None, *, require_api_key: bool = True
+) -> HookchatConfig:
     """Read, validate and complete the configuration.
 
     With `path` None the file is `$HOOKCHAT_CONFIG`, else `hookchat.toml` in the working directory, and a missing
@@ -575,8 +581,9 @@ def _read_toml(file: Path) -> dict[str, Any]:
         with file.open("rb") as f:
             return tomllib.load(f)
     except RecursionError:
-        raise ConfigError(f"{file}: TOML nested too deeply (arrays or tables inside each other); flatten it",
-                          path=file) from None
+        raise ConfigError(
+            f"{file}: TOML nested too deeply (arrays or tables inside each other); flatten it", path=file
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         reason = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)$", reason)
@@ -610,20 +617,28 @@ def _validation_error(file: Path | None, exc: ValidationError) -> ConfigError:
     return ConfigError("\n".join(lines), path=file, issues=issues)
 
 
-def _apply_env_secrets(config: HookchatConfig, env: Mapping[str, str], file: Path | None,
-                       require_api_key: bool = True) -> None:
+def _apply_env_secrets(
+    config: HookchatConfig, env: Mapping[str, str], file: Path | None, require_api_key: bool = True
+) -> None:
     for p in config.providers:
         if p.api_key_env and env.get(p.api_key_env):
             p.api_key = SecretStr(env[p.api_key_env])
     default = config.provider()
     if default is not None and default.api_key is None and env.get(API_KEY_ENV):
         default.api_key = SecretStr(env[API_KEY_ENV])
-    if (require_api_key and default is not None and default.api_key is None and default.api_key_env
-            and not default.embedded):
+    if (
+        require_api_key
+        and default is not None
+        and default.api_key is None
+        and default.api_key_env
+        and not default.embedded
+    ):
         # Naming a variable says the endpoint needs a key: without it every request would fail (HTTP 401).
         key = f"providers[{config.providers.index(default)}].api_key_env"
-        reason = (f"the environment variable {default.api_key_env} is not set: export it with the API key of "
-                  f"provider {default.name!r} (or remove api_key_env if the endpoint needs no key)")
+        reason = (
+            f"the environment variable {default.api_key_env} is not set: export it with the API key of "
+            f"provider {default.name!r} (or remove api_key_env if the endpoint needs no key)"
+        )
         raise ConfigError(f"{file or 'config'}: {key}: {reason}", path=file, issues=[(key, reason)])
     if env.get(config.server.token_env):
         config.server.token = SecretStr(env[config.server.token_env])

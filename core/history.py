@@ -15,12 +15,19 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from core.provider.llm import ChatMessage
-from core.utils.sqlite import SqliteOpenError, SqliteWorker
 from core.utils.log import logger
+from core.utils.sqlite import SqliteOpenError, SqliteWorker
 from core.utils.text import valid_text
 
-__all__ = ["HistoryStore", "SessionHistory", "Turn", "InboxEntry", "HistoryError", "TurnNotFoundError",
-           "estimate_tokens"]
+__all__ = [
+    "HistoryStore",
+    "SessionHistory",
+    "Turn",
+    "InboxEntry",
+    "HistoryError",
+    "TurnNotFoundError",
+    "estimate_tokens",
+]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS turns (
@@ -109,8 +116,14 @@ class InboxEntry:
 
     def summary(self) -> dict[str, Any]:
         """What `hookchat status --json` and the console show of it: ids, times, attempts and the message's text."""
-        return {"id": self.id, "sid": self.sid, "received_at": self.received_at, "attempts": self.attempts,
-                "set_aside_at": self.set_aside_at, "text": str(self.message.get("text", ""))}
+        return {
+            "id": self.id,
+            "sid": self.sid,
+            "received_at": self.received_at,
+            "attempts": self.attempts,
+            "set_aside_at": self.set_aside_at,
+            "text": str(self.message.get("text", "")),
+        }
 
 
 class SessionHistory(Protocol):
@@ -126,8 +139,9 @@ class SessionHistory(Protocol):
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The session's newest turns' messages, oldest first, within the store's bounds."""
 
-    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
-                          *, done: Sequence[str] = ()) -> int:
+    async def append_turn(
+        self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None, *, done: Sequence[str] = ()
+    ) -> int:
         """Store a completed turn, marking the inbox entries `done` (the messages it answered); returns its id."""
 
     def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
@@ -271,8 +285,9 @@ class HistoryStore:
 
     # -- the pipeline's API ----------------------------------------------------------------------------------------
 
-    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
-                          *, done: Sequence[str] = ()) -> int:
+    async def append_turn(
+        self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None, *, done: Sequence[str] = ()
+    ) -> int:
         """Append one completed turn of session `sid` in one transaction and return its id; the inbox entries
         `done` (the messages it answered) are marked done in the same transaction.
 
@@ -366,9 +381,7 @@ class HistoryStore:
 
         return await self._submit(job)
 
-    async def replace_turn(
-        self, turn_id: int, messages: list[ChatMessage], meta: dict[str, Any] | None = None
-    ) -> None:
+    async def replace_turn(self, turn_id: int, messages: list[ChatMessage], meta: dict[str, Any] | None = None) -> None:
         """Replace the messages (and, if given, the meta) of a turn; its id, session and time stay.
 
         Raises `TurnNotFoundError` when no turn has this id, so an edit is never lost silently.
@@ -447,20 +460,31 @@ class HistoryStore:
         rows = [(i,) for i in ids]
         if rows:
             await self._submit(
-                lambda conn: conn.executemany("UPDATE inbox SET attempts = attempts + 1 WHERE id = ?", rows) and None)
+                lambda conn: conn.executemany("UPDATE inbox SET attempts = attempts + 1 WHERE id = ?", rows) and None
+            )
 
     async def set_aside(self, ids: Sequence[str]) -> None:
         """Set the entries `ids` aside as poison: kept (see `poisoned`), never replayed again."""
         now, rows = time.time(), [(i,) for i in ids]
         if rows:
-            await self._submit(lambda conn: conn.executemany(
-                "UPDATE inbox SET set_aside_at = ? WHERE id = ? AND set_aside_at IS NULL",
-                [(now, *row) for row in rows]) and None)
+            await self._submit(
+                lambda conn: (
+                    conn.executemany(
+                        "UPDATE inbox SET set_aside_at = ? WHERE id = ? AND set_aside_at IS NULL",
+                        [(now, *row) for row in rows],
+                    )
+                    and None
+                )
+            )
 
     async def _entries(self, where: str) -> list[InboxEntry]:
-        rows = await self._submit(lambda conn: conn.execute(
-            "SELECT id, sid, received_at, message, attempts, set_aside_at FROM inbox WHERE " + where + " ORDER BY seq"
-        ).fetchall())
+        rows = await self._submit(
+            lambda conn: conn.execute(
+                "SELECT id, sid, received_at, message, attempts, set_aside_at FROM inbox WHERE "
+                + where
+                + " ORDER BY seq"
+            ).fetchall()
+        )
         return [InboxEntry(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5]) for r in rows]
 
     def _submit(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:

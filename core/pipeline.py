@@ -44,10 +44,15 @@ _IM_MESSAGE = "im_message"
 def inbox_record(message: KiraIMMessage) -> dict[str, object]:
     """What the inbox keeps of a message: enough to answer it after a restart (its text, sender, session)."""
     return {
-        "text": message.message_repr, "user_id": message.sender.user_id, "nickname": message.sender.nickname,
-        "adapter": message.session.adapter_name, "type": message.session.session_type,
-        "id": message.session.session_id, "group_id": message.group.group_id if message.group else None,
-        "message_id": message.message_id, "is_mentioned": message.is_mentioned,
+        "text": message.message_repr,
+        "user_id": message.sender.user_id,
+        "nickname": message.sender.nickname,
+        "adapter": message.session.adapter_name,
+        "type": message.session.session_type,
+        "id": message.session.session_id,
+        "group_id": message.group.group_id if message.group else None,
+        "message_id": message.message_id,
+        "is_mentioned": message.is_mentioned,
     }
 
 
@@ -73,6 +78,8 @@ def _make_valid(message: KiraIMMessage) -> None:
                 setattr(element, name, valid_text(value))
     if message.sender.nickname and not message.sender.nickname.isascii():
         message.sender = dataclasses.replace(message.sender, nickname=valid_text(message.sender.nickname))
+
+
 _MESSAGE_BUFFERED = "message_buffered"
 
 
@@ -174,15 +181,17 @@ class TurnScheduler:
         """How many messages of session `sid` wait for a turn (not counting the turn running now)."""
         return sum(len(q.batch.messages) for q in self._queues.get(sid, ()) if not q.started)
 
-    def _take_room(self, sid: str, queue: deque[_Queued] | None, batch: KiraMessageBatchEvent) -> list[KiraMessageEvent]:
+    def _take_room(
+        self, sid: str, queue: deque[_Queued] | None, batch: KiraMessageBatchEvent
+    ) -> list[KiraMessageEvent]:
         """Cut `batch` to the room left under `max_waiting`; returns the messages that did not fit."""
         if self.max_waiting is None:
             return []
         room = self.max_waiting - (self.waiting(sid) if queue is not None else 0)
         if len(batch.messages) <= room:
             return []
-        refused = batch.messages[max(room, 0):]
-        del batch.messages[max(room, 0):]
+        refused = batch.messages[max(room, 0) :]
+        del batch.messages[max(room, 0) :]
         return refused
 
     def _refuse(self, session: Session, refused: list[KiraMessageEvent]) -> None:
@@ -193,8 +202,12 @@ class TurnScheduler:
             self._overflowed[sid] += len(refused)
             return
         self._overflowed[sid] = len(refused)
-        logger.warning("messages of %s refused: %d already wait for an answer ([limits] max_waiting_messages); the "
-                       "session is told", sid, self.max_waiting)
+        logger.warning(
+            "messages of %s refused: %d already wait for an answer ([limits] max_waiting_messages); the "
+            "session is told",
+            sid,
+            self.max_waiting,
+        )
         if self._overflow is not None:
             self._workers.spawn(self._overflow(session, self.max_waiting or 0), name=f"overflow:{sid}")
 
@@ -261,8 +274,9 @@ class TurnScheduler:
                 del self._queues[sid]
                 self._end_overflow(sid)
 
-    def _abandon_stuck(self, _engine: object, *, task: object, plugin_id: str, hook_name: str, event_name: str,
-                       **_: object) -> None:
+    def _abandon_stuck(
+        self, _engine: object, *, task: object, plugin_id: str, hook_name: str, event_name: str, **_: object
+    ) -> None:
         """`hook_stuck`: if `task` is one of this scheduler's workers, abandon its turn and move the session on."""
         sid = next((s for s, worker in self._running.items() if worker is task), None)
         if sid is None:
@@ -276,8 +290,14 @@ class TurnScheduler:
         del self._queues[sid]
         self._release_slot(task)  # the stuck turn no longer counts against max_concurrent
         stuck.cancel()
-        logger.error("turn of %s abandoned: plugin %r hook %s (%s) ignored its cancellation; the session goes on "
-                     "with its next turn", sid, plugin_id, hook_name, event_name)
+        logger.error(
+            "turn of %s abandoned: plugin %r hook %s (%s) ignored its cancellation; the session goes on "
+            "with its next turn",
+            sid,
+            plugin_id,
+            hook_name,
+            event_name,
+        )
         if later:
             self._start_worker(sid, later)
 

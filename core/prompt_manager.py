@@ -12,8 +12,19 @@ __all__ = ["Prompt", "UserPrompt", "DEFAULT_SECTIONS", "default_system_prompt", 
 #: The sections every request's `system_prompt` starts with, in order: KiraAI's names and order, so a plugin finds
 #: a section by name (seed 003: "append to an existing section (e.g. "tools", "memory")"). What each holds is in
 #: docs/kira-compat.md; an empty one is left out of the system message.
-DEFAULT_SECTIONS: tuple[str, ...] = ("role", "persona", "attention", "output", "format", "accounts", "sessions",
-                                     "chat_env", "memory", "tools", "time")
+DEFAULT_SECTIONS: tuple[str, ...] = (
+    "role",
+    "persona",
+    "attention",
+    "output",
+    "format",
+    "accounts",
+    "sessions",
+    "chat_env",
+    "memory",
+    "tools",
+    "time",
+)
 
 
 @dataclass(slots=True)

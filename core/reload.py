@@ -81,14 +81,20 @@ class PluginReloader:
 
     async def _watch(self) -> None:
         # yield_on_timeout: the first (empty) round says the watcher is set up; later empty rounds are skipped.
-        async for changes in awatch(*self.roots, stop_event=self._stop, debounce=self.debounce_ms,
-                                    recursive=True, yield_on_timeout=True, rust_timeout=500):
+        async for changes in awatch(
+            *self.roots,
+            stop_event=self._stop,
+            debounce=self.debounce_ms,
+            recursive=True,
+            yield_on_timeout=True,
+            rust_timeout=500,
+        ):
             self._ready.set()
             if not changes:
                 continue
             try:
                 await self.apply(Path(path) for _, path in changes)
-            except Exception:  # noqa: BLE001 - the watcher must survive one bad round
+            except Exception:
                 _log.exception("--reload: a reload round failed")
 
     def _folder_of(self, path: Path) -> Path | None:
@@ -149,8 +155,9 @@ class PluginReloader:
                 return None  # the operator disabled it; a file change does not enable it
             status = await loader.reload(plugin_id)
         ok = status is not None and status.state == "loaded" and not status.previous_version
-        event = ReloadEvent(plugin_id, time.time(), ok, status.state if status else "unknown",
-                            status.reason if status else None)
+        event = ReloadEvent(
+            plugin_id, time.time(), ok, status.state if status else "unknown", status.reason if status else None
+        )
         self.events.append(event)
         if ok:
             await loader.dispatch_loaded(plugin_id)

@@ -40,7 +40,7 @@ class {class_name}(BasePlugin):
         return [Text(value.upper())]
 '''
 
-_TEST = '''from pathlib import Path
+_TEST = """from pathlib import Path
 
 from core.testing import ChatHarness, ScriptedProvider, ToolCall
 
@@ -54,7 +54,7 @@ async def test_the_tool_and_the_tag_work():  # hookchat's pytest plugin runs it 
     assert [c.plain_text for c in chains] == ["IT IS 5"]
     assert model.requests[1].messages[-1].content == "5"
     assert "Hello from {plugin_id}" in model.requests[0].render_system()
-'''
+"""
 
 
 def write_plugin_skeleton(folder: Path, plugin_id: str) -> None:

@@ -16,8 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-BLOCK = re.compile(r"^(?:<!-- (?:file: (?P<path>\S+)|(?P<output>output)) -->\n+)?```(?P<lang>\w*)\n(?P<body>.*?)^```$",
-                   re.MULTILINE | re.DOTALL)
+BLOCK = re.compile(
+    r"^(?:<!-- (?:file: (?P<path>\S+)|(?P<output>output)) -->\n+)?```(?P<lang>\w*)\n(?P<body>.*?)^```$",
+    re.MULTILINE | re.DOTALL,
+)
 
 
 def programs(page: Path) -> int:
@@ -44,8 +46,15 @@ def run_page(page: Path, folder: Path) -> list[str]:
             assert last[1] == block["body"], f"{where}: the program at line {last[0]} printed\n{last[1]}"
             last = None
         elif block["lang"] == "python":
-            run = subprocess.run([sys.executable, "-c", block["body"]], cwd=folder, env=env, capture_output=True,
-                                 text=True, timeout=120, check=False)
+            run = subprocess.run(
+                [sys.executable, "-c", block["body"]],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
             assert run.returncode == 0, f"{where}: the program failed:\n{run.stderr}"
             last = (line, run.stdout)
             printed.append(run.stdout)

@@ -23,6 +23,11 @@ def test_every_python_block_runs_on_its_own(page, tmp_path):
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_every_file_a_page_names_exists(page):
-    missing = sorted({name for name in NAMED_FILE.findall(page.read_text(encoding="utf-8"))
-                      if "*" not in name and "<" not in name and not (ROOT / name).exists()})
+    missing = sorted(
+        {
+            name
+            for name in NAMED_FILE.findall(page.read_text(encoding="utf-8"))
+            if "*" not in name and "<" not in name and not (ROOT / name).exists()
+        }
+    )
     assert missing == [], f"{page.name} names files that do not exist"

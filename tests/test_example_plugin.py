@@ -13,8 +13,11 @@ SHOP = ROOT / "plugins" / "shop"
 
 @pytest.mark.parametrize("page", ["guide.md", "testing.md"])
 def test_the_pages_show_the_example_plugin_as_it_is_in_plugins(page):
-    shown = {b["path"]: b["body"] for b in BLOCK.finditer((DOCS / page).read_text(encoding="utf-8"))
-             if b["path"] and b["path"].startswith("plugins/shop/")}
+    shown = {
+        b["path"]: b["body"]
+        for b in BLOCK.finditer((DOCS / page).read_text(encoding="utf-8"))
+        if b["path"] and b["path"].startswith("plugins/shop/")
+    }
     assert set(shown) == {"plugins/shop/manifest.json", "plugins/shop/main.py", "plugins/shop/test_shop.py"}
     for path, body in shown.items():
         assert (ROOT / path).read_text(encoding="utf-8") == body, f"{page} shows another {path}: update one of them"

@@ -11,8 +11,21 @@ import sys
 import pytest
 
 # What the serving, model and MCP commands need, and nothing else should pull in on import (start-up time).
-HEAVY = ("openai", "starlette", "uvicorn", "nats", "xllamacpp", "opentelemetry", "PIL", "websockets", "watchfiles",
-         "mcp", "aiogram", "discord", "nio")
+HEAVY = (
+    "openai",
+    "starlette",
+    "uvicorn",
+    "nats",
+    "xllamacpp",
+    "opentelemetry",
+    "PIL",
+    "websockets",
+    "watchfiles",
+    "mcp",
+    "aiogram",
+    "discord",
+    "nio",
+)
 
 
 def heavy_modules_after(statement: str) -> list[str]:

@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(*cmd: str | Path, cwd: Path, stdin: str = "", timeout: float = 300) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HOOKCHAT_CONFIG")}
     env["HOME"] = str(cwd)
-    return subprocess.run([str(c) for c in cmd], cwd=cwd, input=stdin, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [str(c) for c in cmd], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +33,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The `bin` folder of a fresh venv holding hookchat from a wheel of this tree."""
     base = tmp_path_factory.mktemp("installed")
     wheels = base / "wheels"
-    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT,
-                cwd=base)
+    built = run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT, cwd=base)
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = wheels.glob("hookchat-*.whl")
     venv = base / "venv"
@@ -41,8 +41,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert made.returncode == 0, made.stderr
     (site,) = (venv / "lib").glob("python*/site-packages")
     (site / "dependencies.pth").write_text("\n".join(p for p in sys.path if p.endswith("site-packages")) + "\n")
-    pip = run(venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel,
-              cwd=base)
+    pip = run(venv / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel, cwd=base)
     assert pip.returncode == 0, pip.stdout + pip.stderr
     where = run(venv / "bin" / "python", "-c", "import core; print(core.__file__)", cwd=base)
     assert str(venv) in where.stdout, f"the installed copy must be the one used, not the checkout: {where.stdout}"
@@ -67,8 +66,9 @@ def test_the_installed_package_has_its_own_plugins(installed, empty):
 def test_a_new_plugins_own_test_passes_outside_the_checkout(installed, empty):
     out = run(installed / "hookchat", "new-plugin", "greeter", cwd=empty)
     assert out.returncode == 0, out.stderr
-    test = run(installed / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "data/plugins/greeter/tests",
-               cwd=empty)
+    test = run(
+        installed / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "data/plugins/greeter/tests", cwd=empty
+    )
     assert test.returncode == 0, test.stdout + test.stderr
     assert "1 passed" in test.stdout or "passed" in test.stdout
 

@@ -93,8 +93,11 @@ async def test_invalid_tool_arguments_never_reach_the_tool():
     called = []
 
     class Strict(BasePlugin):
-        @register.tool("count", "Count", {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}},
-                                          "required": ["n"]})
+        @register.tool(
+            "count",
+            "Count",
+            {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}, "required": ["n"]},
+        )
         async def count(self, event, *_, n: int):
             called.append(n)
             return str(n)
@@ -174,8 +177,9 @@ async def test_no_blocking_file_io_on_the_event_loop(tmp_path, monkeypatch):
         return "done"
 
     async with ChatHarness(plugins=[Tools], provider=ScriptedProvider([[ToolCall("blocking", {})], "ok"])) as bot:
-        bot.app.plugins.tools.add("blocking", FunctionTool("blocking", "sync", None, blocking_handler,
-                                                           pass_event=False), "tools")
+        bot.app.plugins.tools.add(
+            "blocking", FunctionTool("blocking", "sync", None, blocking_handler, pass_event=False), "tools"
+        )
         await bot.send("go")
     assert calls and loop_thread not in calls, "a sync tool handler runs in a worker thread"
 

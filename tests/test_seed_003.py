@@ -23,8 +23,12 @@ IMPORT, _TABLE, PRIORITY, LISTEN, INJECT, TOOL_DECORATOR, BASE_TOOL, TOOL_RESULT
 
 
 def run(block: str) -> dict:
-    namespace = {"BasePlugin": BasePlugin, "KiraMessageBatchEvent": KiraMessageBatchEvent, "register": register,
-                 "__name__": "seed_example"}
+    namespace = {
+        "BasePlugin": BasePlugin,
+        "KiraMessageBatchEvent": KiraMessageBatchEvent,
+        "register": register,
+        "__name__": "seed_example",
+    }
     exec(compile(block, "seed_003", "exec"), namespace)
     return namespace
 
@@ -42,8 +46,7 @@ async def test_listening_to_messages():
         assert [c.plain_text for c in await bot.send("a keyword here")] == ["heard"]
         chain = bot.app.plugins.hook_chains()["im_message"]
         assert [e["plugin_id"] for e in chain] == ["commands", "chat", "my_plugin"]
-        assert chain[2] == {
-            "plugin_id": "my_plugin", "function": "on_message", "priority": 50, "deadline": 10.0}
+        assert chain[2] == {"plugin_id": "my_plugin", "function": "on_message", "priority": 50, "deadline": 10.0}
 
 
 async def test_injecting_a_prompt():

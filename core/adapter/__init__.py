@@ -21,8 +21,16 @@ from pydantic import ValidationError
 from core.chat import KiraEvent, KiraIMMessage, KiraIMSentResult, MessageChain, Received, Session, TurnResult
 from core.config import HookchatConfig
 
-__all__ = ["Adapter", "AdapterHost", "ALL_ELEMENTS", "AdapterError", "adapter_class", "build_adapters",
-           "ADAPTER_ENTRY_POINT_GROUP", "options_error"]
+__all__ = [
+    "Adapter",
+    "AdapterHost",
+    "ALL_ELEMENTS",
+    "AdapterError",
+    "adapter_class",
+    "build_adapters",
+    "ADAPTER_ENTRY_POINT_GROUP",
+    "options_error",
+]
 
 #: Element type names an adapter may support; the built-in tags offered to the model follow this set.
 ALL_ELEMENTS = frozenset(
@@ -34,8 +42,13 @@ class AdapterError(RuntimeError):
     """An adapter could not send a message."""
 
 
-def options_error(adapter_name: str, adapter_type: str, exc: ValidationError, docs: str,
-                  reasons: Mapping[tuple[str, str], str] | None = None) -> str:
+def options_error(
+    adapter_name: str,
+    adapter_type: str,
+    exc: ValidationError,
+    docs: str,
+    reasons: Mapping[tuple[str, str], str] | None = None,
+) -> str:
     """The refusal of an instance's `options`: one line per problem, naming the adapter and the option, pointing
     unknown and missing options to `docs` (a page and section). `reasons` words an error type of one option
     (`{(".user_id", "string_pattern_mismatch"): "not a Matrix user id"}`) better than pydantic does."""
@@ -129,8 +142,9 @@ def adapter_class(type_name: str) -> type[Adapter]:
     if target is None:
         found = [ep for ep in importlib.metadata.entry_points(group=ADAPTER_ENTRY_POINT_GROUP) if ep.name == type_name]
         if not found:
-            known = sorted({*_BUILTIN_TYPES, *(ep.name for ep in importlib.metadata.entry_points(
-                group=ADAPTER_ENTRY_POINT_GROUP))})
+            known = sorted(
+                {*_BUILTIN_TYPES, *(ep.name for ep in importlib.metadata.entry_points(group=ADAPTER_ENTRY_POINT_GROUP))}
+            )
             raise AdapterError(f"unknown adapter type {type_name!r}; known types: {', '.join(known)}")
         return found[0].load()
     module, _, name = target.partition(":")

@@ -44,8 +44,15 @@ class ConsoleAdapter(Adapter):
     name = "console"
     capabilities = frozenset({"text", "image", "file", "record", "emoji", "at", "reply"})
 
-    def __init__(self, name: str | None = None, *, user_id: str = "you", out: TextIO | None = None,
-                 prompt: str = "you> ", interactive: bool | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        user_id: str = "you",
+        out: TextIO | None = None,
+        prompt: str = "you> ",
+        interactive: bool | None = None,
+    ) -> None:
         super().__init__(name)
         self.session = Session(self.name, "dm", user_id)
         self.user = User(user_id, user_id)
@@ -108,7 +115,7 @@ class ConsoleAdapter(Adapter):
             self._line = ""
         if not self._line:
             self._write("bot> ")
-        self._write(text[len(self._line):])
+        self._write(text[len(self._line) :])
         self._line = text
 
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:

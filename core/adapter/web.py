@@ -61,8 +61,13 @@ async def element_to_json(element: BaseMessageElement) -> dict[str, Any]:
                     url = await element.get_data_url()
             except MediaError as exc:
                 _log.warning("could not read %s for the web chat: %s", element.type, exc)
-        return {"type": element.type, "url": url, "name": element.name, "mime": element.guess_mime(),
-                "text": element.repr_text()}
+        return {
+            "type": element.type,
+            "url": url,
+            "name": element.name,
+            "mime": element.guess_mime(),
+            "text": element.repr_text(),
+        }
     return {"type": element.type, "text": element.repr_text()}
 
 
@@ -94,8 +99,13 @@ class WebChatAdapter(Adapter):
             return KiraIMSentResult(chain, session, ok=False, error="no browser is connected to this session")
         self._count += 1
         message_id = f"web-{self._count}"
-        frame = {"type": "message", "message_id": message_id, "text": chain.message_repr,
-                 "elements": [await element_to_json(e) for e in chain], "trace_id": current_trace_id()}
+        frame = {
+            "type": "message",
+            "message_id": message_id,
+            "text": chain.message_repr,
+            "elements": [await element_to_json(e) for e in chain],
+            "trace_id": current_trace_id(),
+        }
         delivered = 0
         for socket in sockets:
             try:
@@ -158,16 +168,26 @@ class WebChatAdapter(Adapter):
         finally:
             self._forget(session_id, websocket)
 
-    async def _turn(self, websocket: WebSocket, session_id: str, user_name: str, text: str,
-                    running: list[int]) -> None:
+    async def _turn(self, websocket: WebSocket, session_id: str, user_name: str, text: str, running: list[int]) -> None:
         assert self.app is not None
         self._count += 1
         turn = self._count
         running.append(turn)
-        message = KiraIMMessage(MessageChain([Text(text)]), User(user_name, user_name), self.session(session_id),
-                                message_id=f"web-in-{turn}", is_mentioned=True)
-        ended: dict[str, Any] = {"type": "turn_ended", "turn": turn, "trace_id": "", "stopped": False,
-                                 "error": None, "sent": 0}
+        message = KiraIMMessage(
+            MessageChain([Text(text)]),
+            User(user_name, user_name),
+            self.session(session_id),
+            message_id=f"web-in-{turn}",
+            is_mentioned=True,
+        )
+        ended: dict[str, Any] = {
+            "type": "turn_ended",
+            "turn": turn,
+            "trace_id": "",
+            "stopped": False,
+            "error": None,
+            "sent": 0,
+        }
         try:
             await websocket.send_json({"type": "turn_started", "turn": turn})
             received = await self.app.receive(message)
@@ -185,8 +205,9 @@ class WebChatAdapter(Adapter):
                     ended["error"] = "the turn failed (the bot's log says why)"
                 else:
                     result = future.result()
-                    ended.update(stopped=result.stopped, error=result.error, sent=len(result.sent),
-                                 trace_id=result.trace_id)
+                    ended.update(
+                        stopped=result.stopped, error=result.error, sent=len(result.sent), trace_id=result.trace_id
+                    )
             await websocket.send_json(ended)
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the browser left; what the turn did is in history and its trace

@@ -1,5 +1,6 @@
 """Chat data model: message elements, `MessageChain`, the message events, sessions and strategies."""
 
+from core.chat.buffers import SessionBuffers
 from core.chat.message_elements import BaseMessageElement
 from core.chat.message_utils import (
     KiraCustomEvent,
@@ -17,7 +18,6 @@ from core.chat.message_utils import (
 )
 from core.chat.session import AdapterInfo, Group, Session, User
 from core.chat.turn import Received, TurnResult
-from core.chat.buffers import SessionBuffers
 
 __all__ = [
     "BaseMessageElement",

@@ -28,8 +28,12 @@ class SessionBuffers:
         if buffer is None:
             if self.max_sessions is not None and len(self._buffers) >= self.max_sessions:
                 oldest = next(iter(self._touched))
-                logger.warning("too many buffered sessions (%d): dropped the buffer of %s (%d messages)",
-                               self.max_sessions, oldest, len(self.drain(oldest)))
+                logger.warning(
+                    "too many buffered sessions (%d): dropped the buffer of %s (%d messages)",
+                    self.max_sessions,
+                    oldest,
+                    len(self.drain(oldest)),
+                )
             buffer = self._buffers[sid] = []
         buffer.append(event)
         self._touched.pop(sid, None)

@@ -75,8 +75,9 @@ class At(BaseMessageElement):
     nickname: str | None = None
     type: ClassVar[str] = "at"
 
-    def __init__(self, user_id: str | int | None = None, nickname: str | None = None, *,
-                 pid: str | int | None = None) -> None:
+    def __init__(
+        self, user_id: str | int | None = None, nickname: str | None = None, *, pid: str | int | None = None
+    ) -> None:
         if (user_id is None) == (pid is None):
             raise TypeError("At needs the user's id: At(user_id) or At(pid=...)")
         self.user_id = str(user_id if user_id is not None else pid)
@@ -332,9 +333,17 @@ class Image(_Media):
     caption: str | None = None
     type: ClassVar[str] = "image"
 
-    def __init__(self, url: str | None = None, path: str | None = None, base64: str | None = None,
-                 name: str | None = None, mime: str | None = None, caption: str | None = None, *,
-                 image: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        path: str | None = None,
+        base64: str | None = None,
+        name: str | None = None,
+        mime: str | None = None,
+        caption: str | None = None,
+        *,
+        image: str | None = None,
+    ) -> None:
         if image is not None:
             if url is not None or path is not None or base64 is not None:
                 raise TypeError("give the picture once: image=..., or one of url/path/base64")

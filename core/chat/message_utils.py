@@ -370,8 +370,19 @@ class KiraMessageEvent(KiraEvent):
 class KiraMessageBatchEvent(KiraEvent):
     """The messages of one session merged into one turn for the model."""
 
-    __slots__ = ("messages", "session", "capabilities", "tool_attachments", "push", "role", "_adapter", "timestamp",
-                 "_event_id", "_message_types", "sends")
+    __slots__ = (
+        "messages",
+        "session",
+        "capabilities",
+        "tool_attachments",
+        "push",
+        "role",
+        "_adapter",
+        "timestamp",
+        "_event_id",
+        "_message_types",
+        "sends",
+    )
 
     def __init__(
         self,

@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from core.chat.message_utils import KiraIMSentResult, KiraMessageBatchEvent, KiraMessageEvent, MessageChain, MessageStrategy
+from core.chat.message_utils import (
+    KiraIMSentResult,
+    KiraMessageBatchEvent,
+    KiraMessageEvent,
+    MessageChain,
+    MessageStrategy,
+)
 
 __all__ = ["TurnResult", "Received"]
 

@@ -15,13 +15,33 @@ from core.chat import message_elements as elements
 from core.chat.message_utils import KiraIMMessage, MessageChain
 from core.chat.session import Group, Session, User
 
-__all__ = ["WireError", "chain_to_wire", "chain_from_wire", "message_to_wire", "message_from_wire",
-           "session_to_wire", "session_from_wire"]
+__all__ = [
+    "WireError",
+    "chain_to_wire",
+    "chain_from_wire",
+    "message_to_wire",
+    "message_from_wire",
+    "session_to_wire",
+    "session_from_wire",
+]
 
 _CLASSES: dict[str, type[elements.BaseMessageElement]] = {
-    cls.type: cls for cls in (elements.Text, elements.Image, elements.At, elements.Reply, elements.Forward,
-                              elements.Emoji, elements.Sticker, elements.Record, elements.Notice, elements.Poke,
-                              elements.Json, elements.File, elements.Video)
+    cls.type: cls
+    for cls in (
+        elements.Text,
+        elements.Image,
+        elements.At,
+        elements.Reply,
+        elements.Forward,
+        elements.Emoji,
+        elements.Sticker,
+        elements.Record,
+        elements.Notice,
+        elements.Poke,
+        elements.Json,
+        elements.File,
+        elements.Video,
+    )
 }
 
 
@@ -91,8 +111,12 @@ def message_to_wire(message: KiraIMMessage) -> dict[str, Any]:
         "sender": [message.sender.user_id, message.sender.nickname],
         "session": session_to_wire(message.session),
         "group": [message.group.group_id, message.group.name] if message.group else None,
-        "message_id": message.message_id, "is_mentioned": message.is_mentioned, "timestamp": message.timestamp,
-        "is_notice": message.is_notice, "self_id": message.self_id, "extra": message.extra,
+        "message_id": message.message_id,
+        "is_mentioned": message.is_mentioned,
+        "timestamp": message.timestamp,
+        "is_notice": message.is_notice,
+        "self_id": message.self_id,
+        "extra": message.extra,
         "message_str": message.message_str,
     }
 

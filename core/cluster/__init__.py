@@ -8,5 +8,16 @@ from core.cluster._state import ClusterHistory, ClusterPluginStore
 from core.cluster._status import cluster_status, render_status
 from core.cluster._worker import RemoteAdapter, Worker, owner_of
 
-__all__ = ["Bus", "ClusterError", "ClusterHistory", "ClusterPluginStore", "Gateway", "RemoteAdapter", "Worker",
-           "cluster_status", "owner_of", "partition_of", "render_status"]
+__all__ = [
+    "Bus",
+    "ClusterError",
+    "ClusterHistory",
+    "ClusterPluginStore",
+    "Gateway",
+    "RemoteAdapter",
+    "Worker",
+    "cluster_status",
+    "owner_of",
+    "partition_of",
+    "render_status",
+]

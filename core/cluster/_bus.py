@@ -114,6 +114,7 @@ class Bus:
     async def connect(self) -> None:
         """Connect (reconnecting for ever once connected) and create what is missing; `ClusterError` when the
         server cannot be reached."""
+
         async def disconnected() -> None:
             if not self._closing:
                 logger.warning("cluster: %s lost the NATS server %s; reconnecting", self.name, self.config.url)
@@ -129,42 +130,71 @@ class Bus:
             logger.debug("cluster: NATS client error: %s", str(exc) or type(exc).__name__)
 
         try:  # the client retries for ever (a server restarting is waited for); the first connection gets 10 s
-            self.nc = await asyncio.wait_for(nats.connect(
-                self.config.url, name=self.name, connect_timeout=2, max_reconnect_attempts=-1,
-                reconnect_time_wait=0.25, allow_reconnect=True, disconnected_cb=disconnected,
-                reconnected_cb=reconnected, error_cb=error,
-            ), _FIRST_CONNECT)
+            self.nc = await asyncio.wait_for(
+                nats.connect(
+                    self.config.url,
+                    name=self.name,
+                    connect_timeout=2,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=0.25,
+                    allow_reconnect=True,
+                    disconnected_cb=disconnected,
+                    reconnected_cb=reconnected,
+                    error_cb=error,
+                ),
+                _FIRST_CONNECT,
+            )
         except NATS_ERRORS as exc:
-            raise ClusterError(f"cannot reach the NATS server at {self.config.url} ([cluster] url) within "
-                               f"{_FIRST_CONNECT:.0f} s: {str(exc) or type(exc).__name__}") from exc
+            raise ClusterError(
+                f"cannot reach the NATS server at {self.config.url} ([cluster] url) within "
+                f"{_FIRST_CONNECT:.0f} s: {str(exc) or type(exc).__name__}"
+            ) from exc
         self.js = self.nc.jetstream(timeout=5)
         try:
             await self._ensure()
         except NATS_ERRORS as exc:
             await self.close()
-            raise ClusterError(f"cannot set up JetStream on {self.config.url} (is it started with -js?): {exc}") from exc
+            raise ClusterError(
+                f"cannot set up JetStream on {self.config.url} (is it started with -js?): {exc}"
+            ) from exc
 
     async def _ensure(self) -> None:
         cfg = self.config
-        await self._stream(api.StreamConfig(
-            name=self.in_stream, subjects=[f"{self.prefix}.in.*"], retention=api.RetentionPolicy.WORK_QUEUE,
-            storage=api.StorageType.FILE, duplicate_window=cfg.dedup_window,
-        ))
-        await self._stream(api.StreamConfig(
-            name=self.out_stream, subjects=[f"{self.prefix}.out.*"], retention=api.RetentionPolicy.WORK_QUEUE,
-            storage=api.StorageType.FILE, duplicate_window=cfg.dedup_window,
-        ))
+        await self._stream(
+            api.StreamConfig(
+                name=self.in_stream,
+                subjects=[f"{self.prefix}.in.*"],
+                retention=api.RetentionPolicy.WORK_QUEUE,
+                storage=api.StorageType.FILE,
+                duplicate_window=cfg.dedup_window,
+            )
+        )
+        await self._stream(
+            api.StreamConfig(
+                name=self.out_stream,
+                subjects=[f"{self.prefix}.out.*"],
+                retention=api.RetentionPolicy.WORK_QUEUE,
+                storage=api.StorageType.FILE,
+                duplicate_window=cfg.dedup_window,
+            )
+        )
         self.history = await self._bucket("history")
         self.buffers = await self._bucket("buffers")
         self.stores = await self._bucket("stores")
         self.members = await self._bucket("members", ttl=cfg.lease_seconds)
         self.leases = await self._bucket("leases", ttl=cfg.lease_seconds)
         for partition in range(cfg.partitions):
-            await self.js.add_consumer(self.in_stream, api.ConsumerConfig(
-                durable_name=f"part-{partition}", filter_subject=self.in_subject(partition),
-                ack_policy=api.AckPolicy.EXPLICIT, ack_wait=cfg.ack_wait, max_ack_pending=1,
-                deliver_policy=api.DeliverPolicy.ALL,
-            ))
+            await self.js.add_consumer(
+                self.in_stream,
+                api.ConsumerConfig(
+                    durable_name=f"part-{partition}",
+                    filter_subject=self.in_subject(partition),
+                    ack_policy=api.AckPolicy.EXPLICIT,
+                    ack_wait=cfg.ack_wait,
+                    max_ack_pending=1,
+                    deliver_policy=api.DeliverPolicy.ALL,
+                ),
+            )
 
     async def _stream(self, config: api.StreamConfig) -> None:
         try:
@@ -177,8 +207,7 @@ class Bus:
         try:
             return await self.js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
-            return await self.js.create_key_value(bucket=bucket, history=1, ttl=ttl,
-                                                  storage=api.StorageType.FILE)
+            return await self.js.create_key_value(bucket=bucket, history=1, ttl=ttl, storage=api.StorageType.FILE)
 
     async def entries(self, kind: str, pattern: str = ">") -> list[Entry]:
         """The live entries of bucket `<prefix>_<kind>` whose keys match `pattern` (`*` one token, `>` the rest).
@@ -188,10 +217,16 @@ class Bus:
         was already sent are processed, which would hide parked messages from a partition's new owner.)"""
         bucket = f"{self.prefix}_{kind}"
         prefix = f"$KV.{bucket}."
-        sub = await self.js.pull_subscribe(prefix + pattern, stream=f"KV_{bucket}", config=api.ConsumerConfig(
-            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
-            inactive_threshold=10.0, mem_storage=True,
-        ))
+        sub = await self.js.pull_subscribe(
+            prefix + pattern,
+            stream=f"KV_{bucket}",
+            config=api.ConsumerConfig(
+                deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT,
+                ack_policy=api.AckPolicy.NONE,
+                inactive_threshold=10.0,
+                mem_storage=True,
+            ),
+        )
         found: list[Entry] = []
         try:
             remaining = (await sub.consumer_info()).num_pending
@@ -200,7 +235,7 @@ class Bus:
                     remaining = msg.metadata.num_pending
                     headers = msg.headers or {}
                     if msg.data and "KV-Operation" not in headers and "Nats-Marker-Reason" not in headers:
-                        found.append(Entry(msg.subject[len(prefix):], msg.data, msg.metadata.sequence.stream))
+                        found.append(Entry(msg.subject[len(prefix) :], msg.data, msg.metadata.sequence.stream))
         finally:
             with contextlib.suppress(*NATS_ERRORS):
                 await self.js.delete_consumer(f"KV_{bucket}", (await sub.consumer_info()).name)
@@ -208,8 +243,14 @@ class Bus:
                 await sub.unsubscribe()
         return found
 
-    async def publish(self, subject: str, data: dict[str, Any] | bytes, msg_id: str,
-                      headers: dict[str, str] | None = None, timeout: float | None = None) -> None:
+    async def publish(
+        self,
+        subject: str,
+        data: dict[str, Any] | bytes,
+        msg_id: str,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> None:
         """Publish `data` (a dict is sent as JSON) to JetStream and wait, at most `timeout` seconds (default 5),
         for the stream to hold it; the stream drops a second message with the same `msg_id` within
         `[cluster] dedup_window`, so retrying after a lost answer never duplicates."""

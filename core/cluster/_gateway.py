@@ -57,8 +57,11 @@ class Gateway:
         self._tasks = TaskOwner(f"gateway {self.name}")
         self._started_at = time.time()
         cluster = config.cluster
-        spool = Spool(config.data.dir / "cluster-spool.sqlite3", max_messages=cluster.spool_messages,
-                      max_bytes=cluster.spool_bytes)
+        spool = Spool(
+            config.data.dir / "cluster-spool.sqlite3",
+            max_messages=cluster.spool_messages,
+            max_bytes=cluster.spool_bytes,
+        )
         self.outbox = Outbox(self.bus, spool, timeout=cluster.publish_timeout, refused=self._tell_refused)
         self.bus.on_connection = lambda up: self.outbox.reconnected() if up else self.outbox.disconnected()
 
@@ -67,10 +70,16 @@ class Gateway:
         await self.bus.connect()
         try:
             await self.outbox.start()
-            await self.bus.js.add_consumer(self.bus.out_stream, api.ConsumerConfig(
-                durable_name=f"gw-{self.name}", filter_subject=self.bus.out_subject(self.name),
-                ack_policy=api.AckPolicy.EXPLICIT, ack_wait=self.config.cluster.ack_wait, max_ack_pending=10_000,
-            ))
+            await self.bus.js.add_consumer(
+                self.bus.out_stream,
+                api.ConsumerConfig(
+                    durable_name=f"gw-{self.name}",
+                    filter_subject=self.bus.out_subject(self.name),
+                    ack_policy=api.AckPolicy.EXPLICIT,
+                    ack_wait=self.config.cluster.ack_wait,
+                    max_ack_pending=10_000,
+                ),
+            )
             await self._register()
             self._tasks.spawn(self._replies(), name="replies")
             self._tasks.spawn(self._heartbeats(), name="heartbeats")
@@ -107,9 +116,17 @@ class Gateway:
 
     async def _register(self) -> None:
         adapters = {name: sorted(a.capabilities) for name, a in self.adapters.items()}
-        await self.bus.register("gateway", {"pid": os.getpid(), "started": self._started_at, "seen": time.time(),
-                                            "adapters": adapters, "received": self.received,
-                                            "replied": self.replied})
+        await self.bus.register(
+            "gateway",
+            {
+                "pid": os.getpid(),
+                "started": self._started_at,
+                "seen": time.time(),
+                "adapters": adapters,
+                "received": self.received,
+                "replied": self.replied,
+            },
+        )
 
     async def _heartbeats(self) -> None:
         while True:
@@ -169,7 +186,7 @@ class Gateway:
                 if sub is None:
                     sub = await self.bus.js.pull_subscribe_bind(durable=f"gw-{self.name}", stream=self.bus.out_stream)
                 messages = await sub.fetch(256, timeout=1.0)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except NATS_ERRORS as exc:
                 logger.debug("cluster: gateway %s reply fetch failed: %s", self.name, exc)
@@ -195,8 +212,9 @@ class Gateway:
         else:
             adapter = self.adapters.get(session.adapter_name)
             if adapter is None:
-                result = KiraIMSentResult(chain, session, ok=False,
-                                          error=f"gateway {self.name} has no adapter {session.adapter_name!r}")
+                result = KiraIMSentResult(
+                    chain, session, ok=False, error=f"gateway {self.name} has no adapter {session.adapter_name!r}"
+                )
             else:
                 try:
                     result = await adapter.send(session, chain)

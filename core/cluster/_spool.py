@@ -42,8 +42,10 @@ class Outgoing:
 
 
 def _setup(conn: sqlite3.Connection) -> None:
-    conn.execute("CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, sid TEXT NOT NULL, "
-                 "subject TEXT NOT NULL, msg_id TEXT NOT NULL, payload BLOB NOT NULL)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS spool (seq INTEGER PRIMARY KEY AUTOINCREMENT, sid TEXT NOT NULL, "
+        "subject TEXT NOT NULL, msg_id TEXT NOT NULL, payload BLOB NOT NULL)"
+    )
 
 
 class Spool:
@@ -65,7 +67,8 @@ class Spool:
         """Open the table and count what an earlier run left in it."""
         await self._db.open()
         self.count, self.size = await self._db.submit(
-            lambda c: c.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM spool").fetchone())
+            lambda c: c.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(payload)), 0) FROM spool").fetchone()
+        )
 
     @property
     def full(self) -> bool:
@@ -77,13 +80,19 @@ class Spool:
         rows = [(i.sid, i.subject, i.msg_id, i.payload) for i in items]
         self.count += len(rows)
         self.size += sum(len(i.payload) for i in items)
-        return self._db.submit(lambda c: c.executemany(
-            "INSERT INTO spool (sid, subject, msg_id, payload) VALUES (?, ?, ?, ?)", rows) and None)
+        return self._db.submit(
+            lambda c: (
+                c.executemany("INSERT INTO spool (sid, subject, msg_id, payload) VALUES (?, ?, ?, ?)", rows) and None
+            )
+        )
 
     async def oldest(self, limit: int) -> list[Outgoing]:
         """The first `limit` messages, oldest first."""
-        rows = await self._db.submit(lambda c: c.execute(
-            "SELECT seq, sid, subject, msg_id, payload FROM spool ORDER BY seq LIMIT ?", (limit,)).fetchall())
+        rows = await self._db.submit(
+            lambda c: c.execute(
+                "SELECT seq, sid, subject, msg_id, payload FROM spool ORDER BY seq LIMIT ?", (limit,)
+            ).fetchall()
+        )
         return [Outgoing(sid, subject, msg_id, bytes(payload), seq) for seq, sid, subject, msg_id, payload in rows]
 
     def remove(self, items: list[Outgoing]) -> asyncio.Future[None]:
@@ -109,8 +118,9 @@ class Outbox:
     `put` waits (back-pressure) while the window or the spool is full. A message the stream refuses for good
     (`REFUSED`) is handed to `refused` with the reason, and not retried."""
 
-    def __init__(self, bus: Bus, spool: Spool, *, timeout: float,
-                 refused: Callable[[Outgoing, str], Awaitable[None]]) -> None:
+    def __init__(
+        self, bus: Bus, spool: Spool, *, timeout: float, refused: Callable[[Outgoing, str], Awaitable[None]]
+    ) -> None:
         self.bus = bus
         self.spool = spool
         self.timeout = timeout
@@ -132,8 +142,11 @@ class Outbox:
         """Open the spool; what an earlier run left there is published first."""
         await self.spool.open()
         if self.spool.count:
-            logger.warning("cluster: %s: %d message(s) spooled by an earlier run are published first",
-                           self.bus.name, self.spool.count)
+            logger.warning(
+                "cluster: %s: %d message(s) spooled by an earlier run are published first",
+                self.bus.name,
+                self.spool.count,
+            )
             self._direct = False
         self._drainer = asyncio.get_running_loop().create_task(self._drain(), name="hookchat:gateway:spool")
         self._wake.set()
@@ -152,8 +165,11 @@ class Outbox:
         await asyncio.gather(*self._spooling, return_exceptions=True)
         await self.spool.close()
         if self.spool.count:
-            logger.warning("cluster: %s stopped with %d message(s) spooled; they are published at its next start",
-                           self.bus.name, self.spool.count)
+            logger.warning(
+                "cluster: %s stopped with %d message(s) spooled; they are published at its next start",
+                self.bus.name,
+                self.spool.count,
+            )
 
     def disconnected(self) -> None:
         """The connection to the server dropped: what is in flight will not be answered; spool it now."""
@@ -198,8 +214,9 @@ class Outbox:
     def _spooled(self, added: asyncio.Future[None]) -> None:
         self._spooling.discard(added)
         if not added.cancelled() and added.exception() is not None:
-            logger.error("cluster: %s could not write its spool %s: %s", self.bus.name, self.spool.path,
-                         added.exception())
+            logger.error(
+                "cluster: %s could not write its spool %s: %s", self.bus.name, self.spool.path, added.exception()
+            )
 
     async def _lane(self, sid: str, waiting: deque[Outgoing]) -> None:
         """Publish a session's messages one after the other; on a failure, spool what is left, in order."""
@@ -212,8 +229,11 @@ class Outbox:
                     await self._refuse(item, exc)
                 except NATS_ERRORS as exc:
                     if self._direct:
-                        logger.warning("cluster: %s: the NATS server did not take a message (%s); spooling until "
-                                       "it does", self.bus.name, str(exc) or type(exc).__name__)
+                        logger.warning(
+                            "cluster: %s: the NATS server did not take a message (%s); spooling until it does",
+                            self.bus.name,
+                            str(exc) or type(exc).__name__,
+                        )
                     self._direct = False
                     break
                 waiting.popleft()

@@ -83,7 +83,7 @@ class _OwnedValues:
 
     async def read(self, kv: KeyValue, key: str, sid: str) -> tuple[dict[str, Any] | None, int]:
         """`_read`, from memory when this worker owns `sid` and read or wrote the key since it took the partition."""
-        slot = (kv._name, key)  # noqa: SLF001 - the bucket's name, which nats-py keeps only there
+        slot = (kv._name, key)
         if self._owns(sid) and (known := self._values.get(slot)) is not None:
             self._values.move_to_end(slot)
             return known[1], known[2]
@@ -102,7 +102,7 @@ class _OwnedValues:
     async def change(self, kv: KeyValue, key: str, sid: str, change: _Change, what: str) -> dict[str, Any] | None:
         """Apply `change` to the value under `key` by compare-and-set, starting from the value in memory, and
         again from the server's whenever another writer came first."""
-        slot = (kv._name, key)  # noqa: SLF001
+        slot = (kv._name, key)
         for _ in range(_CAS_TRIES):
             value, revision = await self.read(kv, key, sid)
             new = change(value)
@@ -147,9 +147,16 @@ class ClusterHistory:
     longer owns the session's partition (its next owner answers the turn) or after `PATIENCE` seconds.
     """
 
-    def __init__(self, bus: Bus, *, max_turns: int | None, max_tokens: int | None,
-                 done: Callable[[Sequence[str]], Awaitable[None]], owns: Callable[[str], bool] = lambda sid: True,
-                 confirm: Callable[[str], Awaitable[bool]] | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        max_turns: int | None,
+        max_tokens: int | None,
+        done: Callable[[Sequence[str]], Awaitable[None]],
+        owns: Callable[[str], bool] = lambda sid: True,
+        confirm: Callable[[str], Awaitable[bool]] | None = None,
+    ) -> None:
         self.bus = bus
         self._owns = owns
         self._confirm = confirm
@@ -211,7 +218,7 @@ class ClusterHistory:
         """The newest turns' messages within `max_turns` and `max_tokens` (whole turns), oldest first."""
         turns = (await self.patiently(sid, f"reading the history of {sid}", lambda: self._session(sid)))["turns"]
         if self.max_turns is not None:
-            turns = turns[-self.max_turns:] if self.max_turns else []
+            turns = turns[-self.max_turns :] if self.max_turns else []
         picked: list[list[dict[str, Any]]] = []
         used = 0
         for turn in reversed(turns):
@@ -234,13 +241,18 @@ class ClusterHistory:
         value, _ = await self._values.read(self.bus.buffers, self._buffer_key(sid), sid)
         return value is not None and any(e["id"] == message_id for e in value["messages"])
 
-    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
-                          *, done: Sequence[str] = ()) -> int:
+    async def append_turn(
+        self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None, *, done: Sequence[str] = ()
+    ) -> int:
         """Store a turn and the ids it answered in one compare-and-set; a turn whose ids are all stored already
         (a redelivery that raced) is not stored twice. Then the parked ids leave the buffers and every id is
         acknowledged. Returns the turn's number within its session."""
-        record = {"at": time.time(), "tokens": estimate_tokens(messages), "meta": meta or {},
-                  "messages": [m.to_dict() for m in messages]}
+        record = {
+            "at": time.time(),
+            "tokens": estimate_tokens(messages),
+            "meta": meta or {},
+            "messages": [m.to_dict() for m in messages],
+        }
         json.dumps(record)  # a meta that is not JSON fails here, before anything is written
         if done and not self._owns(sid):  # the partition moved on: its new owner redoes this turn
             raise PartitionMoved(f"turn of {sid} not stored: its partition moved to another worker")
@@ -252,7 +264,7 @@ class ClusterHistory:
             if done and all(i in value["done"] for i in done):
                 return value
             number = value["next"]
-            turns = [*value["turns"], {"id": number, **record}][-self.keep:]
+            turns = [*value["turns"], {"id": number, **record}][-self.keep :]
             return {"next": number + 1, "turns": turns, "done": [*value["done"], *done][-_DONE_KEPT:]}
 
         what = f"storing a turn of {sid}"
@@ -290,8 +302,9 @@ class ClusterHistory:
         turns = (await self._session(sid))["turns"]
         if limit is not None:
             turns = turns[-limit:] if limit else []
-        return [Turn(t["id"], sid, t["at"], [ChatMessage.from_dict(m) for m in t["messages"]], t["meta"])
-                for t in turns]
+        return [
+            Turn(t["id"], sid, t["at"], [ChatMessage.from_dict(m) for m in t["messages"]], t["meta"]) for t in turns
+        ]
 
     async def clear(self, sid: str) -> int:
         """Delete the session's turns (the ids it answered stay, so a redelivery is still recognised)."""
@@ -353,8 +366,10 @@ class ClusterHistory:
             turns = value.get("turns", [])
             if list(ids) in turns and not added:
                 return value
-            return {"messages": [*value["messages"], *added],
-                    "turns": turns if list(ids) in turns else [*turns, list(ids)]}
+            return {
+                "messages": [*value["messages"], *added],
+                "turns": turns if list(ids) in turns else [*turns, list(ids)],
+            }
 
         what = f"beginning a turn of {sid}"
         await self.patiently(sid, what, lambda: self._fenced(sid, what, buffers, change))
@@ -375,8 +390,9 @@ class ClusterHistory:
             return {"messages": kept, "turns": turns} if kept else None
 
         try:
-            await self._values.change(self.bus.buffers, self._buffer_key(sid), sid, change,
-                                      f"unbuffering messages of {sid}")
+            await self._values.change(
+                self.bus.buffers, self._buffer_key(sid), sid, change, f"unbuffering messages of {sid}"
+            )
         except (HistoryError, *NATS_ERRORS) as exc:  # they stay parked; a later owner skips them (they are done)
             logger.warning("cluster: answered messages of %s stay in the buffers bucket: %s", sid, exc)
 
@@ -387,7 +403,7 @@ class ClusterHistory:
         found: dict[str, tuple[list[list[str]], dict[str, dict[str, Any]]]] = {}
         prefix = f"{partition}."
         for entry in await self.bus.entries("buffers", f"{partition}.*"):
-            sid = decode_key(entry.key[len(prefix):])
+            sid = decode_key(entry.key[len(prefix) :])
             left = await self._left(sid, json.loads(entry.value) if entry.value else None)
             if left is not None:
                 found[sid] = left
@@ -399,8 +415,9 @@ class ClusterHistory:
         value, _ = await self._values.read(self.bus.buffers, self._buffer_key(sid), sid)
         return await self._left(sid, value)
 
-    async def _left(self, sid: str, value: dict[str, Any] | None
-                    ) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
+    async def _left(
+        self, sid: str, value: dict[str, Any] | None
+    ) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
         if not value:
             return None
         answered = set((await self._session(sid))["done"])
@@ -433,8 +450,9 @@ class ClusterPluginStore:
 
     async def _call(self, job: Callable[[KeyValue], Awaitable[Any]]) -> Result[Any, SdkError]:
         if self.bus.stores is None:
-            return Err(SdkError(f"store of plugin {self.plugin_id!r}: the cluster is not connected",
-                                code="storage_closed"))
+            return Err(
+                SdkError(f"store of plugin {self.plugin_id!r}: the cluster is not connected", code="storage_closed")
+            )
         try:
             return Ok(await job(self.bus.stores))
         except NATS_ERRORS as exc:
@@ -464,8 +482,9 @@ class ClusterPluginStore:
         try:
             data = json.dumps({"v": value}, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
-            return Err(SdkError(f"the value for store key {key!r} is not JSON-serialisable: {exc}",
-                                code="invalid_argument"))
+            return Err(
+                SdkError(f"the value for store key {key!r} is not JSON-serialisable: {exc}", code="invalid_argument")
+            )
 
         async def job(kv: KeyValue) -> None:
             await kv.put(self._prefix + encode_key(key), data)
@@ -497,7 +516,7 @@ class ClusterPluginStore:
 
         async def job(kv: KeyValue) -> list[str]:
             found = await self.bus.entries("stores", self._prefix + "*")
-            return sorted(k for k in (decode_key(e.key[len(self._prefix):]) for e in found) if k.startswith(prefix))
+            return sorted(k for k in (decode_key(e.key[len(self._prefix) :]) for e in found) if k.startswith(prefix))
 
         return await self._call(job)
 

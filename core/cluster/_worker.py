@@ -115,11 +115,22 @@ class Worker:
         self.cluster = config.cluster
         self.name = name or config.cluster.name or default_name("worker")
         self.bus = Bus(config.cluster, self.name)
-        self.history = ClusterHistory(self.bus, max_turns=config.limits.history_turns,
-                                      max_tokens=config.limits.history_tokens, done=self._acknowledge,
-                                      owns=self.owns, confirm=self._holds_lease)
-        self.app = HookChat(config, provider=provider, plugins=[self._intents_plugin(), *plugins],
-                            history=self.history, builtins=builtins, entry_points=entry_points)
+        self.history = ClusterHistory(
+            self.bus,
+            max_turns=config.limits.history_turns,
+            max_tokens=config.limits.history_tokens,
+            done=self._acknowledge,
+            owns=self.owns,
+            confirm=self._holds_lease,
+        )
+        self.app = HookChat(
+            config,
+            provider=provider,
+            plugins=[self._intents_plugin(), *plugins],
+            history=self.history,
+            builtins=builtins,
+            entry_points=entry_points,
+        )
         self.app.store_factory = lambda plugin_id: ClusterPluginStore(self.bus, plugin_id)
         self.turns = 0  # messages handled, for `hookchat status`
         self._held: dict[str, tuple[Any, asyncio.Task[None]]] = {}  # message id -> (JetStream message, keep-alive)
@@ -147,8 +158,9 @@ class Worker:
         """Connect, start the app, register, and begin taking partitions."""
         await self.bus.connect()
         try:
-            self._receipt_sub = await self.bus.nc.subscribe(f"{self.bus.prefix}.receipt.{self.name}.*",
-                                                            cb=self._on_receipt)
+            self._receipt_sub = await self.bus.nc.subscribe(
+                f"{self.bus.prefix}.receipt.{self.name}.*", cb=self._on_receipt
+            )
             await self.app.start()
             self._earlier = set((await asyncio.to_thread(self._read_record)).get("owned", []))
             await self._heartbeat()
@@ -248,8 +260,16 @@ class Worker:
         """Register, then take the partitions this worker should own, for at most a quarter of the lease time per
         heartbeat. (Leases are renewed on their own schedule, `_renewals`: nothing here may delay them.)"""
         began = time.monotonic()
-        await self.bus.register("worker", {"pid": os.getpid(), "started": self._started_at, "seen": time.time(),
-                                           "partitions": self.partitions, "turns": self.turns})
+        await self.bus.register(
+            "worker",
+            {
+                "pid": os.getpid(),
+                "started": self._started_at,
+                "seen": time.time(),
+                "partitions": self.partitions,
+                "turns": self.turns,
+            },
+        )
         self._gateways = {g["name"]: g for g in await self.bus.members_of("gateway")}
         workers = [w["name"] for w in await self.bus.members_of("worker")]
         if self.name not in workers:
@@ -270,9 +290,11 @@ class Worker:
         while True:
             await asyncio.sleep(self.cluster.lease_seconds / 6)
             owned, releasing = list(self._owned.items()), list(self._releasing.items())
-            renewed = await asyncio.gather(*(self._renew_patiently(p, rev) for p, (rev, _, _) in owned),
-                                           *(self._renew_patiently(p, rev) for p, rev in releasing))
-            for (partition, (_, loop, stop)), (revision, sent) in zip(owned, renewed[:len(owned)]):
+            renewed = await asyncio.gather(
+                *(self._renew_patiently(p, rev) for p, (rev, _, _) in owned),
+                *(self._renew_patiently(p, rev) for p, rev in releasing),
+            )
+            for (partition, (_, loop, stop)), (revision, sent) in zip(owned, renewed[: len(owned)]):
                 if self._owned.get(partition, (0, None))[1] is not loop:
                     continue  # released or lost meanwhile
                 if revision is None:
@@ -280,7 +302,7 @@ class Worker:
                 else:
                     self._owned[partition] = (revision, loop, stop)
                     self._renewed[partition] = sent
-            for (partition, _), (revision, _) in zip(releasing, renewed[len(owned):]):
+            for (partition, _), (revision, _) in zip(releasing, renewed[len(owned) :]):
                 if revision is not None and partition in self._releasing:
                     self._releasing[partition] = revision
 
@@ -296,10 +318,15 @@ class Worker:
                 if not self.bus.nc.is_connected:  # nothing would reach the server; nats-py would buffer it
                     raise nats.errors.ConnectionReconnectingError
                 return await asyncio.wait_for(self._renew(partition, revision), self.cluster.lease_seconds / 12), sent
-            except (asyncio.TimeoutError, *NATS_ERRORS) as exc:
+            except (TimeoutError, *NATS_ERRORS) as exc:
                 if sent - last > self.cluster.lease_seconds:
-                    logger.warning("cluster: worker %s could not renew partition %d's lease for %.1f s: %s",
-                                   self.name, partition, sent - last, str(exc) or type(exc).__name__)
+                    logger.warning(
+                        "cluster: worker %s could not renew partition %d's lease for %.1f s: %s",
+                        self.name,
+                        partition,
+                        sent - last,
+                        str(exc) or type(exc).__name__,
+                    )
                     return None, sent
                 await asyncio.sleep(_RENEW_PAUSE)
 
@@ -367,8 +394,12 @@ class Worker:
         loop = self._tasks.spawn(self._consume(partition, stop), name=f"partition-{partition}")
         self._owned[partition] = (revision, loop, stop)
         self._renewed[partition] = began
-        logger.info("cluster: worker %s took partition %d%s", self.name, partition,
-                    " back from its earlier run" if earlier_run else "")
+        logger.info(
+            "cluster: worker %s took partition %d%s",
+            self.name,
+            partition,
+            " back from its earlier run" if earlier_run else "",
+        )
 
     async def _reclaim(self, partition: int) -> None:
         """The message this worker's earlier run held unacknowledged on `partition` is delivered again now, not
@@ -387,18 +418,28 @@ class Worker:
             done = resets.get(str(partition), [0, 0])
             count = done[1] + 1 if done[0] == seq else 1
             if count > self.cluster.max_deliver:
-                logger.error("cluster: worker %s: the message it held on partition %d was taken back %d times; "
-                             "it waits ack_wait now", self.name, partition, count - 1)
+                logger.error(
+                    "cluster: worker %s: the message it held on partition %d was taken back %d times; "
+                    "it waits ack_wait now",
+                    self.name,
+                    partition,
+                    count - 1,
+                )
                 return
             resets[str(partition)] = [seq, count]
             await asyncio.to_thread(self._write_record, record)
             await self.bus.js.reset_consumer(self.bus.in_stream, consumer)
         except NATS_ERRORS as exc:  # it is delivered again after ack_wait, as after any worker's death
-            logger.warning("cluster: worker %s could not take back partition %d's held message: %s", self.name,
-                           partition, str(exc) or type(exc).__name__)
+            logger.warning(
+                "cluster: worker %s could not take back partition %d's held message: %s",
+                self.name,
+                partition,
+                str(exc) or type(exc).__name__,
+            )
             return
-        logger.info("cluster: worker %s: partition %d's message held by its earlier run comes again now", self.name,
-                    partition)
+        logger.info(
+            "cluster: worker %s: partition %d's message held by its earlier run comes again now", self.name, partition
+        )
 
     @property
     def _record_path(self) -> Path:
@@ -431,8 +472,9 @@ class Worker:
         their replies carry the same ids, and what was sent is not sent again), then the other parked messages go
         back into this worker's buffers and are flushed."""
         for sid, (turns, messages) in (await self.history.parked(partition)).items():
-            logger.warning("cluster: worker %s answers %d message(s) of %s left unanswered", self.name,
-                           len(messages), sid)
+            logger.warning(
+                "cluster: worker %s answers %d message(s) of %s left unanswered", self.name, len(messages), sid
+            )
             events = await self._events(sid, messages)
             for ids in turns:
                 self._redo(ids, events)
@@ -467,8 +509,7 @@ class Worker:
                 stranded = {i: d for i, d in messages.items() if i in loose and i in suspects}
                 if not stranded or partition not in self._owned:
                     continue
-                logger.warning("cluster: worker %s answers %d stranded message(s) of %s", self.name, len(stranded),
-                               sid)
+                logger.warning("cluster: worker %s answers %d stranded message(s) of %s", self.name, len(stranded), sid)
                 events = await self._events(sid, stranded)
                 for ids in turns:
                     self._redo(ids, events)
@@ -594,10 +635,9 @@ class Worker:
                 if partition in self._recheck:
                     await self._drop_ghost(partition)
                 if sub is None:
-                    sub = await self.bus.js.pull_subscribe_bind(durable=f"part-{partition}",
-                                                                stream=self.bus.in_stream)
+                    sub = await self.bus.js.pull_subscribe_bind(durable=f"part-{partition}", stream=self.bus.in_stream)
                 messages = await sub.fetch(1, timeout=1.0)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError):
                 continue
             except NATS_ERRORS as exc:
                 logger.debug("cluster: partition %d fetch failed: %s", partition, exc)
@@ -611,8 +651,11 @@ class Worker:
                 try:
                     await self._handle(msg)
                 except (HistoryError, *NATS_ERRORS) as exc:  # it was let go: delivered again, in order
-                    logger.warning("cluster: partition %d: a message failed and comes again: %s", partition,
-                                   str(exc) or type(exc).__name__)
+                    logger.warning(
+                        "cluster: partition %d: a message failed and comes again: %s",
+                        partition,
+                        str(exc) or type(exc).__name__,
+                    )
         if sub is not None:
             with contextlib.suppress(*NATS_ERRORS):
                 await sub.unsubscribe()
@@ -650,10 +693,12 @@ class Worker:
                 await msg.nak()
             return
         if delivered > self.cluster.max_deliver:
-            logger.error("cluster: message %s of %s failed %d times: reported to its sender", message_id, sid,
-                         delivered - 1)
-            notice = MessageChain([Text(self.config.limits.unanswered_notice.format(
-                message=message.chain.message_repr[:80]))])
+            logger.error(
+                "cluster: message %s of %s failed %d times: reported to its sender", message_id, sid, delivered - 1
+            )
+            notice = MessageChain(
+                [Text(self.config.limits.unanswered_notice.format(message=message.chain.message_repr[:80]))]
+            )
             await self.app.send(message.session, notice)
             await _ack(msg)
             return
@@ -681,8 +726,9 @@ class Worker:
         consumer = f"part-{partition}"
         info = await self.bus.js.consumer_info(self.bus.in_stream, consumer)
         if info.num_ack_pending:
-            logger.warning("cluster: worker %s: partition %d's server forgot an acknowledgement; reset", self.name,
-                           partition)
+            logger.warning(
+                "cluster: worker %s: partition %d's server forgot an acknowledgement; reset", self.name, partition
+            )
             await self.bus.js.reset_consumer(self.bus.in_stream, consumer)
 
     async def _keep_alive(self, msg: Any) -> None:
@@ -725,11 +771,17 @@ class Worker:
     async def publish_reply(self, session: Session, chain: MessageChain, reply_id: str | None) -> KiraIMSentResult:
         """Send `chain` through the gateway holding `session`'s connection; see `RemoteAdapter`."""
         if reply_id is not None and not self.owns(session.sid):  # a turn that outlived this worker's lease
-            return KiraIMSentResult(chain, session, ok=False, error="not sent: the session's partition moved to "
-                                                                    "another worker, which answers it")
+            return KiraIMSentResult(
+                chain,
+                session,
+                ok=False,
+                error="not sent: the session's partition moved to another worker, which answers it",
+            )
         gateway = self._gateway_for(session)
         if gateway is None:
-            return KiraIMSentResult(chain, session, ok=False, error=f"no gateway serves adapter {session.adapter_name!r}")
+            return KiraIMSentResult(
+                chain, session, ok=False, error=f"no gateway serves adapter {session.adapter_name!r}"
+            )
         reply_id = reply_id or f"push-{_token()}"
         token = _token()
         waiting = self.cluster.receipt_timeout > 0
@@ -751,10 +803,15 @@ class Worker:
                 return KiraIMSentResult(chain, session, ok=True)
             try:
                 receipt = await asyncio.wait_for(future, self.cluster.receipt_timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 return KiraIMSentResult(chain, session, ok=True)  # queued for the gateway; its receipt is late
-            return KiraIMSentResult(chain, session, ok=bool(receipt.get("ok")),
-                                    message_id=str(receipt.get("message_id") or ""), error=receipt.get("error"))
+            return KiraIMSentResult(
+                chain,
+                session,
+                ok=bool(receipt.get("ok")),
+                message_id=str(receipt.get("message_id") or ""),
+                error=receipt.get("error"),
+            )
         finally:
             self._receipts.pop(token, None)
 
@@ -774,4 +831,3 @@ async def _ack(msg: Any) -> None:
 
 def _token() -> str:
     return hashlib.blake2b(str((time.time_ns(), id(object()))).encode(), digest_size=9).hexdigest()
-

@@ -7,7 +7,6 @@ each facade does here and what it cannot do.
 """
 
 from core.kira._config import KiraConfigView, kira_shaped_config
-from core.kira._stickers import STICKER_EXTENSIONS, StickerManager
 from core.kira._runtime import (
     AdapterManagerFacade,
     AdapterView,
@@ -22,6 +21,7 @@ from core.kira._runtime import (
     SessionBufferView,
     SessionManagerFacade,
 )
+from core.kira._stickers import STICKER_EXTENSIONS, StickerManager
 
 __all__ = [
     "KiraRuntimeImpl",

@@ -24,15 +24,22 @@ class OneBotClient:
     def __init__(self, adapter: OneBotAdapter) -> None:
         self.adapter = adapter
 
-    async def send_action(self, action: str, params: dict[str, Any] | None = None, timeout: float = 10.0) -> dict[str, Any]:
+    async def send_action(
+        self, action: str, params: dict[str, Any] | None = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
         """Run the OneBot action `action` with `params` and return the response dict."""
         name = action.replace("/", "")  # as KiraAI: "/get_msg" and "get_msg" are one action
         try:
             data = await asyncio.wait_for(self.adapter.call_action(name, **dict(params or {})), timeout)
         except ActionFailed as failed:
-            return {"status": "failed", "retcode": failed.retcode, "data": None, "message": failed.wording,
-                    "wording": failed.wording}
-        except (ActionTimeout, asyncio.TimeoutError):
+            return {
+                "status": "failed",
+                "retcode": failed.retcode,
+                "data": None,
+                "message": failed.wording,
+                "wording": failed.wording,
+            }
+        except (TimeoutError, ActionTimeout):
             raise TimeoutError(f"OneBot action {name} got no answer within {timeout} s") from None
         return {"status": "ok", "retcode": 0, "data": data}
 

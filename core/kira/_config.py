@@ -92,8 +92,13 @@ def kira_shaped_config(app: KiraApp) -> dict[str, Any]:
             "default_video": None,
         },
         "adapters": {
-            a.adapter_name: {"name": a.adapter_name, "platform": a.type, "enabled": a.enabled, "desc": "",
-                             "config": dict(a.options)}
+            a.adapter_name: {
+                "name": a.adapter_name,
+                "platform": a.type,
+                "enabled": a.enabled,
+                "desc": "",
+                "config": dict(a.options),
+            }
             for a in config.adapters.instances
         },
         "network": {"pypi_mirror": None, "http_proxy": None},

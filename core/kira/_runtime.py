@@ -13,9 +13,9 @@ import asyncio
 import json
 import logging
 import threading
-from pathlib import Path
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
@@ -42,9 +42,9 @@ from core.provider.model_client import LLMModelClient, ModelInfo, ModelType
 from core.services import PluginHost
 
 if TYPE_CHECKING:  # annotations of the KiraApp protocol only
-    from core.kira._clients import OneBotClient
     from core.adapter import Adapter
     from core.config import HookchatConfig
+    from core.kira._clients import OneBotClient
     from core.plugin import PluginLoader
     from core.provider import LLMProvider
     from core.provider.agent import AgentLoop
@@ -104,8 +104,10 @@ class MustAwait:
     def _refuse(self, *_: Any) -> Any:
         self._awaited = True
         self._coro.close()
-        raise TypeError(f"{self._method} must be awaited under a cluster worker (its history is on NATS, read on "
-                        f"the event loop): write `await ctx.{self._method}(...)` (docs/kira-compat.md)")
+        raise TypeError(
+            f"{self._method} must be awaited under a cluster worker (its history is on NATS, read on "
+            f"the event loop): write `await ctx.{self._method}(...)` (docs/kira-compat.md)"
+        )
 
     __iter__ = __len__ = __getitem__ = __bool__ = __contains__ = _refuse
 
@@ -115,8 +117,9 @@ class MustAwait:
     def __del__(self) -> None:
         if not self._awaited:
             self._coro.close()
-            logger.warning("%s was called without await: it did nothing (await it under a cluster worker)",
-                           self._method)
+            logger.warning(
+                "%s was called without await: it did nothing (await it under a cluster worker)", self._method
+            )
 
 
 def _unsupported(method: str, why: str) -> Any:
@@ -167,7 +170,7 @@ class SessionBufferView:
     def pop(self, count: int = 1) -> list[KiraMessageEvent]:
         """Remove and return the `count` oldest messages (all of them when fewer are buffered)."""
         buffers = self._app.buffers
-        taken = buffers.peek(self.sid)[:max(0, count)]
+        taken = buffers.peek(self.sid)[: max(0, count)]
         for event in taken:
             buffers.remove(event)
         return taken
@@ -239,8 +242,9 @@ class MessageProcessorFacade:
 
     handle_event = _unsupported("message_processor.handle_event", "deliver events with event_bus.publish")
     handle_im_batch_message = _unsupported("message_processor.handle_im_batch_message", "use event_bus.publish")
-    send_xml_messages = _unsupported("message_processor.send_xml_messages",
-                                     "the agent loop parses and sends the model's output")
+    send_xml_messages = _unsupported(
+        "message_processor.send_xml_messages", "the agent loop parses and sends the model's output"
+    )
 
 
 # -- adapters --------------------------------------------------------------------------------------------------
@@ -272,8 +276,10 @@ class AdapterView(IMAdapter):
 
         if isinstance(self.adapter, OneBotAdapter):
             return OneBotClient(self.adapter)
-        raise NotSupportedHere("adapter.get_client",
-                               f"the {type(self.adapter).__name__} adapter has no platform client; OneBot (QQ) has one")
+        raise NotSupportedHere(
+            "adapter.get_client",
+            f"the {type(self.adapter).__name__} adapter has no platform client; OneBot (QQ) has one",
+        )
 
     def publish(self, message: Any) -> None:
         """Not supported: incoming messages enter with `await ctx.event_bus.publish(event)`."""
@@ -360,10 +366,12 @@ def _from_kira_dict(item: dict[str, Any] | OpenAIMessage | ChatMessage) -> ChatM
             arguments = json.loads(raw) if isinstance(raw, str) else dict(raw)
         except ValueError:
             arguments = {}
-        calls.append(ToolCall(function.get("name", ""), arguments, call.get("id") or "",
-                              raw if isinstance(raw, str) else None))
-    return ChatMessage(data["role"], "" if content is None else str(content), calls, data.get("tool_call_id"),
-                       data.get("name"))
+        calls.append(
+            ToolCall(function.get("name", ""), arguments, call.get("id") or "", raw if isinstance(raw, str) else None)
+        )
+    return ChatMessage(
+        data["role"], "" if content is None else str(content), calls, data.get("tool_call_id"), data.get("name")
+    )
 
 
 class AwaitableList(list):  # type: ignore[type-arg]
@@ -414,7 +422,7 @@ def _run_blocking(make: Callable[[], Coroutine[Any, Any, Any]], method: str) -> 
     def run() -> None:
         try:
             box["value"] = asyncio.run(make())
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+        except BaseException as exc:
             box["error"] = exc
 
     thread = threading.Thread(target=run, name=f"hookchat {method}")
@@ -604,7 +612,7 @@ class ProviderManagerFacade:
                 return ProviderInfo(p.name, p.name, p.type, {"base_url": p.base_url, "models": list(p.models)})
         return None
 
-    def _none(kind: str) -> Any:  # noqa: N805 - builds methods of the class body
+    def _none(kind: str) -> Any:
         def get(self: ProviderManagerFacade) -> Any:
             raise ValueError(f"default_{kind} not set: hookchat has no {kind} models")
 
@@ -690,8 +698,9 @@ class EventBusFacade:
         elif isinstance(event, KiraCustomEvent):
             await self._app.plugins.engine.dispatch(custom_event_name(event.name), event)
         else:
-            raise NotSupportedHere(f"event_bus.publish({type(event).__name__})",
-                                   "message, batch and custom events can be published")
+            raise NotSupportedHere(
+                f"event_bus.publish({type(event).__name__})", "message, batch and custom events can be published"
+            )
 
     subscribe = _unsupported("event_bus.subscribe", "listen with @on hooks")
     unsubscribe = _unsupported("event_bus.unsubscribe", "listen with @on hooks")

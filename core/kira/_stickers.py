@@ -34,13 +34,17 @@ def _read(folder: Path) -> dict[str, dict[str, Any]]:
         try:
             raw = json.loads(index.read_text("utf-8"))
         except ValueError as exc:
-            logger.error("sticker index %s is not valid JSON (%s): its stickers are not offered; fix the file", index,
-                         exc)
+            logger.error(
+                "sticker index %s is not valid JSON (%s): its stickers are not offered; fix the file", index, exc
+            )
             raw = {}
-        for sid, entry in (raw.items() if isinstance(raw, dict) else ()):
+        for sid, entry in raw.items() if isinstance(raw, dict) else ():
             if isinstance(entry, dict) and isinstance(entry.get("path"), str):
-                stickers[str(sid)] = {"desc": str(entry.get("desc") or ""), "path": entry["path"],
-                                      "extra": dict(entry.get("extra") or {})}
+                stickers[str(sid)] = {
+                    "desc": str(entry.get("desc") or ""),
+                    "path": entry["path"],
+                    "extra": dict(entry.get("extra") or {}),
+                }
     named = {entry["path"] for entry in stickers.values()}
     for file in sorted(folder.iterdir()):
         if file.suffix.lower() in STICKER_EXTENSIONS and file.name not in named and file.stem not in stickers:
@@ -97,8 +101,11 @@ class StickerManager:
             self._callbacks.remove(callback)
 
     async def _save(self) -> None:
-        text = json.dumps({sid: {"desc": e["desc"], "path": e["path"], "extra": e["extra"]}
-                           for sid, e in self._stickers.items()}, ensure_ascii=False, indent=2)
+        text = json.dumps(
+            {sid: {"desc": e["desc"], "path": e["path"], "extra": e["extra"]} for sid, e in self._stickers.items()},
+            ensure_ascii=False,
+            indent=2,
+        )
         await anyio.to_thread.run_sync((self.folder / INDEX).write_text, text, "utf-8")
 
     async def register_sticker(self, filename: str, desc: str, sticker_id: str | None = None) -> None:
@@ -133,8 +140,9 @@ class StickerManager:
 
     async def add_sticker(self, *args: Any, **kwargs: Any) -> Any:
         """Refused: KiraAI's web upload; copy the picture into the sticker folder (or `register_sticker` it)."""
-        raise NotSupportedHere("sticker_manager.add_sticker",
-                               "copy the picture into the sticker folder, then register_sticker it")
+        raise NotSupportedHere(
+            "sticker_manager.add_sticker", "copy the picture into the sticker folder, then register_sticker it"
+        )
 
     def get_sticker_extra(self, sticker_id: str, key: str | int | None = None) -> Any:
         """A sticker's extra data (one key of it with `key`)."""

@@ -17,8 +17,20 @@ from core.mcp._skills import SKILL_FILE, Skill, SkillCatalog, SkillError, SkillF
 # The names below need the MCP SDK (and starlette, for serving): they are imported on first use (PEP 562), so
 # `import core.app` and a plugin's tests do not load the SDK unless a server is configured or tools are served.
 _LAZY = {
-    **dict.fromkeys(("MAX_DESCRIPTION", "MAX_SCHEMA_BYTES", "MAX_TOOLS", "OWNER_PREFIX", "McpConnection", "McpTool",
-                     "ServerState", "ToolListing", "expand_env"), "core.mcp._connection"),
+    **dict.fromkeys(
+        (
+            "MAX_DESCRIPTION",
+            "MAX_SCHEMA_BYTES",
+            "MAX_TOOLS",
+            "OWNER_PREFIX",
+            "McpConnection",
+            "McpTool",
+            "ServerState",
+            "ToolListing",
+            "expand_env",
+        ),
+        "core.mcp._connection",
+    ),
     **dict.fromkeys(("LOOPBACK_HOSTS", "McpHttpListener", "McpServeError", "McpToolServer"), "core.mcp._serve"),
     **dict.fromkeys(("MAX_MEDIA_BASE64", "MAX_RESULT_CHARS", "to_tool_result"), "core.mcp._results"),
 }

@@ -38,8 +38,18 @@ from core.utils.log import get_logger
 from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool, ToolDefinitionError
 
-__all__ = ["McpConnection", "McpTool", "ServerState", "ToolListing", "McpConfigError", "expand_env",
-           "OWNER_PREFIX", "MAX_TOOLS", "MAX_DESCRIPTION", "MAX_SCHEMA_BYTES"]
+__all__ = [
+    "McpConnection",
+    "McpTool",
+    "ServerState",
+    "ToolListing",
+    "McpConfigError",
+    "expand_env",
+    "OWNER_PREFIX",
+    "MAX_TOOLS",
+    "MAX_DESCRIPTION",
+    "MAX_SCHEMA_BYTES",
+]
 
 logger = get_logger("mcp")
 
@@ -102,8 +112,9 @@ def expand_env(value: str, where: str, env: dict[str, str] | None = None) -> str
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in source:
-            raise McpConfigError(f"{where}: the environment variable {name} is not set (export it, or remove "
-                                 f"${{{name}}} from the value)")
+            raise McpConfigError(
+                f"{where}: the environment variable {name} is not set (export it, or remove ${{{name}}} from the value)"
+            )
         return source[name]
 
     return _ENV_REF.sub(replace, value)
@@ -114,8 +125,15 @@ class McpTool(BaseTool):
 
     remote = True
 
-    def __init__(self, connection: McpConnection, remote_name: str, name: str, description: str,
-                 parameters: dict[str, Any], timeout: float) -> None:
+    def __init__(
+        self,
+        connection: McpConnection,
+        remote_name: str,
+        name: str,
+        description: str,
+        parameters: dict[str, Any],
+        timeout: float,
+    ) -> None:
         self.connection = connection
         self.remote_name = remote_name
         self.name, self.description, self.parameters, self.timeout = name, description, parameters, timeout
@@ -155,8 +173,14 @@ class McpConnection:
     first call; without a cache it connects at start to learn them.
     """
 
-    def __init__(self, config: McpServerConfig, tools: OwnedRegistry[BaseTool], *, data_dir: Path | None = None,
-                 source: str = "hookchat.toml") -> None:
+    def __init__(
+        self,
+        config: McpServerConfig,
+        tools: OwnedRegistry[BaseTool],
+        *,
+        data_dir: Path | None = None,
+        source: str = "hookchat.toml",
+    ) -> None:
         self.config = config
         self.tools = tools
         self.source = source
@@ -273,7 +297,7 @@ class McpConnection:
                         if not self._flags.stop:
                             self.last_error = "the server closed the connection"
                             logger.warning("MCP server %r closed the connection; reconnecting", self.name)
-                    except Exception as exc:  # noqa: BLE001 - any failure of a server is a reason to retry
+                    except Exception as exc:
                         self.last_error = _describe(exc)
                         logger.warning("MCP server %r: %s; retrying in %g s", self.name, self.last_error, delay)
                     finally:
@@ -315,9 +339,12 @@ class McpConnection:
 
                 async with anyio.create_task_group() as group:
                     group.start_soon(pump)
-                    async with ClientSession(inbox, write, message_handler=self._on_message,
-                                             client_info=types.Implementation(name="hookchat",
-                                                                              version=__version__)) as session:
+                    async with ClientSession(
+                        inbox,
+                        write,
+                        message_handler=self._on_message,
+                        client_info=types.Implementation(name="hookchat", version=__version__),
+                    ) as session:
                         init = await session.initialize()
                         self.server_info = f"{init.server_info.name} {init.server_info.version}".strip()
                         await self._list_tools(session)
@@ -328,8 +355,12 @@ class McpConnection:
                         self.last_error = None
                         self._ready.set()
                         self._first_attempt.set()
-                        logger.info("MCP server %r ready (%s): %d tool(s)", self.name, self.server_info,
-                                    sum(t.status == "offered" for t in self.listings))
+                        logger.info(
+                            "MCP server %r ready (%s): %d tool(s)",
+                            self.name,
+                            self.server_info,
+                            sum(t.status == "offered" for t in self.listings),
+                        )
                         await self._serve(session, flags)
                     group.cancel_scope.cancel()
         if connecting.cancelled_caught:
@@ -366,12 +397,15 @@ class McpConnection:
             command, args = cfg.command, list(cfg.args)
             path = {**os.environ, **env}.get("PATH", os.defpath)
             if shutil.which(command, path=path) is None:  # said here: behind the launcher it would read "closed"
-                raise McpConfigError(f"{where}: command {command!r} not found (not a file, or not on PATH); install "
-                                     "it or give its full path")
+                raise McpConfigError(
+                    f"{where}: command {command!r} not found (not a file, or not on PATH); install "
+                    "it or give its full path"
+                )
             if os.name == "posix":  # the launcher ties the server's process group to this process (see it)
                 command, args = sys.executable, ["-I", "-S", str(_LAUNCHER), str(os.getpid()), "--", command, *args]
-            params = StdioServerParameters(command=command, args=args, env=env or None,
-                                           cwd=str(cfg.cwd) if cfg.cwd else None)
+            params = StdioServerParameters(
+                command=command, args=args, env=env or None, cwd=str(cfg.cwd) if cfg.cwd else None
+            )
             async with self._stderr_log() as errlog:
                 async with stdio_client(params, errlog=errlog) as streams:
                     yield streams
@@ -384,8 +418,9 @@ class McpConnection:
             return
         timeout = httpx2.Timeout(cfg.connect_timeout, read=max(cfg.timeout, 300.0))
         async with httpx2.AsyncClient(headers=headers, timeout=timeout) as client:
-            async with streamable_http_client(cfg.url, http_client=client,
-                                              max_sse_event_size=MAX_MESSAGE_BYTES) as streams:
+            async with streamable_http_client(
+                cfg.url, http_client=client, max_sse_event_size=MAX_MESSAGE_BYTES
+            ) as streams:
                 yield streams
 
     @asynccontextmanager
@@ -428,8 +463,9 @@ class McpConnection:
         listings: list[ToolListing] = []
         for index, tool in enumerate(listed):
             if index >= MAX_TOOLS:
-                listings.append(ToolListing(tool.name, "", "refused", f"over the {MAX_TOOLS} tools taken from "
-                                                                      "one server"))
+                listings.append(
+                    ToolListing(tool.name, "", "refused", f"over the {MAX_TOOLS} tools taken from one server")
+                )
                 continue
             listings.append(self._offer_one(tool))
         self.listings = listings
@@ -439,12 +475,18 @@ class McpConnection:
         schema = tool.input_schema
         size = len(json.dumps(schema, default=repr))
         if size > MAX_SCHEMA_BYTES:
-            return self._refuse(tool.name, f"its parameters schema is {size // 1024} KiB, over "
-                                           f"{MAX_SCHEMA_BYTES // 1024} KiB")
+            return self._refuse(
+                tool.name, f"its parameters schema is {size // 1024} KiB, over {MAX_SCHEMA_BYTES // 1024} KiB"
+            )
         description = tool.description or tool.title or ""
         if len(description) > MAX_DESCRIPTION:
-            logger.warning("MCP server %r: the description of tool %r is %d characters; the first %d are offered",
-                           cfg.name, tool.name, len(description), MAX_DESCRIPTION)
+            logger.warning(
+                "MCP server %r: the description of tool %r is %d characters; the first %d are offered",
+                cfg.name,
+                tool.name,
+                len(description),
+                MAX_DESCRIPTION,
+            )
             description = description[:MAX_DESCRIPTION] + " [description cut]"
         wanted = f"{cfg.tool_prefix}{tool.name}"
         names = [wanted]
@@ -529,14 +571,18 @@ class McpConnection:
                 answer = await session.call_tool(remote_name, arguments, read_timeout_seconds=timeout)
             except MCPError as exc:
                 if exc.code == types.CONNECTION_CLOSED:
-                    result = _error(f"the MCP server {self.name!r} closed the connection during the call (it is "
-                                    "being restarted); the call may or may not have taken effect")
+                    result = _error(
+                        f"the MCP server {self.name!r} closed the connection during the call (it is "
+                        "being restarted); the call may or may not have taken effect"
+                    )
                 else:
                     result = _error(f"the MCP server {self.name!r} answered with an error: {exc.error.message}")
                 return result
             except (ValueError, RuntimeError) as exc:  # a malformed answer (pydantic), an invalid structured one
-                result = _error(f"the MCP server {self.name!r} answered with something that is not a valid tool "
-                                f"result: {_describe(exc)}")
+                result = _error(
+                    f"the MCP server {self.name!r} answered with something that is not a valid tool "
+                    f"result: {_describe(exc)}"
+                )
                 return result
             result = to_tool_result(answer)
             outcome = "error" if result.is_error else "ok"
@@ -547,8 +593,15 @@ class McpConnection:
         finally:
             trace = current_trace()
             if trace is not None:
-                trace.add("mcp", started, server=self.name, tool=remote_name, arguments=arguments,
-                          outcome=outcome, error=result.text[:500] if result is not None and result.is_error else None)
+                trace.add(
+                    "mcp",
+                    started,
+                    server=self.name,
+                    tool=remote_name,
+                    arguments=arguments,
+                    outcome=outcome,
+                    error=result.text[:500] if result is not None and result.is_error else None,
+                )
 
 
 def _error(text: str) -> ToolResult:
@@ -565,5 +618,3 @@ def _describe(exc: BaseException) -> str:
         return f"cannot start it: {exc.strerror or exc} ({exc.filename})"
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}" if not isinstance(exc, TimeoutError | McpConfigError) else text
-
-

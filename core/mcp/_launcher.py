@@ -52,9 +52,15 @@ def _too_long(head: bytes, size: int) -> bytes:
     found = _ID.search(head)
     if found is None:
         return b""
-    error = {"jsonrpc": "2.0", "id": json.loads(found.group(1)),
-             "error": {"code": -32603, "message": f"the server's answer was {size} bytes or more, over the "
-                                                  f"{MAX_LINE} bytes hookchat accepts from one message"}}
+    error = {
+        "jsonrpc": "2.0",
+        "id": json.loads(found.group(1)),
+        "error": {
+            "code": -32603,
+            "message": f"the server's answer was {size} bytes or more, over the "
+            f"{MAX_LINE} bytes hookchat accepts from one message",
+        },
+    }
     return json.dumps(error).encode() + b"\n"
 
 
@@ -71,7 +77,7 @@ def relay(source: int, target: int) -> None:
         start = 0
         while start < len(chunk):
             end = chunk.find(b"\n", start)
-            piece = chunk[start:] if end < 0 else chunk[start:end + 1]
+            piece = chunk[start:] if end < 0 else chunk[start : end + 1]
             start = len(chunk) if end < 0 else end + 1
             if dropping:
                 size += len(piece)
@@ -92,7 +98,7 @@ def relay(source: int, target: int) -> None:
 def _write_all(target: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(target, view):]
+        view = view[os.write(target, view) :]
 
 
 def main(argv: list[str]) -> int:

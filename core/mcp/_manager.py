@@ -54,8 +54,10 @@ def read_servers_file(path: Path) -> list[McpServerConfig]:
         try:
             out.append(McpServerConfig.model_validate({"name": name, **fields}, context={"base_dir": path.parent}))
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg'].removeprefix('Value error, ')}"
-                                 for e in exc.errors(include_url=False, include_input=False))
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg'].removeprefix('Value error, ')}"
+                for e in exc.errors(include_url=False, include_input=False)
+            )
             raise McpConfigError(f"{path}: mcpServers.{name}: {problems}") from None
     return out
 
@@ -68,8 +70,7 @@ class McpManager:
     server that fails is reported in its status and retried; it never stops the app from starting.
     """
 
-    def __init__(self, config: HookchatConfig, tools: OwnedRegistry[BaseTool], *, data_dir: Path | None = None
-                 ) -> None:
+    def __init__(self, config: HookchatConfig, tools: OwnedRegistry[BaseTool], *, data_dir: Path | None = None) -> None:
         self.config = config
         self.tools = tools
         self.data_dir = data_dir if data_dir is not None else Path(config.data.dir)
@@ -87,8 +88,10 @@ class McpManager:
             taken = {s.name for s in servers}
             twice = sorted(s.name for s in from_file if s.name in taken)
             if twice:
-                raise McpConfigError(f"{file}: MCP server(s) {', '.join(twice)} are also in [[mcp.servers]] of "
-                                     f"{self.config.source}: give each name once")
+                raise McpConfigError(
+                    f"{file}: MCP server(s) {', '.join(twice)} are also in [[mcp.servers]] of "
+                    f"{self.config.source}: give each name once"
+                )
             servers.extend(from_file)
         return servers
 
@@ -104,8 +107,9 @@ class McpManager:
         from core.mcp._connection import McpConnection
 
         for server in servers:
-            self.connections[server.name] = McpConnection(server, self.tools, data_dir=self.data_dir,
-                                                          source=self.config.source)
+            self.connections[server.name] = McpConnection(
+                server, self.tools, data_dir=self.data_dir, source=self.config.source
+            )
         ready = anyio.Event()
         self._closing = anyio.Event()
 

@@ -25,8 +25,10 @@ MAX_MEDIA_BASE64 = 2 * 1024 * 1024
 def _media(block: types.ImageContent | types.AudioContent, index: int, notes: list[str]) -> BaseMessageElement | None:
     kind = "picture" if isinstance(block, types.ImageContent) else "audio"
     if len(block.data) > MAX_MEDIA_BASE64:
-        notes.append(f"[note: {kind} {index + 1} ({len(block.data) // 1024} KiB of base64) was dropped: over the "
-                     f"{MAX_MEDIA_BASE64 // 1024} KiB an MCP tool may return]")
+        notes.append(
+            f"[note: {kind} {index + 1} ({len(block.data) // 1024} KiB of base64) was dropped: over the "
+            f"{MAX_MEDIA_BASE64 // 1024} KiB an MCP tool may return]"
+        )
         return None
     extension = block.mime_type.partition("/")[2].split(";")[0].strip() or "bin"
     name = f"mcp_{kind}_{index + 1}.{extension}"
@@ -63,8 +65,10 @@ def to_tool_result(result: types.CallToolResult) -> ToolResult:
         texts.append(_json(result.structured_content))
     text = "\n".join(texts)
     if len(text) > MAX_RESULT_CHARS:
-        text = (text[:MAX_RESULT_CHARS] + f"\n[cut: the result was {len(text)} characters; the first "
-                f"{MAX_RESULT_CHARS} are shown]")
+        text = (
+            text[:MAX_RESULT_CHARS] + f"\n[cut: the result was {len(text)} characters; the first "
+            f"{MAX_RESULT_CHARS} are shown]"
+        )
     if notes:
         text = "\n".join([text, *notes]) if text else "\n".join(notes)
     if result.is_error:

@@ -7,9 +7,9 @@ as in a turn; tools of MCP servers and remote tools are not served again. HTTP a
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import secrets
-import contextlib
 from typing import Any
 
 import anyio
@@ -57,8 +57,11 @@ class _BearerGate:
             headers = dict(scope.get("headers") or [])
             scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):
-                response = JSONResponse({"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
-                                        status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                response = JSONResponse(
+                    {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
@@ -73,13 +76,19 @@ class McpToolServer:
 
     def offered(self) -> list[BaseTool]:
         """The tools served: every global tool (no role) whose owner is a plugin."""
-        return [tool for tool in visible_tools(self.tools, None)
-                if tool.role is None and not str(tool.owner or "").startswith((OWNER_PREFIX, remote_owner("")))]
+        return [
+            tool
+            for tool in visible_tools(self.tools, None)
+            if tool.role is None and not str(tool.owner or "").startswith((OWNER_PREFIX, remote_owner("")))
+        ]
 
     async def _list_tools(self, ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[
-            types.Tool(name=tool.name, description=tool.description or None, input_schema=tool.parameters)
-            for tool in self.offered()])
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=tool.name, description=tool.description or None, input_schema=tool.parameters)
+                for tool in self.offered()
+            ]
+        )
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         tool = next((t for t in self.offered() if t.name == params.name), None)
@@ -88,8 +97,9 @@ class McpToolServer:
         arguments = dict(params.arguments or {})
         try:
             with anyio.fail_after(tool.timeout):
-                problems = await anyio.to_thread.run_sync(schema_errors, tool.parameters, arguments,
-                                                          abandon_on_cancel=True)
+                problems = await anyio.to_thread.run_sync(
+                    schema_errors, tool.parameters, arguments, abandon_on_cancel=True
+                )
                 if problems:
                     return _error(f"invalid arguments for {tool.name}: {'; '.join(problems)}")
                 output = await tool.invoke(None, arguments)  # no chat event: the call comes from outside a turn
@@ -97,7 +107,7 @@ class McpToolServer:
             return _error(f"the tool {tool.name} did not answer within {tool.timeout:g} s")
         except UnusableSchemaError:
             return _error(f"the tool {tool.name} cannot be called: its parameters schema is broken")
-        except Exception as exc:  # noqa: BLE001 - the client sees the failure, the server goes on
+        except Exception as exc:
             logger.exception("tool %s (plugin %r) raised when called over MCP", tool.name, tool.owner)
             return _error(f"the tool {tool.name} failed: {type(exc).__name__}: {exc}")
         result = to_tool_result(output)
@@ -122,8 +132,10 @@ class McpToolServer:
         made now (read it from `.token`) on loopback. Beyond loopback a token must be given."""
         if token is None:
             if not _is_loopback(host):
-                raise McpServeError(f"hookchat mcp serve is bound to {host}, beyond this machine: give it a token "
-                                    "(set HOOKCHAT_MCP_TOKEN), or bind to 127.0.0.1")
+                raise McpServeError(
+                    f"hookchat mcp serve is bound to {host}, beyond this machine: give it a token "
+                    "(set HOOKCHAT_MCP_TOKEN), or bind to 127.0.0.1"
+                )
             token = secrets.token_urlsafe(24)
         return McpHttpListener(self.server, host, port, token)
 
@@ -138,8 +150,11 @@ class McpHttpListener:
         self.host = host
         self.token = token
         allowed = ["127.0.0.1:*", "localhost:*", "[::1]:*"] if _is_loopback(host) else [f"{host}:*"]
-        security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed,
-                                             allowed_origins=[f"http://{h}" for h in allowed])
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=allowed,
+            allowed_origins=[f"http://{h}" for h in allowed],
+        )
         app = server.streamable_http_app(host=host, transport_security=security)
         self.http = EmbeddedServer(_BearerGate(app, token), host, port, name="mcp serve")
         self._stack: contextlib.AsyncExitStack | None = None
@@ -166,4 +181,3 @@ class McpHttpListener:
 
 def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(text=f"error: {text}")], is_error=True)
-

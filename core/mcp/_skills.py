@@ -60,8 +60,10 @@ def parse_skill(folder: Path) -> Skill:
         raise SkillError(f"{file}: cannot be read: {exc}") from None
     found = _FRONT_MATTER.match(text)
     if found is None:
-        raise SkillError(f"{file}: no front matter: start the file with a '---' line, then 'name: ...' and "
-                         "'description: ...', then '---'")
+        raise SkillError(
+            f"{file}: no front matter: start the file with a '---' line, then 'name: ...' and "
+            "'description: ...', then '---'"
+        )
     try:
         data = yaml.safe_load(found.group(1))
     except yaml.YAMLError as exc:
@@ -96,8 +98,11 @@ class SkillCatalog:
         skills: dict[str, Skill] = {}
         errors: list[str] = []
         root = Path(self.config.dir)
-        folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))) \
-            if root.is_dir() else []
+        folders = (
+            sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+            if root.is_dir()
+            else []
+        )
         for folder in folders:
             try:
                 skill = parse_skill(folder)
@@ -106,8 +111,10 @@ class SkillCatalog:
                 logger.error("skill skipped: %s", exc)
                 continue
             if skill.name in skills:
-                errors.append(f"{folder / SKILL_FILE}: name {skill.name!r} is also used by "
-                              f"{skills[skill.name].folder / SKILL_FILE}; give each skill its own name")
+                errors.append(
+                    f"{folder / SKILL_FILE}: name {skill.name!r} is also used by "
+                    f"{skills[skill.name].folder / SKILL_FILE}; give each skill its own name"
+                )
                 logger.error("skill skipped: %s", errors[-1])
                 continue
             skills[skill.name] = skill
@@ -132,11 +139,13 @@ class SkillCatalog:
 
     def prompt(self, skills: list[Skill]) -> str:
         """The `skills` system-prompt section listing `skills` and how to use them."""
-        lines = ["## Skills",
-                 "You have skills: instructions for particular tasks. Before answering, look at their descriptions.",
-                 f"If one clearly applies, read its {SKILL_FILE} with the read_skill_file tool and follow it; read "
-                 "other files of that skill only when its instructions point to them. If none applies, read nothing.",
-                 "Available skills:"]
+        lines = [
+            "## Skills",
+            "You have skills: instructions for particular tasks. Before answering, look at their descriptions.",
+            f"If one clearly applies, read its {SKILL_FILE} with the read_skill_file tool and follow it; read "
+            "other files of that skill only when its instructions point to them. If none applies, read nothing.",
+            "Available skills:",
+        ]
         lines += [f"- {s.name}: {s.description}" for s in skills]
         return "\n".join(lines)
 
@@ -151,8 +160,10 @@ class SkillCatalog:
         except MediaPathError as exc:
             # The reason (with real paths) is for the log; the model learns only that the path is not in the skill.
             logger.warning("read_skill_file refused for skill %r: %s", name, exc)
-            raise SkillError(f"skill {name!r}: {path!r} is not a file inside the skill's folder (paths are "
-                             f"relative to it, e.g. {SKILL_FILE})") from None
+            raise SkillError(
+                f"skill {name!r}: {path!r} is not a file inside the skill's folder (paths are "
+                f"relative to it, e.g. {SKILL_FILE})"
+            ) from None
         text = real.read_text(encoding="utf-8", errors="replace")
         if len(text) > MAX_SKILL_FILE_CHARS:
             text = text[:MAX_SKILL_FILE_CHARS] + f"\n[cut: the file has {len(text)} characters]"
@@ -168,13 +179,16 @@ class SkillFileTool(BaseTool):
     def __init__(self, catalog: SkillCatalog, skills: list[Skill]) -> None:
         self.catalog = catalog
         self.allowed = [s.name for s in skills]
-        self.description = (f"Read a file of a skill: its {SKILL_FILE} first, then files it names (paths relative to "
-                            "the skill's folder).")
+        self.description = (
+            f"Read a file of a skill: its {SKILL_FILE} first, then files it names (paths relative to "
+            "the skill's folder)."
+        )
         self.parameters = {
             "type": "object",
-            "properties": {"skill": {"type": "string", "enum": self.allowed},
-                           "path": {"type": "string", "description": f"relative to the skill's folder; default "
-                                                                     f"{SKILL_FILE}"}},
+            "properties": {
+                "skill": {"type": "string", "enum": self.allowed},
+                "path": {"type": "string", "description": f"relative to the skill's folder; default {SKILL_FILE}"},
+            },
             "required": ["skill"],
         }
         super().__init__()

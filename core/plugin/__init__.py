@@ -6,6 +6,7 @@ Everything a plugin author imports lives here; the modules starting with `_` are
 """
 
 from core.plugin._base import BasePlugin, Manifest, PluginContext
+from core.plugin._decorators import on, register, register_tool
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
 from core.plugin._events import EventType, Priority, custom_event_name, priority_name
 from core.plugin._ids import check_plugin_id, module_name_for
@@ -18,7 +19,6 @@ from core.plugin._loader import (
     PluginSource,
     PluginStatus,
 )
-from core.plugin._decorators import on, register, register_tool
 from core.plugin._web import PageMenu, PluginPage, PluginPageSource, WebDeclaration, web_declarations
 from core.services import PluginConfigError
 from core.utils import signals

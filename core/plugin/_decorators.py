@@ -134,8 +134,11 @@ def _takes_chain_and_result(fn: Callable[..., Any]) -> bool:
     chain (`chain`, `message_chain`, `action`...) means KiraAI's form; annotated `KiraIMSentResult` or named
     otherwise with no second parameter after it, hookchat's; two named parameters after `event`, KiraAI's. A hook
     that takes them only through `*args` gets hookchat's `(event, result)`."""
-    params = [p for p in list(inspect.signature(fn).parameters.values())[2:]
-              if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params = [
+        p
+        for p in list(inspect.signature(fn).parameters.values())[2:]
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
     if not params:
         return False
     annotation = params[0].annotation
@@ -289,7 +292,6 @@ class _Register:
 
         return decorate
 
-
     # -- KiraAI's web declarations: recorded on the method for the web console (see core.plugin._web) ----------
 
     def page(self, route: str, auth: bool = True, menu: PageMenu | dict[str, Any] | None = None) -> Callable[[F], F]:
@@ -308,8 +310,9 @@ class _Register:
         """Declare a static directory (relative to the plugin's folder) at `/page/plugin/<plugin_id><path>`."""
         return declare_web("static", path, False, directory=directory, html=html)
 
-    def widget(self, label: str | dict[str, str], icon: str = "Box", color: str = "blue", order: int = 100,
-               size: str = "small") -> Callable[[F], F]:
+    def widget(
+        self, label: str | dict[str, str], icon: str = "Box", color: str = "blue", order: int = 100, size: str = "small"
+    ) -> Callable[[F], F]:
         """Declare an overview widget; the (sync) method returns its text or, for `size="wide"`, HTML."""
         return declare_web("widget", "", False, label=label, icon=icon, color=color, order=order, size=size)
 
@@ -324,4 +327,3 @@ register = _Register()
 
 #: Alias of `register.tool`, for plugins written as `@register_tool(...)`.
 register_tool = register.tool
-

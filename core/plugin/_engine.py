@@ -27,8 +27,8 @@ from typing import Any
 import pluggy
 
 from core.chat import KiraExceptionEvent
-from core.plugin._events import EventType, event_arguments, pipeline_order
 from core.plugin._decorators import HOOK_ATTR, PROJECT, HookMeta
+from core.plugin._events import EventType, event_arguments, pipeline_order
 from core.trace import Tracer, clock
 from core.utils.declarations import declared
 from core.utils.log import logger
@@ -271,13 +271,14 @@ class HookEngine(pluggy.PluginManager):
                     if expired is not None:
                         if not self._absorb_timeout(task):
                             raise
-                        await self._report(expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"),
-                                           event)
+                        await self._report(
+                            expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"), event
+                        )
                     elif task is None or task.cancelling():
                         raise  # a cancellation of this dispatch, from outside
                     else:  # a CancelledError nobody requested: the hook raised it
                         await self._report(entry, exc, event)
-                except Exception as exc:  # noqa: BLE001 - isolation is the point
+                except Exception as exc:
                     await self._report(entry, exc, event)
                 except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit of plugin code
                     if must_propagate(exc):  # a real Ctrl-C
@@ -366,7 +367,9 @@ class HookEngine(pluggy.PluginManager):
         self._watchdog = loop.create_task(self._watch_deadlines(), name="hookchat-hook-watchdog")
         if self._stall_thread is None or not self._stall_thread.is_alive():
             self._stop_thread.clear()
-            self._stall_thread = threading.Thread(target=self._watch_stalls, name="hookchat-stall-watchdog", daemon=True)
+            self._stall_thread = threading.Thread(
+                target=self._watch_stalls, name="hookchat-stall-watchdog", daemon=True
+            )
             self._stall_thread.start()
 
     def _tick(self) -> float:
@@ -418,15 +421,24 @@ class HookEngine(pluggy.PluginManager):
         plugin's hooks no more, and tell the owner of the blocked task (`hook_stuck`), which abandons it: a turn
         scheduler hands the session to a new worker; the task stays blocked in the hook until it returns, and
         shutdown abandons it."""
-        reason = (f"hook {entry.hook_name} ({entry.event}) ignored its cancellation at its {entry.deadline:g} s "
-                  "deadline and kept running")
-        logger.error("plugin %r is faulty: %s; its hooks will not run again until it is reloaded",
-                     entry.plugin_id, reason)
+        reason = (
+            f"hook {entry.hook_name} ({entry.event}) ignored its cancellation at its {entry.deadline:g} s "
+            "deadline and kept running"
+        )
+        logger.error(
+            "plugin %r is faulty: %s; its hooks will not run again until it is reloaded", entry.plugin_id, reason
+        )
         self.mark_faulty(entry.plugin_id, reason)
-        send(hook_failed, self, plugin_id=entry.plugin_id, hook_name=entry.hook_name, event_name=entry.event,
-             error=HookTimeout(reason), timed_out=True)
-        send(hook_stuck, self, plugin_id=entry.plugin_id, hook_name=entry.hook_name, event_name=entry.event,
-             task=task)
+        send(
+            hook_failed,
+            self,
+            plugin_id=entry.plugin_id,
+            hook_name=entry.hook_name,
+            event_name=entry.event,
+            error=HookTimeout(reason),
+            timed_out=True,
+        )
+        send(hook_stuck, self, plugin_id=entry.plugin_id, hook_name=entry.hook_name, event_name=entry.event, task=task)
 
     def _watch_stalls(self) -> None:
         """Runs in a thread: when the loop's heartbeat stops, report the hook the blocked task is running."""

@@ -30,8 +30,10 @@ def check_plugin_id(value: object) -> str:
         raise ValueError(f"a plugin id has at most {MAX_PLUGIN_ID_LENGTH} characters, not {len(value)}")
     bad = next((c for c in value if c in "/\\" or unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
     if bad is not None:
-        raise ValueError(f"plugin id {value!r} may not contain {bad!r} (path separators and control characters "
-                         "would break its data directory)")
+        raise ValueError(
+            f"plugin id {value!r} may not contain {bad!r} (path separators and control characters "
+            "would break its data directory)"
+        )
     return value
 
 

@@ -10,22 +10,30 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core.chat.message_utils import KiraCustomEvent, KiraIMMessage, KiraMessageEvent, MessageChain
 from core.chat.session import Group, Session, SessionIdError, User
-from core.plugin._events import EventType, custom_event_name
 from core.plugin._decorators import HOOK_ATTR, HookMeta
+from core.plugin._events import EventType, custom_event_name
 
 if TYPE_CHECKING:
     from core.plugin._engine import HookEngine
     from core.plugin._loader import PluginLoader as PluginManager
 
-__all__ = ["NotSupportedHere", "KiraRuntime", "PluginConfig", "KiraContextMixin", "MANAGER_NAMES",
-           "wants_whole_output", "PluginInfo", "PluginManagerFacade"]
+__all__ = [
+    "NotSupportedHere",
+    "KiraRuntime",
+    "PluginConfig",
+    "KiraContextMixin",
+    "MANAGER_NAMES",
+    "wants_whole_output",
+    "PluginInfo",
+    "PluginManagerFacade",
+]
 
 #: The manager attributes of KiraAI's `PluginContext`.
 MANAGER_NAMES = (
@@ -200,10 +208,13 @@ class PluginManagerFacade:
             return None
         manifest = source.manifest if source is not None else None
         return PluginInfo(
-            plugin_id, (manifest.display_name if manifest else "") or plugin_id,
+            plugin_id,
+            (manifest.display_name if manifest else "") or plugin_id,
             manifest.version if manifest else (status.version if status else ""),
-            manifest.author if manifest else "", manifest.description if manifest else "",
-            (manifest.core_version or None) if manifest else None, bool(source and source.builtin),
+            manifest.author if manifest else "",
+            manifest.description if manifest else "",
+            (manifest.core_version or None) if manifest else None,
+            bool(source and source.builtin),
             status.reason if status is not None and status.state == "error" else None,
             _KIRA_STATUS.get(status.state, "pending") if status is not None else "pending",
         )

@@ -33,9 +33,9 @@ import core
 from core.builtins import builtin_plugins_dir
 from core.chat import KiraLifecycleEvent
 from core.plugin._base import BasePlugin, Manifest, PluginContext
+from core.plugin._decorators import TAG_ATTR, TagMeta
 from core.plugin._engine import HookEngine
 from core.plugin._events import EventType
-from core.plugin._decorators import TAG_ATTR, TagMeta
 from core.plugin._ids import module_name_for
 from core.plugin._kira import KiraRuntime
 from core.services import PluginConfigError, PluginHost, bind_plugin, validate_config
@@ -61,8 +61,23 @@ ENTRY_POINT_GROUP = "hookchat.plugins"
 #: The manifest keys hookchat reads, and those KiraAI's manifests carry (kept, shown by the web console); any
 #: other key is reported, with the nearest of these: a misspelt `core_version` would switch the version check off.
 MANIFEST_KEYS = (
-    "plugin_id", "display_name", "version", "author", "description", "core_version", "entry_class",
-    "name", "desc", "repo", "icon", "tags", "locales", "uninstallable", "hide", "homepage", "license",
+    "plugin_id",
+    "display_name",
+    "version",
+    "author",
+    "description",
+    "core_version",
+    "entry_class",
+    "name",
+    "desc",
+    "repo",
+    "icon",
+    "tags",
+    "locales",
+    "uninstallable",
+    "hide",
+    "homepage",
+    "license",
 )
 ENTRY_MODULES = ("main.py", "plugin.py", "__init__.py")
 
@@ -213,7 +228,9 @@ class PluginLoader:
 
     # -- discovery ------------------------------------------------------------------------------------------------
 
-    def add_class(self, plugin_class: type, plugin_id: str | None = None, manifest: Manifest | None = None) -> PluginSource:
+    def add_class(
+        self, plugin_class: type, plugin_id: str | None = None, manifest: Manifest | None = None
+    ) -> PluginSource:
         """Make an in-process plugin class loadable (used by the testing kit); the id defaults to the class name."""
         pid = plugin_id or (manifest.plugin_id if manifest else _snake(plugin_class.__name__))
         source = PluginSource(pid, manifest or Manifest(plugin_id=pid), plugin_class=plugin_class)
@@ -237,8 +254,10 @@ class PluginLoader:
             if source.builtin:
                 return  # the operator's plugin of this id replaces the built-in one
             if not known.builtin:
-                problem = (f"duplicate plugin id {pid!r}: {source.origin} was refused, because {known.origin} "
-                           "has the same id; rename one of them (manifest.json \"plugin_id\")")
+                problem = (
+                    f"duplicate plugin id {pid!r}: {source.origin} was refused, because {known.origin} "
+                    'has the same id; rename one of them (manifest.json "plugin_id")'
+                )
                 logger.warning("%s", problem)
                 known.warnings.append(problem)
                 return
@@ -258,8 +277,9 @@ class PluginLoader:
                 if not (folder / "manifest.json").is_file():
                     entry = next((m for m in ("main.py", "plugin.py") if (folder / m).is_file()), None)
                     if entry is not None:  # it looks like a plugin: say why it is not loaded
-                        self._fail(folder.name, _NO_MANIFEST.format(folder=folder, entry=entry, id=folder.name),
-                                   str(folder))
+                        self._fail(
+                            folder.name, _NO_MANIFEST.format(folder=folder, entry=entry, id=folder.name), str(folder)
+                        )
                     continue
                 try:
                     source = _read_folder(folder)
@@ -295,8 +315,9 @@ class PluginLoader:
         for pid in sorted(set(self.plugin_config) - set(self._sources)):
             near = difflib.get_close_matches(pid, list(self._sources), n=1)
             hint = f"did you mean {near[0]!r}?" if near else f"plugins found: {', '.join(sorted(self._sources))}"
-            logger.warning("%s: [plugins.config.%s] configures no plugin that was found: %s", self.config_source,
-                           pid, hint)
+            logger.warning(
+                "%s: [plugins.config.%s] configures no plugin that was found: %s", self.config_source, pid, hint
+            )
         for pid in sorted(self._sources):
             if pid in self.disabled_ids or (self._is_enabled is not None and not self._is_enabled(pid)):
                 self._status[pid].state = "disabled"
@@ -326,10 +347,12 @@ class PluginLoader:
     def _loaded_now(self, loaded: _Loaded) -> PluginStatus:
         plugin_id, source = loaded.ctx.plugin_id, loaded.source
         self._loaded[plugin_id] = loaded
-        self._status[plugin_id] = PluginStatus(plugin_id, "loaded", source.origin, source.manifest.version,
-                                               compat=loaded.compat)
-        logger.info("plugin %r loaded from %s%s", plugin_id, source.origin,
-                    f" ({loaded.compat})" if loaded.compat else "")
+        self._status[plugin_id] = PluginStatus(
+            plugin_id, "loaded", source.origin, source.manifest.version, compat=loaded.compat
+        )
+        logger.info(
+            "plugin %r loaded from %s%s", plugin_id, source.origin, f" ({loaded.compat})" if loaded.compat else ""
+        )
         send(plugin_loaded, self, plugin_id=plugin_id)
         return self.status(plugin_id)  # type: ignore[return-value] - known now
 
@@ -367,8 +390,9 @@ class PluginLoader:
             # Plugin code may raise SystemExit, KeyboardInterrupt or any BaseException: that is this plugin's
             # failure, never the app's end (the caller reports it). A cancellation of the loader propagates.
             if _plugins_failure(exc):
-                await self._discard(plugin_id, instance, ctx, code.modules if forget_on_failure else [],
-                                    terminate=instance is not None)
+                await self._discard(
+                    plugin_id, instance, ctx, code.modules if forget_on_failure else [], terminate=instance is not None
+                )
             raise
         return _Loaded(code.source, instance, ctx, code.modules, code.plugin_class, code.compat, code.cfg)
 
@@ -383,8 +407,9 @@ class PluginLoader:
         await self._stop(plugin_id)
         self.disabled_ids.add(plugin_id)
         if plugin_id in self._sources:
-            self._status[plugin_id] = PluginStatus(plugin_id, "disabled", self._sources[plugin_id].origin,
-                                                   self._sources[plugin_id].manifest.version)
+            self._status[plugin_id] = PluginStatus(
+                plugin_id, "disabled", self._sources[plugin_id].origin, self._sources[plugin_id].manifest.version
+            )
 
     async def enable(self, plugin_id: str) -> PluginStatus:
         """Load a disabled (or failed) plugin."""
@@ -448,13 +473,18 @@ class PluginLoader:
         plugin_id = old.ctx.plugin_id
         self._sources[plugin_id] = old.source
         try:
-            loaded = await self._start(plugin_id, _Imported(old.source, old.plugin_class, old.modules, old.compat,
-                                                            old.cfg))
+            loaded = await self._start(
+                plugin_id, _Imported(old.source, old.plugin_class, old.modules, old.compat, old.cfg)
+            )
         except BaseException as again:
             if not _plugins_failure(again):
                 raise
-            return self._fail(plugin_id, f"the new version failed ({_reason(exc)}), and the previous one failed to "
-                              f"start again ({_reason(again)})", old.source.origin)
+            return self._fail(
+                plugin_id,
+                f"the new version failed ({_reason(exc)}), and the previous one failed to "
+                f"start again ({_reason(again)})",
+                old.source.origin,
+            )
         self._loaded_now(loaded)
         return self._keep_old(plugin_id, exc, "was started again")
 
@@ -493,13 +523,25 @@ class PluginLoader:
         loaded = self._loaded.pop(plugin_id, None)
         if loaded is None:
             return
-        await self._discard(plugin_id, loaded.instance, loaded.ctx, loaded.modules if forget_modules else [],
-                            terminate=True, deadline=deadline)
+        await self._discard(
+            plugin_id,
+            loaded.instance,
+            loaded.ctx,
+            loaded.modules if forget_modules else [],
+            terminate=True,
+            deadline=deadline,
+        )
         logger.info("plugin %r stopped", plugin_id)
         send(plugin_unloaded, self, plugin_id=plugin_id)
 
     async def _discard(
-        self, plugin_id: str, instance: Any, ctx: PluginContext | None, modules: list[str], *, terminate: bool,
+        self,
+        plugin_id: str,
+        instance: Any,
+        ctx: PluginContext | None,
+        modules: list[str],
+        *,
+        terminate: bool,
         deadline: float | None = None,
     ) -> None:
         """Remove everything `plugin_id` registered; run `terminate()` if asked: isolated (its `SystemExit` is
@@ -513,8 +555,9 @@ class PluginLoader:
         self.tags.remove_owner(plugin_id)
         left = self.init_timeout if deadline is None else min(self.init_timeout, deadline - time.monotonic())
         if terminate and instance is not None:
-            await wait_or_abandon(call_handler(instance.terminate), left * 0.8, f"plugin {plugin_id!r}: terminate()",
-                                  grace=left * 0.2)
+            await wait_or_abandon(
+                call_handler(instance.terminate), left * 0.8, f"plugin {plugin_id!r}: terminate()", grace=left * 0.2
+            )
         if ctx is not None:
             left = SHUTDOWN_GRACE if deadline is None else min(SHUTDOWN_GRACE, deadline - time.monotonic())
             await ctx.close(grace=max(left, 0))
@@ -543,15 +586,23 @@ class PluginLoader:
             with anyio.fail_after(self.init_timeout):
                 result = await work
         except TimeoutError:
-            raise PluginLoadError(f"{stage} did not finish within the start-up deadline of {self.init_timeout:g} s; "
-                                  "the plugin was skipped (a worker thread still running it was abandoned)") from None
+            raise PluginLoadError(
+                f"{stage} did not finish within the start-up deadline of {self.init_timeout:g} s; "
+                "the plugin was skipped (a worker thread still running it was abandoned)"
+            ) from None
         elapsed = time.perf_counter() - started
         if elapsed > self.init_timeout:
-            raise PluginLoadError(f"{stage} took {elapsed:.1f} s, past the start-up deadline of "
-                                  f"{self.init_timeout:g} s (it blocked the event loop)")
+            raise PluginLoadError(
+                f"{stage} took {elapsed:.1f} s, past the start-up deadline of "
+                f"{self.init_timeout:g} s (it blocked the event loop)"
+            )
         if elapsed > SLOW_START:
-            logger.warning("plugin %r: %s took %.1f s; move slow work out of start-up (or into a background "
-                           "task)", plugin_id, stage, elapsed)
+            logger.warning(
+                "plugin %r: %s took %.1f s; move slow work out of start-up (or into a background task)",
+                plugin_id,
+                stage,
+                elapsed,
+            )
         return result
 
     async def _import(self, source: PluginSource) -> tuple[type, list[str]]:
@@ -566,9 +617,10 @@ class PluginLoader:
             def load_entry_point() -> tuple[type, list[str]]:
                 try:
                     obj = entry_point.load()
-                except BaseException as exc:  # noqa: BLE001 - plugin code: SystemExit is its failure, in a thread
-                    raise PluginLoadError(f"import of entry point {entry_point.value} failed: "
-                                          f"{type(exc).__name__}: {exc}") from exc
+                except BaseException as exc:
+                    raise PluginLoadError(
+                        f"import of entry point {entry_point.value} failed: {type(exc).__name__}: {exc}"
+                    ) from exc
                 cls = obj if isinstance(obj, type) else _find_plugin_class(obj, source.plugin_id)
                 return cls, []
 
@@ -590,8 +642,9 @@ class PluginLoader:
         if declared_tags:
             for name, fn in declared_tags:
                 tag_meta: TagMeta = getattr(fn, TAG_ATTR)
-                tag = FunctionTag(tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx,
-                                  root=tag_meta.root)
+                tag = FunctionTag(
+                    tag_meta.name, tag_meta.description, getattr(instance, name), ctx=ctx, root=tag_meta.root
+                )
                 self.tags.add(tag_meta.name.lower(), tag, ctx.plugin_id)  # tag names match in any case
 
     # -- introspection --------------------------------------------------------------------------------------------
@@ -612,7 +665,9 @@ class PluginLoader:
             return None
         loaded = self._loaded.get(plugin_id)
         status.hooks = sorted(
-            f"{e.event}:{e.hook_name}" for ev in self.engine.events() for e in self.engine.chain(ev)
+            f"{e.event}:{e.hook_name}"
+            for ev in self.engine.events()
+            for e in self.engine.chain(ev)
             if e.plugin_id == plugin_id
         )
         status.tools = sorted(self.tools.by_owner(plugin_id))
@@ -623,8 +678,9 @@ class PluginLoader:
         if loaded and plugin_id in self.engine.faulty:  # a hook ignored its cancellation: its hooks are off
             status.state, status.reason = "error", self.engine.faulty[plugin_id]
         fault = self._faults.get(plugin_id)
-        status.fault = (f"{fault['reason']} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(fault['at']))})"
-                        if fault else None)
+        status.fault = (
+            f"{fault['reason']} ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(fault['at']))})" if fault else None
+        )
         return status
 
     # -- faults that outlive the process ---------------------------------------------------------------------------
@@ -686,8 +742,11 @@ def _public_roots(roots: list[Path], private: list[Path]) -> list[Path]:
         real = root.resolve()
         inside = next((p for p in private if real.is_relative_to(p.resolve())), None)
         if inside is not None:
-            logger.warning("media directory %s refused: it is inside hookchat's private %s, whose files are never "
-                           "sent", root, inside)
+            logger.warning(
+                "media directory %s refused: it is inside hookchat's private %s, whose files are never sent",
+                root,
+                inside,
+            )
             continue
         kept.append(root)
     return kept
@@ -700,8 +759,9 @@ def _snake(name: str) -> str:
 def _newest_change(folder: Path) -> float:
     """The newest modification time of the files in a plugin folder (its caches left out)."""
     try:
-        return max((p.stat().st_mtime for p in folder.rglob("*") if "__pycache__" not in p.parts and p.is_file()),
-                   default=0.0)
+        return max(
+            (p.stat().st_mtime for p in folder.rglob("*") if "__pycache__" not in p.parts and p.is_file()), default=0.0
+        )
     except OSError:
         return 0.0
 
@@ -732,9 +792,11 @@ def _read_json(path: Path, what: str) -> Any:
         raise PluginLoadError(f"cannot read {what} {path}: {exc}") from exc
 
 
-_NO_MANIFEST = ('plugin folder {folder} has {entry} but no manifest.json, so it was not loaded: add '
-                '{folder}/manifest.json, for example {{"plugin_id": "{id}", "display_name": "{id}", "version": '
-                '"0.1.0"}} (docs/guide.md)')
+_NO_MANIFEST = (
+    "plugin folder {folder} has {entry} but no manifest.json, so it was not loaded: add "
+    '{folder}/manifest.json, for example {{"plugin_id": "{id}", "display_name": "{id}", "version": '
+    '"0.1.0"}} (docs/guide.md)'
+)
 
 
 def _read_folder(folder: Path) -> PluginSource:
@@ -821,7 +883,7 @@ async def _in_daemon_thread(work: Callable[[], T], name: str) -> T:
     def run() -> None:
         try:
             outcome = (True, work())
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task, never raised in this thread
+        except BaseException as exc:
             outcome = (False, exc if isinstance(exc, Exception) else PluginLoadError(f"{type(exc).__name__}: {exc}"))
         try:
             loop.call_soon_threadsafe(settle, *outcome)
@@ -854,11 +916,12 @@ def _import_folder(source: PluginSource, package: str) -> tuple[type, list[str]]
             spec.loader.exec_module(module)
         if entry != "__init__.py":
             module = importlib.import_module(f"{package}.{entry[:-3]}")
-    except BaseException as exc:  # noqa: BLE001 - in a worker thread: SystemExit from plugin code is its failure
+    except BaseException as exc:
         for name in _package_modules(package):
             sys.modules.pop(name, None)
-        raise PluginLoadError(f"import of {folder / entry} failed: {_where_it_failed(exc, folder)}"
-                              f"{type(exc).__name__}: {exc}") from exc
+        raise PluginLoadError(
+            f"import of {folder / entry} failed: {_where_it_failed(exc, folder)}{type(exc).__name__}: {exc}"
+        ) from exc
     return _find_plugin_class(module, source.plugin_id, source.manifest), _package_modules(package)
 
 
@@ -926,8 +989,12 @@ def _find_plugin_class(module: Any, plugin_id: str, manifest: Manifest | None = 
             + (f" called {wanted!r} (entry_class in manifest.json)" if wanted else "")
         )
     if len(classes) > 1:
-        logger.warning("plugin %r: several plugin classes (%s); loading %s (set \"entry_class\" in manifest.json "
-                       "to choose)", plugin_id, ", ".join(c.__name__ for c in classes), classes[0].__name__)
+        logger.warning(
+            'plugin %r: several plugin classes (%s); loading %s (set "entry_class" in manifest.json to choose)',
+            plugin_id,
+            ", ".join(c.__name__ for c in classes),
+            classes[0].__name__,
+        )
     return classes[0]
 
 

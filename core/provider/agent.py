@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import anyio
@@ -51,11 +51,11 @@ from core.provider.llm import (
 )
 from core.services import apply_picture_budget, current_tool_call, visible_tools
 from core.tag import BaseTag, StreamParser, TagSet, parse_output
+from core.trace import current_trace
 from core.utils.json_schema import UnusableSchemaError, schema_errors
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
 from core.utils.tasks import must_propagate, raised_at
-from core.trace import current_trace
 from core.utils.text import valid_text
 from core.utils.tool_utils import MAX_TOOL_TIMEOUT, BaseTool, ToolSet
 
@@ -90,8 +90,11 @@ def chat_environment(batch: KiraMessageBatchEvent) -> str:
     account, the session's title and description, and (in a group) the group and who spoke in this batch."""
     session, adapter = batch.session, batch.adapter
     group = batch.group
-    title = session.session_title or (group.name if group is not None else "") or (
-        batch.sender.nickname if batch.sender is not None else "")
+    title = (
+        session.session_title
+        or (group.name if group is not None else "")
+        or (batch.sender.nickname if batch.sender is not None else "")
+    )
     lines = [
         "## Chat environment",
         f"- platform: `{adapter.platform}`",
@@ -103,8 +106,11 @@ def chat_environment(batch: KiraMessageBatchEvent) -> str:
     ]
     if group is not None:
         lines.append(f"- group: `{group.name}` (id `{group.group_id}`)")
-    speakers = dict.fromkeys(f"{m.sender.nickname or m.sender.user_id} (id `{m.sender.user_id}`)"
-                             for m in batch.messages if m.sender is not None)
+    speakers = dict.fromkeys(
+        f"{m.sender.nickname or m.sender.user_id} (id `{m.sender.user_id}`)"
+        for m in batch.messages
+        if m.sender is not None
+    )
     if speakers:
         lines.append(f"- who spoke: {', '.join(speakers)}")
     return "\n".join(lines)
@@ -113,8 +119,10 @@ def chat_environment(batch: KiraMessageBatchEvent) -> str:
 def accounts_of(batch: KiraMessageBatchEvent) -> str:
     """The `accounts` section: the bot's account on the batch's adapter, in KiraAI's line format."""
     adapter = batch.adapter
-    return (f"## Accounts\nPlatform: {adapter.platform}, adapter_name: {adapter.name}, "
-            f"account_id: {batch.self_id or 'unknown'}")
+    return (
+        f"## Accounts\nPlatform: {adapter.platform}, adapter_name: {adapter.name}, "
+        f"account_id: {batch.self_id or 'unknown'}"
+    )
 
 
 class TurnHistory(Protocol):
@@ -123,8 +131,9 @@ class TurnHistory(Protocol):
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The messages of the session's stored turns, oldest first, within the store's budget."""
 
-    async def append_turn(self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None,
-                          *, done: Sequence[str] = ()) -> int:
+    async def append_turn(
+        self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None, *, done: Sequence[str] = ()
+    ) -> int:
         """Store one turn's messages, marking the inbox entries `done` (the messages it answered); returns its id."""
 
     def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
@@ -206,7 +215,9 @@ class AgentLoop:
             # hook may rewrite or stop it); otherwise the stages keep their documented order.
             whole_output = wants_whole_output(self.engine)  # a KiraAI-style after_xml_parse hook needs all of it
             streaming = (
-                self.settings.stream and self.provider.supports_streaming and not self.engine.chain("llm_response")
+                self.settings.stream
+                and self.provider.supports_streaming
+                and not self.engine.chain("llm_response")
                 and not whole_output
             )
             trace = current_trace()  # trace
@@ -307,7 +318,10 @@ class AgentLoop:
     # -- requests -------------------------------------------------------------------------------------------------
 
     def _build_request(
-        self, batch: KiraMessageBatchEvent, history: list[ChatMessage], turn: list[ChatMessage],
+        self,
+        batch: KiraMessageBatchEvent,
+        history: list[ChatMessage],
+        turn: list[ChatMessage],
         user_prompt: UserPrompt | str,
     ) -> tuple[LLMRequest, TagSet]:
         tool_set = ToolSet(visible_tools(self.tools, batch.role))
@@ -316,11 +330,13 @@ class AgentLoop:
             tag_set.register(tag)
         system = default_system_prompt({"role": DEFAULT_ROLE, **(self.settings.sections or {})})
         filled = {
-            "time": lambda: f"Current time: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+            "time": lambda: f"Current time: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
             "chat_env": lambda: chat_environment(batch),
             "accounts": lambda: accounts_of(batch),
-            "output": lambda: (f"Tools may be called over several steps, at most {self.settings.max_steps} steps in "
-                               "a turn; call one only when the answer needs it."),
+            "output": lambda: (
+                f"Tools may be called over several steps, at most {self.settings.max_steps} steps in "
+                "a turn; call one only when the answer needs it."
+            ),
         }
         for section in system:
             if section.name in filled and not section.content:
@@ -350,8 +366,9 @@ class AgentLoop:
                 total -= sizes[dropped]
                 dropped += 1
         if dropped:
-            logger.info("history of this session cut by %d message(s) to fit the model's %d-token window", dropped,
-                        window)
+            logger.info(
+                "history of this session cut by %d message(s) to fit the model's %d-token window", dropped, window
+            )
             del req.messages[:dropped]
         if total <= budget or not first_step or not text:
             return None
@@ -375,8 +392,9 @@ class AgentLoop:
             return False
         observed = _request_chars(req) / exc.prompt_tokens
         self.chars_per_token = max(_MIN_CHARS_PER_TOKEN, min(self.chars_per_token, observed * 0.9))
-        logger.info("request did not fit the model's window; fitting again at %.2f characters a token",
-                    self.chars_per_token)
+        logger.info(
+            "request did not fit the model's window; fitting again at %.2f characters a token", self.chars_per_token
+        )
         return True
 
     @staticmethod
@@ -410,8 +428,13 @@ class AgentLoop:
     # -- output -------------------------------------------------------------------------------------------------
 
     async def _deliver(
-        self, batch: KiraMessageBatchEvent, resp: LLMResponse, tag_set: TagSet, result: TurnResult,
-        step_sent: list[KiraIMSentResult], whole_output: bool = False,
+        self,
+        batch: KiraMessageBatchEvent,
+        resp: LLMResponse,
+        tag_set: TagSet,
+        result: TurnResult,
+        step_sent: list[KiraIMSentResult],
+        whole_output: bool = False,
     ) -> None:
         """Parse the step's whole output into messages and emit each (all at once for KiraAI-style hooks)."""
         if not resp.text_response.strip():
@@ -425,7 +448,11 @@ class AgentLoop:
                 return
 
     async def _stream_model(
-        self, batch: KiraMessageBatchEvent, req: LLMRequest, tag_set: TagSet, result: TurnResult,
+        self,
+        batch: KiraMessageBatchEvent,
+        req: LLMRequest,
+        tag_set: TagSet,
+        result: TurnResult,
         step_sent: list[KiraIMSentResult],
     ) -> LLMResponse:
         """Stream the answer, emitting each message as soon as its `</msg>` arrives (before `llm_response`)."""
@@ -464,7 +491,10 @@ class AgentLoop:
         return resp
 
     async def _emit(
-        self, batch: KiraMessageBatchEvent, chains: list[MessageChain], result: TurnResult,
+        self,
+        batch: KiraMessageBatchEvent,
+        chains: list[MessageChain],
+        result: TurnResult,
         step_sent: list[KiraIMSentResult],
     ) -> bool:
         """`after_xml_parse` for these messages, then send each one not emptied, in order; False once a hook
@@ -478,12 +508,18 @@ class AgentLoop:
                 if result.capped:
                     return False
                 chars = len(chain.message_repr)
-                if (len(result.sent) >= self.settings.max_messages
-                        or result.chars_sent + chars > self.settings.max_chars):
+                if (
+                    len(result.sent) >= self.settings.max_messages
+                    or result.chars_sent + chars > self.settings.max_chars
+                ):
                     # A model (or a prompt injection) writing 100,000 <msg> blocks must not become 100,000 messages.
                     result.capped = True
-                    logger.warning("turn of %s reached its cap (%d messages, %d characters): the rest is not sent",
-                                   batch.sid, self.settings.max_messages, self.settings.max_chars)
+                    logger.warning(
+                        "turn of %s reached its cap (%d messages, %d characters): the rest is not sent",
+                        batch.sid,
+                        self.settings.max_messages,
+                        self.settings.max_chars,
+                    )
                     notice = MessageChain([Text(self.settings.capped_text)])
                     step_sent.append(await self._send(batch, notice, result))
                     return False
@@ -539,8 +575,14 @@ class AgentLoop:
         trace = current_trace()
         if trace is not None:
             tool = tool_set.get(call.name)
-            trace.tool_call(call.name, tool.owner if tool is not None else None, call.arguments, started,
-                            result=result.text, is_error=result.is_error)
+            trace.tool_call(
+                call.name,
+                tool.owner if tool is not None else None,
+                call.arguments,
+                started,
+                result=result.text,
+                is_error=result.is_error,
+            )
         return result
 
     async def _run_tool(
@@ -565,8 +607,9 @@ class AgentLoop:
             with anyio.fail_after(timeout):
                 # In a worker thread, under the tool's deadline: a huge or pathological argument cannot block
                 # the loop (patterns are bounded too, see core.utils.json_schema).
-                problems = await anyio.to_thread.run_sync(schema_errors, tool.parameters, call.arguments,
-                                                          abandon_on_cancel=True)
+                problems = await anyio.to_thread.run_sync(
+                    schema_errors, tool.parameters, call.arguments, abandon_on_cancel=True
+                )
                 if problems:
                     return error(f"error: invalid arguments for {call.name}: {'; '.join(problems)}")
                 key = f"{call.name}\x00{json.dumps(call.arguments, sort_keys=True, default=str)}"
@@ -584,14 +627,20 @@ class AgentLoop:
         except UnusableSchemaError as exc:  # a `$ref` the schema cannot resolve: the tool's fault, not the model's
             logger.error("tool %s (plugin %r): its parameters schema cannot be used: %s", call.name, tool.owner, exc)
             return error(f"error: the tool {call.name} cannot be called: its parameters schema is broken")
-        except Exception as exc:  # noqa: BLE001 - a tool failure is the model's information, not a crash
+        except Exception as exc:
             logger.exception("tool %s (plugin %r) raised", call.name, tool.owner)
             return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")
         except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... of the tool's code: its failure too
             if must_propagate(exc):
                 raise
-            logger.error("tool %s (plugin %r) raised %s at %s", call.name, tool.owner, type(exc).__name__,
-                         raised_at(exc), exc_info=exc)
+            logger.error(
+                "tool %s (plugin %r) raised %s at %s",
+                call.name,
+                tool.owner,
+                type(exc).__name__,
+                raised_at(exc),
+                exc_info=exc,
+            )
             return error(f"error: the tool {call.name} failed: {type(exc).__name__}: {exc}")
         result.tool_name, result.arguments, result.call_id = call.name, call.arguments, call.id
         return result
@@ -648,7 +697,7 @@ _MARKUP = re.compile(r"<[^<>]*>|<[^<>]*$")
 def _after_last_message(raw: str) -> str:
     """The output after the last `</msg>`: the message still being written."""
     ends = list(_MSG_END.finditer(raw))
-    return raw[ends[-1].end():] if ends else raw
+    return raw[ends[-1].end() :] if ends else raw
 
 
 def visible_draft(raw: str) -> str:
@@ -673,5 +722,9 @@ def _tools_chars(req: LLMRequest) -> int:
 
 
 def _request_chars(req: LLMRequest) -> int:
-    return (len(req.render_system()) + len(str(req.user_prompt)) + _tools_chars(req)
-            + sum(_message_chars(m) for m in req.messages))
+    return (
+        len(req.render_system())
+        + len(str(req.user_prompt))
+        + _tools_chars(req)
+        + sum(_message_chars(m) for m in req.messages)
+    )

@@ -188,7 +188,9 @@ class LocalLlamaProvider(LLMProvider):
         return self._context_tokens
 
     def __repr__(self) -> str:
-        return f"LocalLlamaProvider(model_path={str(self._model_path or 'embedded')!r}, loaded={self._server is not None})"
+        return (
+            f"LocalLlamaProvider(model_path={str(self._model_path or 'embedded')!r}, loaded={self._server is not None})"
+        )
 
     @property
     def model_name(self) -> str:
@@ -226,8 +228,7 @@ class LocalLlamaProvider(LLMProvider):
             self._server = await anyio.to_thread.run_sync(self._load_blocking, path)
             # One long-lived thread talks to the server: starting a thread per request cost 1-4 ms of first-token
             # latency on a busy machine. Daemon: a provider nobody closes must not keep the process from exiting.
-            self._worker = threading.Thread(target=_serve, args=(self._jobs,), name="hookchat-local-model",
-                                            daemon=True)
+            self._worker = threading.Thread(target=_serve, args=(self._jobs,), name="hookchat-local-model", daemon=True)
             self._worker.start()
             elapsed = time.perf_counter() - started
             _log.info("%s: loaded %s in %.1f s", self.name, path, elapsed)
@@ -306,8 +307,10 @@ class LocalLlamaProvider(LLMProvider):
         except ImportError as exc:
             raise ModelNotInstalledError(f"xllamacpp cannot be imported ({exc}): run {INSTALL_HINT}") from exc
         if not path.is_file():
-            raise ModelNotInstalledError(f"model file {path} does not exist: run {MODEL_INSTALL_HINT} for the "
-                                         "embedded model, or point model_path at a .gguf file")
+            raise ModelNotInstalledError(
+                f"model file {path} does not exist: run {MODEL_INSTALL_HINT} for the "
+                "embedded model, or point model_path at a .gguf file"
+            )
         params = xllamacpp.CommonParams()
         params.model.path = str(path)
         params.n_ctx = self._context_tokens
@@ -382,7 +385,7 @@ class _Generation:
             while not self._ended:
                 try:
                     await self.next()
-                except Exception:  # noqa: S110 - the caller already has the outcome it acts on
+                except Exception:
                     pass
         self._send.close()
         self._receive.close()
@@ -450,21 +453,25 @@ class _Reply:
         try:
             return self._feed(chunk)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise ProviderError(f"{self.name}: malformed output from the local model ({type(exc).__name__}: "
-                                f"{exc})") from None
+            raise ProviderError(
+                f"{self.name}: malformed output from the local model ({type(exc).__name__}: {exc})"
+            ) from None
 
     def _feed(self, chunk: dict[str, Any]) -> tuple[str, str]:
         if "error" in chunk:
             error = chunk["error"]
             if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
                 counted = error.get("n_prompt_tokens")
-                raise ContextOverflowError(f"{self.name}: {_error_text(error)}",
-                                           counted if isinstance(counted, int) else None)
+                raise ContextOverflowError(
+                    f"{self.name}: {_error_text(error)}", counted if isinstance(counted, int) else None
+                )
             raise ProviderError(f"{self.name}: {_error_text(error)}")
         if chunk.get("timings"):
             timings = chunk["timings"]
-            self.usage = TokenUsage(prompt_tokens=int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0)),
-                                    completion_tokens=int(timings.get("predicted_n", 0)))
+            self.usage = TokenUsage(
+                prompt_tokens=int(timings.get("prompt_n", 0)) + int(timings.get("cache_n", 0)),
+                completion_tokens=int(timings.get("predicted_n", 0)),
+            )
         if not chunk.get("choices"):
             return "", ""
         choice = chunk["choices"][0]
@@ -490,8 +497,10 @@ class _Reply:
         cut_off = self.finish_reason == "length"
         if cut_off and not calls and not text and self.usage.completion_tokens:
             # llama.cpp holds back text that may be the start of a tool call; cut off there, nothing arrives.
-            raise ProviderError(f"{self.name}: the reply was cut off by max_tokens while the model was writing a "
-                                "tool call; raise max_tokens")
+            raise ProviderError(
+                f"{self.name}: the reply was cut off by max_tokens while the model was writing a "
+                "tool call; raise max_tokens"
+            )
         return LLMResponse(
             text_response=text,
             reasoning_content="".join(self.reasoning),
@@ -509,15 +518,18 @@ class _Reply:
         except ValueError:
             arguments = None
         if not isinstance(arguments, dict) and self.finish_reason == "length":
-            raise ProviderError(f"{self.name}: the reply was cut off by max_tokens in the middle of a call to "
-                                f"{call['name'] or 'a tool'}; raise max_tokens")
+            raise ProviderError(
+                f"{self.name}: the reply was cut off by max_tokens in the middle of a call to "
+                f"{call['name'] or 'a tool'}; raise max_tokens"
+            )
         if not call["name"]:
             raise ProviderError(f"{self.name}: the local model wrote a tool call without a tool name")
         # Arguments that are not a JSON object reach the agent loop as {} with the text kept in raw_arguments:
         # its argument check then tells the model what is wrong, as for any other provider.
         extra = {"id": call["id"]} if call["id"] else {}
-        return ToolCall(name=call["name"], arguments=arguments if isinstance(arguments, dict) else {},
-                        raw_arguments=raw, **extra)
+        return ToolCall(
+            name=call["name"], arguments=arguments if isinstance(arguments, dict) else {}, raw_arguments=raw, **extra
+        )
 
 
 def _error_text(error: object) -> str:
@@ -525,6 +537,8 @@ def _error_text(error: object) -> str:
     if not isinstance(error, dict):
         return f"the local model failed: {error}"
     if error.get("type") == "exceed_context_size_error":
-        return (f"the conversation ({error.get('n_prompt_tokens', '?')} tokens) does not fit the model's context "
-                f"window ({error.get('n_ctx', '?')} tokens)")
+        return (
+            f"the conversation ({error.get('n_prompt_tokens', '?')} tokens) does not fit the model's context "
+            f"window ({error.get('n_ctx', '?')} tokens)"
+        )
     return f"the local model failed: {error.get('message') or error}"

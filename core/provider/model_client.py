@@ -111,8 +111,9 @@ class LLMModelClient:
         return f"LLMModelClient({self.model.uuid!r})"
 
 
-async def desc_img(client: LLMModelClient, image: Image | Sticker, prompt: str | None = None,
-                   lang: str | None = None) -> str:
+async def desc_img(
+    client: LLMModelClient, image: Image | Sticker, prompt: str | None = None, lang: str | None = None
+) -> str:
     """Ask `client` to describe `image` (sent inline as a data URL, with `prompt`, by default one in `lang`).
 
     Returns the description, or "" when the picture cannot be read or the model fails (logged), as KiraAI does.
@@ -122,10 +123,17 @@ async def desc_img(client: LLMModelClient, image: Image | Sticker, prompt: str |
         prompt = DEFAULT_VLM_PROMPTS.get(code, DEFAULT_VLM_PROMPTS["en"])
     try:
         url = image.url if image.source == "url" else await image.get_data_url()  # the model fetches a URL itself
-        request = LLMRequest(messages=[{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": url, "detail": "high"}},
-            {"type": "text", "text": prompt},
-        ]}])
+        request = LLMRequest(
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": url, "detail": "high"}},
+                        {"type": "text", "text": prompt},
+                    ],
+                }
+            ]
+        )
         resp = await client.chat(request)
     except (MediaError, ProviderError) as exc:
         logger.error("describing an image with %s failed: %s", client.model.uuid, exc)

@@ -143,11 +143,17 @@ class OpenAIProvider(LLMProvider):
                 except StopAsyncIteration:
                     break
                 except TimeoutError:
-                    raise ProviderError(f"{self.name}: the stream from {opened.model!r} stalled for "
-                                        f"{self.timeout:g} s after output began") from None
+                    raise ProviderError(
+                        f"{self.name}: the stream from {opened.model!r} stalled for "
+                        f"{self.timeout:g} s after output began"
+                    ) from None
                 except (openai.OpenAIError, ValueError) as exc:
-                    raise ProviderError(self._redact(f"{self.name}: the stream from {opened.model!r} broke after "
-                                                     f"output began: {_describe(exc, self.timeout).reason}")) from None
+                    raise ProviderError(
+                        self._redact(
+                            f"{self.name}: the stream from {opened.model!r} broke after "
+                            f"output began: {_describe(exc, self.timeout).reason}"
+                        )
+                    ) from None
                 try:
                     text, reasoning = opened.assembler.feed(chunk)
                 except _MalformedReply as exc:
@@ -228,18 +234,26 @@ class OpenAIProvider(LLMProvider):
                 if wait is None:
                     wait = min(self.backoff_max, self.backoff_base * 2 ** (tries - 1))
                 elif wait > self.max_retry_after:
-                    failures.append(f"{model!r}: {failure.reason}; the server asks to retry after {wait:.0f} s, "
-                                    f"more than max_retry_after={self.max_retry_after:g} s")
+                    failures.append(
+                        f"{model!r}: {failure.reason}; the server asks to retry after {wait:.0f} s, "
+                        f"more than max_retry_after={self.max_retry_after:g} s"
+                    )
                     break
-                _log.warning(self._redact(f"{self.name}: model {model!r} failed ({failure.reason}); "
-                                          f"retry {tries} of {self.max_retries} in {wait:.1f} s"))
+                _log.warning(
+                    self._redact(
+                        f"{self.name}: model {model!r} failed ({failure.reason}); "
+                        f"retry {tries} of {self.max_retries} in {wait:.1f} s"
+                    )
+                )
                 await self.sleep(wait)
             if model != models[-1]:
                 _log.warning(self._redact(f"{self.name}: giving up on model {model!r}: {failures[-1]}"))
-        raise ProviderError(self._redact(
-            f"{self.name}: no model at {self.base_url} could answer: " + "; ".join(failures)),
-            public="the model took too long to answer" if failure.reason.startswith("timed out")
-            else "the model service is unavailable")
+        raise ProviderError(
+            self._redact(f"{self.name}: no model at {self.base_url} could answer: " + "; ".join(failures)),
+            public="the model took too long to answer"
+            if failure.reason.startswith("timed out")
+            else "the model service is unavailable",
+        )
 
     def _redact(self, text: str) -> str:
         """`text` with the API key blotted out, in case a server echoed it back: as is, percent-encoded (any of its
@@ -248,8 +262,10 @@ class OpenAIProvider(LLMProvider):
             return text
         secret = self._secret
         text = _percent_forms(secret).sub("***", text)
-        for form in (base64.b64encode(secret.encode()).decode().rstrip("="),
-                     base64.urlsafe_b64encode(secret.encode()).decode().rstrip("=")):
+        for form in (
+            base64.b64encode(secret.encode()).decode().rstrip("="),
+            base64.urlsafe_b64encode(secret.encode()).decode().rstrip("="),
+        ):
             text = text.replace(form, "***")
         return text
 
@@ -257,6 +273,7 @@ class OpenAIProvider(LLMProvider):
 @functools.lru_cache(maxsize=8)
 def _percent_forms(secret: str) -> re.Pattern[str]:
     """A pattern matching `secret` with any of its UTF-8 bytes written as `%XX` (`%6b`, `%6B`) or as itself."""
+
     def hex_digit(value: int) -> str:
         return f"[{value:x}{value:X}]" if value > 9 else str(value)
 
@@ -344,10 +361,7 @@ class _StreamAssembler:
         """The complete response once the stream has ended."""
         if not self.saw_choices:
             raise _MalformedReply("the stream carried no 'choices'")
-        calls = [
-            _tool_call(slot["name"], "".join(slot["arguments"]), slot["id"])
-            for slot in self.calls
-        ]
+        calls = [_tool_call(slot["name"], "".join(slot["arguments"]), slot["id"]) for slot in self.calls]
         return LLMResponse(
             text_response="".join(self.text),
             reasoning_content="".join(self.reasoning),

@@ -100,8 +100,11 @@ def check_bearer(request: Request, expected: str | None, *, what: str = "this en
     """Require `Authorization: Bearer <expected>` (compared in constant time). With no `expected` token configured
     the request is refused with 403 — never let through."""
     if not expected:
-        raise HTTPProblem(403, f"{what} is disabled: no token is configured (set the variable named by "
-                               "[server] token_env, default HOOKCHAT_SERVER_TOKEN)")
+        raise HTTPProblem(
+            403,
+            f"{what} is disabled: no token is configured (set the variable named by "
+            "[server] token_env, default HOOKCHAT_SERVER_TOKEN)",
+        )
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not _same_secret(token.strip(), expected):
         raise HTTPProblem(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
@@ -136,8 +139,16 @@ class EmbeddedServer:
     """Serves `asgi_app` on `host:port` (0: a free port) from a task of the running loop; `start`/`stop`.
     `config_key` (`web.port`, `server.port`) is named when the address cannot be bound."""
 
-    def __init__(self, asgi_app: Any, host: str = "127.0.0.1", port: int = 0, *, name: str = "http",
-                 start_timeout: float = 10.0, config_key: str | None = None) -> None:
+    def __init__(
+        self,
+        asgi_app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        name: str = "http",
+        start_timeout: float = 10.0,
+        config_key: str | None = None,
+    ) -> None:
         self.asgi_app = asgi_app
         self.host = host
         self.port = port
@@ -171,10 +182,14 @@ class EmbeddedServer:
         except OSError as exc:
             sock.close()
             fix = f"set {self.config_key} to a free port" if self.config_key else "choose a free port"
-            why = "the port is in use (another process listens on it)" if exc.errno == errno.EADDRINUSE else (
-                exc.strerror or str(exc))
-            raise ListenError(exc.errno, f"the {self.name} cannot listen on {self.url}: {why}; {fix} "
-                                         "(0 picks one)") from None
+            why = (
+                "the port is in use (another process listens on it)"
+                if exc.errno == errno.EADDRINUSE
+                else (exc.strerror or str(exc))
+            )
+            raise ListenError(
+                exc.errno, f"the {self.name} cannot listen on {self.url}: {why}; {fix} (0 picks one)"
+            ) from None
         return sock
 
     async def start(self) -> None:
@@ -183,11 +198,19 @@ class EmbeddedServer:
             return
         sock = self._bind()
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.asgi_app, http="h11", lifespan="off", log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=2, server_header=False)
+        config = uvicorn.Config(
+            self.asgi_app,
+            http="h11",
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+            server_header=False,
+        )
         self._server = _EmbeddedUvicorn(config)
-        self._task = asyncio.get_running_loop().create_task(self._server.serve(sockets=[sock]),
-                                                            name=f"hookchat:{self.name}")
+        self._task = asyncio.get_running_loop().create_task(
+            self._server.serve(sockets=[sock]), name=f"hookchat:{self.name}"
+        )
         try:
             async with asyncio.timeout(self.start_timeout):
                 while not self._server.started:

@@ -67,8 +67,9 @@ class ToolRegistryServer:
             probe_timeout=probe_timeout,
         )
         asgi = build_registry_app(self.registry, token=lambda: self._token, max_body_bytes=self.max_body_bytes)
-        self.http = EmbeddedServer(asgi, self.host, port if port is not None else cfg.port, name="tool registry",
-                                   config_key="server.port")
+        self.http = EmbeddedServer(
+            asgi, self.host, port if port is not None else cfg.port, name="tool registry", config_key="server.port"
+        )
         self._recheck_task: asyncio.Task[None] | None = None
 
     @property
@@ -96,18 +97,22 @@ class ToolRegistryServer:
             raise InsecureListenerError(
                 f"the tool registry is bound to {self.host}, beyond this machine, without a token: set the variable "
                 f"{self.config.token_env} (named by [server] token_env) or [server] token, or bind [server] host to "
-                "127.0.0.1")
+                "127.0.0.1"
+            )
         if self._token is None:
-            logger.warning("tool registry: no token configured, so every registration will be refused (set %s)",
-                           self.config.token_env)
+            logger.warning(
+                "tool registry: no token configured, so every registration will be refused (set %s)",
+                self.config.token_env,
+            )
         await self.registry.open()
         try:
             await self.http.start()
         except BaseException:
             await self.registry.close()
             raise
-        self._recheck_task = asyncio.get_running_loop().create_task(self._recheck_loop(),
-                                                                    name="hookchat:tool-registry-recheck")
+        self._recheck_task = asyncio.get_running_loop().create_task(
+            self._recheck_loop(), name="hookchat:tool-registry-recheck"
+        )
 
     async def stop(self) -> None:
         """Stop serving and re-checking, withdraw remote tools from the model (they stay stored). Safe twice. If

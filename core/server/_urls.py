@@ -23,8 +23,10 @@ def check_loopback_url(url: object) -> httpx.URL:
     except URLRuleError as exc:
         raise LoopbackURLError(str(exc)) from None
     if not is_loopback_host(parsed.host):
-        raise LoopbackURLError(f"callback_url host {parsed.host!r} is not loopback: use 127.0.0.1, [::1] or "
-                               "localhost (names are not resolved)")
+        raise LoopbackURLError(
+            f"callback_url host {parsed.host!r} is not loopback: use 127.0.0.1, [::1] or "
+            "localhost (names are not resolved)"
+        )
     return parsed
 
 

@@ -108,8 +108,10 @@ class ToolRegistryClient:
             raise ValueError(f"source {source!r} is invalid: use 1 to 128 characters from A-Z a-z 0-9 _ . : -")
         token = token if token is not None else os.environ.get(token_env)
         if not token:
-            raise ValueError(f"ToolRegistryClient {source!r} needs the registry's token: pass token=, or set "
-                             f"the variable {token_env}")
+            raise ValueError(
+                f"ToolRegistryClient {source!r} needs the registry's token: pass token=, or set "
+                f"the variable {token_env}"
+            )
         self.registry_url = registry_url.rstrip("/")
         self.source = source
         self.token: str = token
@@ -128,8 +130,16 @@ class ToolRegistryClient:
 
     # -- tools -----------------------------------------------------------------------------------------------------
 
-    def add_tool(self, name: str, handler: Callable[..., Any], *, description: str = "",
-                 parameters: dict[str, Any] | None = None, timeout: float = 30.0, role: str | None = None) -> None:
+    def add_tool(
+        self,
+        name: str,
+        handler: Callable[..., Any],
+        *,
+        description: str = "",
+        parameters: dict[str, Any] | None = None,
+        timeout: float = 30.0,
+        role: str | None = None,
+    ) -> None:
         """Offer `handler` as tool `name` (the same rules as every tool: name, timeout at most 300 s, schema).
         Tools added after `start()` are registered by the next check."""
         schema = parameters if parameters is not None else dict(EMPTY_PARAMETERS)
@@ -139,13 +149,21 @@ class ToolRegistryClient:
         self._tools[name] = RemoteTool(name, handler, description, schema, float(timeout), role)
         self.refused.pop(name, None)
 
-    def tool(self, name: str | None = None, description: str = "", parameters: dict[str, Any] | None = None, *,
-             timeout: float = 30.0, role: str | None = None) -> Callable[[F], F]:
+    def tool(
+        self,
+        name: str | None = None,
+        description: str = "",
+        parameters: dict[str, Any] | None = None,
+        *,
+        timeout: float = 30.0,
+        role: str | None = None,
+    ) -> Callable[[F], F]:
         """Decorator form of `add_tool`; the name defaults to the function's name."""
 
         def decorate(fn: F) -> F:
-            self.add_tool(name or fn.__name__, fn, description=description, parameters=parameters,
-                          timeout=timeout, role=role)
+            self.add_tool(
+                name or fn.__name__, fn, description=description, parameters=parameters, timeout=timeout, role=role
+            )
             return fn
 
         return decorate
@@ -198,8 +216,7 @@ class ToolRegistryClient:
                 try:
                     await self._post("/api/tools/clear", {"source": self.source, "role": None})
                 except httpx.HTTPError as exc:
-                    logger.warning("could not clear tools of %r from the registry: %s", self.source,
-                                   type(exc).__name__)
+                    logger.warning("could not clear tools of %r from the registry: %s", self.source, type(exc).__name__)
         finally:
             await self._close_transport()
 
@@ -257,35 +274,49 @@ class ToolRegistryClient:
         assert self._http is not None and self._sync_lock is not None, "call start() first"
         async with self._sync_lock:
             try:
-                response = await self._http.get(self.registry_url + "/api/tools", params={"source": self.source},
-                                                headers=self._auth())
+                response = await self._http.get(
+                    self.registry_url + "/api/tools", params={"source": self.source}, headers=self._auth()
+                )
             except httpx.HTTPError as exc:
                 if self.registered:
-                    logger.warning("tool registry at %s unreachable (%s); will register again when it is back",
-                                   self.registry_url, type(exc).__name__)
+                    logger.warning(
+                        "tool registry at %s unreachable (%s); will register again when it is back",
+                        self.registry_url,
+                        type(exc).__name__,
+                    )
                 self._set_registered(False)
                 return False
             if response.status_code != 200:
-                logger.warning("tool registry refused the check: HTTP %d %s", response.status_code,
-                               _error_of(response))
+                logger.warning("tool registry refused the check: HTTP %d %s", response.status_code, _error_of(response))
                 self._set_registered(False)
                 return False
             data = _json_object(response)
             if data is None or not isinstance(data.get("tools"), list):
                 if self.registered:
-                    logger.warning("%s does not answer like a tool registry; will register again when it does",
-                                   self.registry_url)
+                    logger.warning(
+                        "%s does not answer like a tool registry; will register again when it does", self.registry_url
+                    )
                 self._set_registered(False)
                 return False
             boot_id = data.get("boot_id")
             if boot_id != self.boot_id:
                 self.refused.clear()  # a restarted registry may accept what it refused
-            listed = {t.get("name"): t for t in data["tools"]
-                      if isinstance(t, dict) and t.get("source") == self.source and t.get("remote", True)}
+            listed = {
+                t.get("name"): t
+                for t in data["tools"]
+                if isinstance(t, dict) and t.get("source") == self.source and t.get("remote", True)
+            }
             withdrawn = sorted(set(listed) - set(self._tools), key=str)
-            stale = boot_id != self.boot_id or bool(withdrawn) or any(
-                name not in listed or listed[name].get("callback_url") != self.callback_url(name)
-                or not listed[name].get("available", True) for name in self._tools if name not in self.refused
+            stale = (
+                boot_id != self.boot_id
+                or bool(withdrawn)
+                or any(
+                    name not in listed
+                    or listed[name].get("callback_url") != self.callback_url(name)
+                    or not listed[name].get("available", True)
+                    for name in self._tools
+                    if name not in self.refused
+                )
             )
             if stale:
                 return await self._register_all(boot_id, withdrawn)
@@ -299,17 +330,25 @@ class ToolRegistryClient:
             for name in withdrawn:
                 await self._post("/api/tools/unregister", {"name": name, "source": self.source})
             for tool in [t for t in list(self._tools.values()) if t.name not in self.refused]:
-                body = {"name": tool.name, "description": tool.description, "parameters": tool.parameters,
-                        "callback_url": self.callback_url(tool.name), "role": tool.role, "source": self.source,
-                        "timeout_seconds": tool.timeout}
+                body = {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                    "callback_url": self.callback_url(tool.name),
+                    "role": tool.role,
+                    "source": self.source,
+                    "timeout_seconds": tool.timeout,
+                }
                 response = await self._post("/api/tools/register", body)
                 if response.status_code >= 500:  # the registry failed, it did not refuse: all again next check
-                    raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request,
-                                                response=response)
+                    raise httpx.HTTPStatusError(
+                        f"HTTP {response.status_code}", request=response.request, response=response
+                    )
                 if response.status_code != 200:
                     self.refused[tool.name] = f"HTTP {response.status_code} {_error_of(response)}".strip()
-                    logger.error("the registry refused tool %r of %r: %s", tool.name, self.source,
-                                 self.refused[tool.name])
+                    logger.error(
+                        "the registry refused tool %r of %r: %s", tool.name, self.source, self.refused[tool.name]
+                    )
                     continue
                 boot_id = (_json_object(response) or {}).get("boot_id", boot_id)
         except httpx.HTTPError as exc:
@@ -319,8 +358,9 @@ class ToolRegistryClient:
         self.boot_id = boot_id
         if withdrawn:
             logger.info("tool(s) %s of %r no longer offered: unregistered", ", ".join(withdrawn), self.source)
-        logger.info("%d tool(s) of %r registered with %s", len(self._tools) - len(self.refused), self.source,
-                    self.registry_url)
+        logger.info(
+            "%d tool(s) of %r registered with %s", len(self._tools) - len(self.refused), self.source, self.registry_url
+        )
         self._set_registered(not self.refused)
         return not self.refused
 
@@ -344,12 +384,14 @@ class ToolRegistryClient:
                 return problem_response(problem)
             tool = self._tools.get(name)
             if tool is None:
-                return JSONResponse({"output": None, "is_error": True, "error": f"no tool {name!r} here"},
-                                    status_code=404)
+                return JSONResponse(
+                    {"output": None, "is_error": True, "error": f"no tool {name!r} here"}, status_code=404
+                )
             arguments = body.get("arguments") if isinstance(body, dict) else None
             if not isinstance(arguments, dict):
-                return JSONResponse({"output": None, "is_error": True, "error": "arguments must be a JSON object"},
-                                    status_code=400)
+                return JSONResponse(
+                    {"output": None, "is_error": True, "error": "arguments must be a JSON object"}, status_code=400
+                )
             return JSONResponse(await self._run(tool, arguments))
 
         async def probe(request: Request) -> JSONResponse:
@@ -361,11 +403,13 @@ class ToolRegistryClient:
         async def root(request: Request) -> JSONResponse:
             return JSONResponse({"ok": True, "source": self.source, "tools": sorted(self._tools)})
 
-        return Starlette(routes=[
-            Route("/tools/{name}", call, methods=["POST"]),
-            Route("/tools/{name}", probe, methods=["GET"]),
-            Route("/", root, methods=["GET"]),
-        ])
+        return Starlette(
+            routes=[
+                Route("/tools/{name}", call, methods=["POST"]),
+                Route("/tools/{name}", probe, methods=["GET"]),
+                Route("/", root, methods=["GET"]),
+            ]
+        )
 
     async def _run(self, tool: RemoteTool, arguments: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -373,7 +417,7 @@ class ToolRegistryClient:
                 value = await call_handler(tool.handler, **arguments)
         except TimeoutError:
             return {"output": None, "is_error": True, "error": f"the tool did not finish within {tool.timeout:g} s"}
-        except Exception as exc:  # noqa: BLE001 - the model sees the failure as the tool's error
+        except Exception as exc:
             logger.exception("tool %r raised", tool.name)
             return {"output": None, "is_error": True, "error": f"{type(exc).__name__}: {exc}"}
         return _shape(value)

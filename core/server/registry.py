@@ -189,11 +189,13 @@ class RemoteToolRegistry:
             return
         self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False)
         if self.db_path is not None:
-            self._store = SqliteWorker(self.db_path, name="tool registry",
-                                       setup=lambda conn: conn.execute(_SCHEMA))
-            rows = await self._store.submit(lambda conn: conn.execute(
-                "SELECT source, name, role, description, parameters, callback_url, timeout_seconds, registered_at "
-                "FROM remote_tools ORDER BY registered_at").fetchall())
+            self._store = SqliteWorker(self.db_path, name="tool registry", setup=lambda conn: conn.execute(_SCHEMA))
+            rows = await self._store.submit(
+                lambda conn: conn.execute(
+                    "SELECT source, name, role, description, parameters, callback_url, timeout_seconds, registered_at "
+                    "FROM remote_tools ORDER BY registered_at"
+                ).fetchall()
+            )
             for source, name, role, description, parameters, url, timeout, at in rows:
                 try:
                     spec = RemoteToolSpec(name, url, source, description, json.loads(parameters), role, timeout, at)
@@ -232,8 +234,16 @@ class RemoteToolRegistry:
         if key not in self._specs and len(self._specs) >= MAX_REMOTE_TOOLS:
             raise RegistrationError(f"the registry holds {MAX_REMOTE_TOOLS} remote tools already")
         if self._store is not None:
-            row = (spec.source, spec.name, spec.role, spec.description, json.dumps(spec.parameters),
-                   spec.callback_url, spec.timeout_seconds, spec.registered_at)
+            row = (
+                spec.source,
+                spec.name,
+                spec.role,
+                spec.description,
+                json.dumps(spec.parameters),
+                spec.callback_url,
+                spec.timeout_seconds,
+                spec.registered_at,
+            )
 
             def save(conn: sqlite3.Connection) -> None:
                 with conn:
@@ -250,13 +260,19 @@ class RemoteToolRegistry:
 
     async def unregister(self, name: str, source: str | None = None, role: str | None = None) -> int:
         """Remove the remote tool `name` (of `source` when given, of `role` when given); returns how many."""
-        return await self._remove([s for s in self._specs.values() if s.name == name
-                                   and (source is None or s.source == source) and (role is None or s.role == role)])
+        return await self._remove(
+            [
+                s
+                for s in self._specs.values()
+                if s.name == name and (source is None or s.source == source) and (role is None or s.role == role)
+            ]
+        )
 
     async def clear(self, source: str, role: str | None = None) -> int:
         """Remove every remote tool of `source` (only those of `role` when given); returns how many."""
-        removed = await self._remove([s for s in self._specs.values()
-                                      if s.source == source and (role is None or s.role == role)])
+        removed = await self._remove(
+            [s for s in self._specs.values() if s.source == source and (role is None or s.role == role)]
+        )
         if role is None:  # also whatever an earlier run left in the tool registry under this owner
             self.tools.remove_owner(remote_owner(source))
         return removed
@@ -315,8 +331,12 @@ class RemoteToolRegistry:
             elif time.monotonic() - spec.hidden_since >= self.forget_after:
                 forgotten.append(spec)
         if forgotten:
-            logger.warning("forgetting %d remote tool(s) unreachable for %g s: %s", len(forgotten),
-                           self.forget_after, ", ".join(f"{s.source}/{s.name}" for s in forgotten))
+            logger.warning(
+                "forgetting %d remote tool(s) unreachable for %g s: %s",
+                len(forgotten),
+                self.forget_after,
+                ", ".join(f"{s.source}/{s.name}" for s in forgotten),
+            )
             await self._remove(forgotten)
         return back
 
@@ -326,8 +346,17 @@ class RemoteToolRegistry:
         async def call_remote(**arguments: Any) -> dict[str, Any]:
             return await self.dispatch(spec, arguments)
 
-        tool = FunctionTool(spec.name, spec.description, spec.parameters, call_remote, timeout=spec.timeout_seconds,
-                            role=spec.role, ctx=_RemoteOwner(spec.source), pass_event=False, remote=True)
+        tool = FunctionTool(
+            spec.name,
+            spec.description,
+            spec.parameters,
+            call_remote,
+            timeout=spec.timeout_seconds,
+            role=spec.role,
+            ctx=_RemoteOwner(spec.source),
+            pass_event=False,
+            remote=True,
+        )
         spec.available = True
         self.tools.add(spec.name, tool, spec.owner)
 
@@ -338,8 +367,9 @@ class RemoteToolRegistry:
 
     def _hide(self, spec: RemoteToolSpec, why: str) -> None:
         if spec.available:
-            logger.warning("remote tool %r of %r hidden until its callback answers again: %s", spec.name,
-                           spec.source, why)
+            logger.warning(
+                "remote tool %r of %r hidden until its callback answers again: %s", spec.name, spec.source, why
+            )
             self._withdraw(spec)
 
     def _signed(self, spec: RemoteToolSpec) -> dict[str, str]:
@@ -360,8 +390,13 @@ class RemoteToolRegistry:
         body = {"name": spec.name, "arguments": arguments, "call_id": call_id, "raw_arguments": raw}
         received = bytearray()
         try:
-            async with self._client.stream("POST", dispatch_url(spec.callback_url), json=body,
-                                           headers=self._signed(spec), timeout=spec.timeout_seconds) as response:
+            async with self._client.stream(
+                "POST",
+                dispatch_url(spec.callback_url),
+                json=body,
+                headers=self._signed(spec),
+                timeout=spec.timeout_seconds,
+            ) as response:
                 status = response.status_code
                 async for chunk in response.aiter_bytes():
                     received += chunk
@@ -382,10 +417,18 @@ class RemoteToolRegistry:
             reply = json.loads(bytes(received))
         except ValueError:
             reply = None
-        if not isinstance(reply, dict) or not ("output" in reply or "is_error" in reply) \
-                or not isinstance(reply.get("is_error", False), bool):
-            return _error(f"the tool {spec.name} answered with something other than a JSON object "
-                          '{"output": ..., "is_error": true|false}')
+        if (
+            not isinstance(reply, dict)
+            or not ("output" in reply or "is_error" in reply)
+            or not isinstance(reply.get("is_error", False), bool)
+        ):
+            return _error(
+                f"the tool {spec.name} answered with something other than a JSON object "
+                '{"output": ..., "is_error": true|false}'
+            )
         error = reply.get("error")
-        return {"output": reply.get("output"), "is_error": reply.get("is_error", False),
-                "error": error if isinstance(error, str) else None}
+        return {
+            "output": reply.get("output"),
+            "is_error": reply.get("is_error", False),
+            "error": error if isinstance(error, str) else None,
+        }

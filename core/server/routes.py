@@ -26,8 +26,9 @@ def _optional_str(body: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def build_registry_app(registry: RemoteToolRegistry, *, token: Callable[[], str | None],
-                       max_body_bytes: int) -> Starlette:
+def build_registry_app(
+    registry: RemoteToolRegistry, *, token: Callable[[], str | None], max_body_bytes: int
+) -> Starlette:
     """The registry's ASGI app. `token()` is the configured bearer token (None: registration refused, 403)."""
 
     async def guarded(request: Request, handle: Callable[[Any], Any], *, body: bool = True) -> JSONResponse:
@@ -84,9 +85,18 @@ def build_registry_app(registry: RemoteToolRegistry, *, token: Callable[[], str 
                         continue
                     if source is not None and source != f"plugin:{owner}":
                         continue
-                    local.append({"name": tool.name, "description": tool.description, "parameters": tool.parameters,
-                                  "role": tool.role, "source": f"plugin:{owner}", "timeout_seconds": tool.timeout,
-                                  "available": True, "remote": False})
+                    local.append(
+                        {
+                            "name": tool.name,
+                            "description": tool.description,
+                            "parameters": tool.parameters,
+                            "role": tool.role,
+                            "source": f"plugin:{owner}",
+                            "timeout_seconds": tool.timeout,
+                            "available": True,
+                            "remote": False,
+                        }
+                    )
             return {"ok": True, "boot_id": registry.boot_id, "tools": registry.list(source) + local}
 
         return await guarded(request, handle, body=False)
@@ -94,10 +104,12 @@ def build_registry_app(registry: RemoteToolRegistry, *, token: Callable[[], str 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True, "boot_id": registry.boot_id})
 
-    return Starlette(routes=[
-        Route("/api/tools/register", register, methods=["POST"]),
-        Route("/api/tools/unregister", unregister, methods=["POST"]),
-        Route("/api/tools/clear", clear, methods=["POST"]),
-        Route("/api/tools", list_tools, methods=["GET"]),
-        Route("/api/health", health, methods=["GET"]),
-    ])
+    return Starlette(
+        routes=[
+            Route("/api/tools/register", register, methods=["POST"]),
+            Route("/api/tools/unregister", unregister, methods=["POST"]),
+            Route("/api/tools/clear", clear, methods=["POST"]),
+            Route("/api/tools", list_tools, methods=["GET"]),
+            Route("/api/health", health, methods=["GET"]),
+        ]
+    )

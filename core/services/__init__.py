@@ -5,10 +5,7 @@ plugin, the loader and the app only through the protocols of `_host.py` (`Plugin
 `PluginHost`), so this package sits below `core.plugin` and never imports it."""
 
 from core.services._config import ConfigValidationError, PluginConfig
-from core.services._host import PluginDirectory, PluginHandle, PluginHost, PluginStatusView
 from core.services._db import DbRows, DbSession, PluginDatabase
-from core.services._entries import Entry, EntryRegistry, TimerRunner
-from core.utils.log import PluginLogger, format_braces, get_plugin_logger
 from core.services._declarations import (
     LIFECYCLE_ATTR,
     LLM_TOOL_ATTR,
@@ -25,15 +22,17 @@ from core.services._declarations import (
     plugin_entry,
     timer_interval,
 )
+from core.services._entries import Entry, EntryRegistry, TimerRunner
+from core.services._host import PluginDirectory, PluginHandle, PluginHost, PluginStatusView
 from core.services._mixin import PluginContextServicesMixin, PluginServicesMixin
 from core.services._pictures import MAX_INLINE_PICTURE, PICTURE_BUDGET, apply_picture_budget, reencode_picture
 from core.services._plugins import Plugins
 from core.services._push import PUSH_REASONS, PushMessageError, PushService
 from core.services._result import Err, Ok, Result, SdkError, TransportError, UnwrapError, unwrap, unwrap_or
+from core.services._schema import PluginConfigError, validate_config
 from core.services._services import PluginServices, bind_plugin, clear_remote_tools, services_for
 from core.services._sqlite import SqliteWorker, StorageClosedError
 from core.services._store import PluginStore, PluginStoreLike
-from core.services._schema import PluginConfigError, validate_config
 from core.services._tools import (
     add_function_tool,
     check_role,
@@ -43,6 +42,7 @@ from core.services._tools import (
     remove_function_tool,
     visible_tools,
 )
+from core.utils.log import PluginLogger, format_braces, get_plugin_logger
 
 __all__ = [
     "LIFECYCLE_ATTR",

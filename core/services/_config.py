@@ -118,8 +118,7 @@ class PluginConfig:
         if isinstance(value, bool) and bool not in kinds:
             value = _MISSING
         if value is _MISSING or not isinstance(value, kinds):
-            raise SdkError(f"plugin {self.ctx.plugin_id!r}: config value {path!r} is not {what}",
-                           code="config_type")
+            raise SdkError(f"plugin {self.ctx.plugin_id!r}: config value {path!r} is not {what}", code="config_type")
         return value
 
     async def get_int(self, path: str, default: int | None = None) -> int | None:

@@ -85,8 +85,9 @@ class DbSession:
 
     async def _run(self, job: Any) -> Any:
         if not self._entered:
-            raise SdkError("use the session as 'async with unwrap(await self.db.session()) as session:'",
-                           code="session_not_open")
+            raise SdkError(
+                "use the session as 'async with unwrap(await self.db.session()) as session:'", code="session_not_open"
+            )
         try:
             return await self._db._worker.submit(job)
         except SqliteWorkerError as exc:

@@ -77,13 +77,23 @@ class EntryMeta:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def make(cls, entry_id: str, *, llm_result_fields: list[str] | None = None,
-             metadata: dict[str, Any] | None = None, **fields: Any) -> EntryMeta:
+    def make(
+        cls,
+        entry_id: str,
+        *,
+        llm_result_fields: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> EntryMeta:
         """A declaration with copies of the mutable keywords; an invalid `input_schema` raises `SchemaError`."""
         if fields.get("input_schema") is not None:
             Draft202012Validator.check_schema(fields["input_schema"])
-        return cls(entry_id, llm_result_fields=list(llm_result_fields) if llm_result_fields else None,
-                   metadata=dict(metadata or {}), **fields)
+        return cls(
+            entry_id,
+            llm_result_fields=list(llm_result_fields) if llm_result_fields else None,
+            metadata=dict(metadata or {}),
+            **fields,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +161,7 @@ def llm_tool(
 
 def plugin_entry(
     *,
-    id: str | None = None,  # noqa: A002 - the SDK's keyword
+    id: str | None = None,
     name: str | None = None,
     description: str = "",
     input_schema: dict[str, Any] | None = None,
@@ -170,9 +180,20 @@ def plugin_entry(
 
     def decorate(fn: F) -> F:
         _ensure_callable(fn, "@plugin_entry")
-        setattr(fn, ENTRY_ATTR, EntryMeta.make(id or fn.__name__, name=name, description=description,
-                                               input_schema=input_schema, kind=kind, timeout=timeout,
-                                               llm_result_fields=llm_result_fields, metadata=metadata))
+        setattr(
+            fn,
+            ENTRY_ATTR,
+            EntryMeta.make(
+                id or fn.__name__,
+                name=name,
+                description=description,
+                input_schema=input_schema,
+                kind=kind,
+                timeout=timeout,
+                llm_result_fields=llm_result_fields,
+                metadata=metadata,
+            ),
+        )
         return fn
 
     return decorate
@@ -180,7 +201,7 @@ def plugin_entry(
 
 def timer_interval(
     *,
-    id: str,  # noqa: A002 - the SDK's keyword
+    id: str,
     seconds: float,
     name: str | None = None,
     description: str = "",
@@ -205,7 +226,7 @@ def timer_interval(
 
 def lifecycle(
     *,
-    id: Literal["startup", "shutdown", "reload", "freeze", "unfreeze", "config_change"],  # noqa: A002
+    id: Literal["startup", "shutdown", "reload", "freeze", "unfreeze", "config_change"],
     name: str | None = None,
     description: str = "",
     metadata: dict[str, Any] | None = None,

@@ -150,8 +150,9 @@ class EntryRegistry:
         self._entries.clear()
         self._hooks.clear()
 
-    async def call(self, entry_id: str, args: dict[str, Any] | None = None,
-                   timeout: float | None = None) -> Result[Any, SdkError]:
+    async def call(
+        self, entry_id: str, args: dict[str, Any] | None = None, timeout: float | None = None
+    ) -> Result[Any, SdkError]:
         """Run entry `entry_id` with `args` through its hooks; a failure, timeout or refusal is an `Err`."""
         target = f"{self.plugin_id}:{entry_id}"
         entry = self._entries.get(entry_id)
@@ -164,15 +165,16 @@ class EntryRegistry:
             problems = sorted(Draft202012Validator(entry.meta.input_schema).iter_errors(args), key=str)
             if problems:
                 where = ".".join(map(str, problems[0].absolute_path)) or "arguments"
-                return Err(SdkError(f"invalid arguments for {target}: {where}: {problems[0].message}",
-                                    code="invalid_argument"))
+                return Err(
+                    SdkError(f"invalid arguments for {target}: {where}: {problems[0].message}", code="invalid_argument")
+                )
         limit = timeout or entry.meta.timeout or DEFAULT_ENTRY_TIMEOUT
         try:
             with anyio.fail_after(limit):
                 return await self._run(entry, args)
         except TimeoutError:
             return Err(SdkError(f"entry {target} did not finish within {limit:g} s", code="timeout"))
-        except BaseException as exc:  # noqa: BLE001 - reported as the Err the caller sees (SystemExit too)
+        except BaseException as exc:
             if must_propagate(exc):
                 raise
             self.logger.error("entry %s failed at %s", target, raised_at(exc), exc_info=exc)
@@ -204,8 +206,7 @@ class EntryRegistry:
         return result
 
 
-def _wrap(fn: Callable[..., Any], entry_id: str,
-          call_next: Callable[[dict[str, Any]], Awaitable[Result[Any, Any]]]):
+def _wrap(fn: Callable[..., Any], entry_id: str, call_next: Callable[[dict[str, Any]], Awaitable[Result[Any, Any]]]):
     async def around(call_args: dict[str, Any]) -> Result[Any, Any]:
         return _as_result(await call_handler(fn, entry_id, call_args, call_next))
 
@@ -260,8 +261,14 @@ class TimerRunner:
         out = []
         for timer_id, (meta, _) in sorted(self._timers.items()):
             task = self._tasks.get(timer_id)
-            out.append({"id": timer_id, "name": meta.name or timer_id, "seconds": meta.seconds,
-                        "running": task is not None and not task.done()})
+            out.append(
+                {
+                    "id": timer_id,
+                    "name": meta.name or timer_id,
+                    "seconds": meta.seconds,
+                    "running": task is not None and not task.done(),
+                }
+            )
         return out
 
     @property
@@ -289,5 +296,10 @@ class TimerRunner:
             except BaseException as exc:  # SystemExit, KeyboardInterrupt, ... of the handler: its failure
                 if must_propagate(exc):
                     raise
-                self.logger.error("timer %r raised %s at %s; it keeps running", meta.id, type(exc).__name__,
-                                  raised_at(exc), exc_info=exc)
+                self.logger.error(
+                    "timer %r raised %s at %s; it keeps running",
+                    meta.id,
+                    type(exc).__name__,
+                    raised_at(exc),
+                    exc_info=exc,
+                )

@@ -19,8 +19,8 @@ from core.chat import (
     TurnResult,
 )
 from core.config import HookchatConfig
-from core.utils.clock import Clock
 from core.services._store import PluginStoreLike
+from core.utils.clock import Clock
 from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool
 

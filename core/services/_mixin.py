@@ -61,8 +61,9 @@ class PluginServicesMixin:
         `[A-Za-z0-9_.\\-]{1,64}`, the timeout is at most 300 s, `role` None is global. Registering a name again
         replaces this plugin's earlier tool. Returns True; breaking a rule raises `ToolDefinitionError`.
         """
-        add_function_tool(self.ctx, name, description, parameters, handler, timeout=timeout, role=role,
-                          pass_event=False)
+        add_function_tool(
+            self.ctx, name, description, parameters, handler, timeout=timeout, role=role, pass_event=False
+        )
         return True
 
     def unregister_llm_tool(self, name: str) -> bool:
@@ -101,8 +102,16 @@ class PluginServicesMixin:
         **_ignored: Any,
     ) -> bool:
         """Add an entry other plugins can call; False when a static entry already has this id."""
-        meta = EntryMeta.make(entry_id, name=name, description=description, input_schema=input_schema, kind=kind,
-                              timeout=timeout, llm_result_fields=llm_result_fields, metadata=metadata)
+        meta = EntryMeta.make(
+            entry_id,
+            name=name,
+            description=description,
+            input_schema=input_schema,
+            kind=kind,
+            timeout=timeout,
+            llm_result_fields=llm_result_fields,
+            metadata=metadata,
+        )
         return _svc(self).entries.register_dynamic(meta, handler, enabled=enabled)
 
     def unregister_dynamic_entry(self, entry_id: str) -> bool:

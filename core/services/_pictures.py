@@ -142,14 +142,18 @@ async def _fit(image: Image, budget: int, tool: str) -> tuple[Image | None, str]
         return drop(str(exc))
     try:
         jpeg, (width, height) = await anyio.to_thread.run_sync(reencode_picture, data)
-    except Exception as exc:  # noqa: BLE001 - Pillow raises many kinds for undecodable data
+    except Exception as exc:
         return drop(f"it is over the {_kib(budget)} delivery budget and could not be decoded ({type(exc).__name__})")
     encoded = base64.b64encode(jpeg).decode("ascii")
     if len(encoded) > budget:
-        return drop(f"it is over the {_kib(budget)} delivery budget even after re-encoding as JPEG at "
-                    f"{width}x{height} ({_kib(len(encoded))})")
+        return drop(
+            f"it is over the {_kib(budget)} delivery budget even after re-encoding as JPEG at "
+            f"{width}x{height} ({_kib(len(encoded))})"
+        )
     stem = Path(image.name).stem if image.name else (Path(image.path).stem if image.path else "picture")
     replacement = Image(base64=encoded, name=f"{stem}.jpg", mime="image/jpeg")
     logger.info("tool %s: %s re-encoded from %s to %s", tool, label, _kib(size), _kib(len(encoded)))
-    return replacement, (f"[note: {label} ({_kib(size)}) was over the {_kib(budget)} delivery budget, so it was "
-                         f"re-encoded as JPEG at {width}x{height} ({_kib(len(encoded))}); details may be lost]")
+    return replacement, (
+        f"[note: {label} ({_kib(size)}) was over the {_kib(budget)} delivery budget, so it was "
+        f"re-encoded as JPEG at {width}x{height} ({_kib(len(encoded))}); details may be lost]"
+    )

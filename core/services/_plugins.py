@@ -66,13 +66,17 @@ class Plugins:
             return Err(SdkError("this plugin is not loaded by a plugin manager", code="not_attached"))
         if self._manager.get_plugin(plugin_id) is None:
             status = self._manager.status(plugin_id)
-            why = f"is {status.state}" + (f" ({status.reason})" if status and status.reason else "") if status \
+            why = (
+                f"is {status.state}" + (f" ({status.reason})" if status and status.reason else "")
+                if status
                 else "is not installed"
+            )
             return Err(SdkError(f"plugin {plugin_id!r} {why}", code="plugin_unavailable"))
         return Ok(self._describe(plugin_id))
 
-    async def call_entry(self, target: str, args: dict[str, Any] | None = None, *,
-                         timeout: float | None = None) -> Result[Any, SdkError]:
+    async def call_entry(
+        self, target: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> Result[Any, SdkError]:
         """Call entry `"<plugin_id>:<entry_id>"` with `args` (keyword arguments of its handler)."""
         from core.services._services import services_for  # a cycle: _services builds Plugins
 
@@ -80,8 +84,9 @@ class Plugins:
         if not sep or not plugin_id or not entry_id:
             return Err(SdkError(f"call_entry needs '<plugin_id>:<entry_id>', not {target!r}", code="invalid_argument"))
         if args is not None and not isinstance(args, dict):
-            return Err(SdkError(f"call_entry arguments must be a dict, not {type(args).__name__}",
-                                code="invalid_argument"))
+            return Err(
+                SdkError(f"call_entry arguments must be a dict, not {type(args).__name__}", code="invalid_argument")
+            )
         required = await self.require_enabled(plugin_id)
         if isinstance(required, Err):
             return required
@@ -89,11 +94,15 @@ class Plugins:
         services = services_for(instance.ctx, instance)
         return await services.entries.call(entry_id, args, timeout)
 
-    async def call_entry_json(self, target: str, args: dict[str, Any] | None = None, *,
-                              timeout: float | None = None) -> Result[dict[str, Any], SdkError]:
+    async def call_entry_json(
+        self, target: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> Result[dict[str, Any], SdkError]:
         """Like `call_entry`, but an answer that is not a JSON object is an `Err`."""
         result = await self.call_entry(target, args, timeout=timeout)
         if isinstance(result, Ok) and not isinstance(result.value, dict):
-            return Err(SdkError(f"entry {target} answered {type(result.value).__name__}, not a JSON object",
-                                code="invalid_response"))
+            return Err(
+                SdkError(
+                    f"entry {target} answered {type(result.value).__name__}, not a JSON object", code="invalid_response"
+                )
+            )
         return result

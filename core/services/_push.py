@@ -97,8 +97,9 @@ def _parts_to_chain(parts: Any) -> MessageChain:
             chain.append(Text(text))
         elif kind == "image":
             if "url" in part:
-                raise PushMessageError(f"parts[{index}]: external image URLs are not accepted; send the bytes "
-                                       "as 'data'")
+                raise PushMessageError(
+                    f"parts[{index}]: external image URLs are not accepted; send the bytes as 'data'"
+                )
             data = part.get("data", part.get("base64"))
             if isinstance(data, bytes | bytearray | memoryview):
                 encoded = base64.b64encode(bytes(data)).decode("ascii")
@@ -113,8 +114,9 @@ def _parts_to_chain(parts: Any) -> MessageChain:
                 raise PushMessageError(f"parts[{index}]: mime must be an image/* type, not {mime!r}")
             chain.append(Image(base64=encoded, mime=mime, name=part.get("name")))
         elif kind in ("audio", "video", "record"):
-            raise PushMessageError(f"parts[{index}]: {kind} parts are not delivered by hookchat; do not report "
-                                   "them as played or shown")
+            raise PushMessageError(
+                f"parts[{index}]: {kind} parts are not delivered by hookchat; do not report them as played or shown"
+            )
         else:
             raise PushMessageError(f"parts[{index}]: unknown part type {kind!r} (use 'text' or 'image')")
     return chain
@@ -124,8 +126,12 @@ def _translate_v1(fields: dict[str, Any]) -> dict[str, Any]:
     legacy = sorted(k for k in fields if k in _V1_FIELDS)
     if not legacy:
         return fields
-    warnings.warn(f"push_message v1 fields {', '.join(legacy)} are deprecated; use source, visibility, "
-                  "ai_behavior, parts and priority", DeprecationWarning, stacklevel=4)
+    warnings.warn(
+        f"push_message v1 fields {', '.join(legacy)} are deprecated; use source, visibility, "
+        "ai_behavior, parts and priority",
+        DeprecationWarning,
+        stacklevel=4,
+    )
     out = {k: v for k, v in fields.items() if k not in _V1_FIELDS}
     content = fields.get("content")
     if "parts" not in out and isinstance(content, str):
@@ -264,14 +270,24 @@ class PushService:
         if session is None or self.app is None or not self.app.serves(session):
             if session is None and self._sessions_seen > 1 and plugin_id not in self._told:
                 self._told.add(plugin_id)
-                logger.warning("push_message of plugin %r refused: the bot talks to several sessions, so name "
-                               "one with session=", plugin_id)
+                logger.warning(
+                    "push_message of plugin %r refused: the bot talks to several sessions, so name one with session=",
+                    plugin_id,
+                )
             return _rejected("transport_unavailable")
         failed_at = self._failing.get(session.adapter_name)
         if failed_at is not None and time.monotonic() - failed_at < self.failure_hold:
             return _rejected("transport_error")
-        item = _Push(f"push-{uuid.uuid4().hex[:12]}", plugin_id, source.strip(), session, frozenset(visibility),
-                     ai_behavior, chain, priority)
+        item = _Push(
+            f"push-{uuid.uuid4().hex[:12]}",
+            plugin_id,
+            source.strip(),
+            session,
+            frozenset(visibility),
+            ai_behavior,
+            chain,
+            priority,
+        )
         with self._lock:
             if len(self._heap) >= self.capacity:
                 return _rejected("backpressure")
@@ -335,8 +351,9 @@ class PushService:
             return self.app is not None and self.app.has_history
         return ai_behavior == "respond" and self.app is not None
 
-    def _on_sent(self, _sender: object, session: Session | None = None, result: KiraIMSentResult | None = None,
-                 **_: object) -> None:
+    def _on_sent(
+        self, _sender: object, session: Session | None = None, result: KiraIMSentResult | None = None, **_: object
+    ) -> None:
         if session is None or result is None or not result.ok:
             return
         if self._sessions_seen == 0:
@@ -373,12 +390,17 @@ class PushService:
         adapter = item.session.adapter_name
         if "chat" in item.visibility:
             push = {"id": item.id, "plugin_id": item.plugin_id, "source": item.source, "priority": item.priority}
-            sent = await app.send(item.session, MessageChain(item.chain),
-                                  KiraMessageBatchEvent([], item.session, push=push))
+            sent = await app.send(
+                item.session, MessageChain(item.chain), KiraMessageBatchEvent([], item.session, push=push)
+            )
             if not sent.ok:
                 self._failing[adapter] = time.monotonic()
-                logger.warning("push %s of plugin %r to %s not delivered: the adapter refused it", item.id,
-                               item.plugin_id, item.session.sid)
+                logger.warning(
+                    "push %s of plugin %r to %s not delivered: the adapter refused it",
+                    item.id,
+                    item.plugin_id,
+                    item.session.sid,
+                )
                 return "transport_error"
             self._failing.pop(adapter, None)
         if item.ai_behavior in ("read", "respond"):
@@ -394,8 +416,7 @@ class PushService:
     async def _remember(self, item: _Push) -> None:
         if item.ai_behavior != "read" or self.app is None:
             return  # a "respond" message enters history with the turn it causes
-        meta = {"push": {"id": item.id, "plugin_id": item.plugin_id, "source": item.source,
-                         "priority": item.priority}}
+        meta = {"push": {"id": item.id, "plugin_id": item.plugin_id, "source": item.source, "priority": item.priority}}
         await self.app.remember(item.session, self._model_text(item), meta)
 
     def _respond(self, item: _Push) -> None:
@@ -414,5 +435,6 @@ class PushService:
         if turn.cancelled():
             logger.warning("the turn push %s of plugin %r asked for was cancelled", item.id, item.plugin_id)
         elif turn.exception() is not None:
-            logger.error("the turn push %s of plugin %r asked for failed", item.id, item.plugin_id,
-                         exc_info=turn.exception())
+            logger.error(
+                "the turn push %s of plugin %r asked for failed", item.id, item.plugin_id, exc_info=turn.exception()
+            )

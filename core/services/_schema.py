@@ -61,12 +61,43 @@ _LIST_TYPES = frozenset({"list", "multi_select"})
 
 #: JSON Schema keywords a field may add to its type (`minimum`, `pattern`, `items`, ...). Other keys of a field
 #: (`name`, `hint`, `locales`, `collapsed`, `model_type`, ...) describe the WebUI and are ignored here.
-_KEYWORDS = frozenset({
-    "enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
-    "maxLength", "pattern", "format", "items", "prefixItems", "contains", "minItems", "maxItems", "uniqueItems",
-    "properties", "patternProperties", "additionalProperties", "required", "propertyNames", "minProperties",
-    "maxProperties", "dependentRequired", "dependentSchemas", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
-})
+_KEYWORDS = frozenset(
+    {
+        "enum",
+        "const",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "items",
+        "prefixItems",
+        "contains",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "required",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "dependentRequired",
+        "dependentSchemas",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+    }
+)
 
 
 class ConfigValueError(ValueError):
@@ -140,7 +171,7 @@ def _parse_fields(specs: Mapping[str, Any], where: tuple[str, ...], warnings: li
     for key, spec in specs.items():
         if not isinstance(spec, Mapping):
             path = ".".join((*where, str(key)))
-            warnings.append(f"schema.json entry {path!r} is not a field (an object with a \"type\"); ignored")
+            warnings.append(f'schema.json entry {path!r} is not a field (an object with a "type"); ignored')
             continue
         parsed = _parse_field(str(key), spec, where, warnings)
         if parsed is not None:
@@ -148,9 +179,7 @@ def _parse_fields(specs: Mapping[str, Any], where: tuple[str, ...], warnings: li
     return tuple(fields)
 
 
-def _parse_field(
-    key: str, spec: Mapping[str, Any], where: tuple[str, ...], warnings: list[str]
-) -> ConfigField | None:
+def _parse_field(key: str, spec: Mapping[str, Any], where: tuple[str, ...], warnings: list[str]) -> ConfigField | None:
     path = ".".join((*where, key))
     kind = spec.get("type", "string")  # KiraAI reads a field without a type as a string
     if kind == "info":
@@ -158,7 +187,7 @@ def _parse_field(
     if kind == "section":
         children = spec.get("fields")
         if not isinstance(children, Mapping):
-            warnings.append(f"schema.json section {path!r} has no \"fields\" object; it is an empty section")
+            warnings.append(f'schema.json section {path!r} has no "fields" object; it is an empty section')
             children = {}
         return ConfigField(key, "section", fields=_parse_fields(children, (*where, key), warnings))
 
@@ -169,8 +198,10 @@ def _parse_field(
     parsed = ConfigField(key, name, default, check, _validator=validator)
     problem = parsed.problem(default)
     if problem is not None:
-        warnings.append(f"the default of schema.json field {path!r} does not fit its type ({problem}); "
-                        "it is passed to the plugin as it is")
+        warnings.append(
+            f"the default of schema.json field {path!r} does not fit its type ({problem}); "
+            "it is passed to the plugin as it is"
+        )
     return parsed
 
 
@@ -180,7 +211,7 @@ def _value_schema(kind: Any, spec: Mapping[str, Any], path: str, warnings: list[
     options = list(options) if isinstance(options, list) else None
     if kind == "enum":
         if not options:
-            warnings.append(f"schema.json field {path!r} is an enum without \"options\"; any value is accepted")
+            warnings.append(f'schema.json field {path!r} is an enum without "options"; any value is accepted')
             return None
         check: dict[str, Any] = {"enum": options}
     elif isinstance(kind, list) and kind and all(isinstance(k, str) and _VALUE_SCHEMAS.get(k) for k in kind):
@@ -193,8 +224,10 @@ def _value_schema(kind: Any, spec: Mapping[str, Any], path: str, warnings: list[
         elif options:
             check["enum"] = options  # KiraAI: a string, integer or float field with options is a dropdown
     else:
-        warnings.append(f"schema.json field {path!r} has the type {kind!r}, which hookchat does not know; "
-                        "its value is passed to the plugin as it is")
+        warnings.append(
+            f"schema.json field {path!r} has the type {kind!r}, which hookchat does not know; "
+            "its value is passed to the plugin as it is"
+        )
         return None
     check.update({k: v for k, v in spec.items() if k in _KEYWORDS and k not in check})
     return check
@@ -231,8 +264,9 @@ def _build(fields: tuple[ConfigField, ...], values: Mapping[str, Any], where: tu
         if f.kind == "section":
             given = values.get(f.key, {})
             if not isinstance(given, Mapping):
-                raise ConfigValueError(f"config field {'.'.join(path)!r} is a section: give a table of its fields, "
-                                       f"not {given!r}")
+                raise ConfigValueError(
+                    f"config field {'.'.join(path)!r} is a section: give a table of its fields, not {given!r}"
+                )
             cfg[f.key] = _build(f.fields, given, path)
         elif f.key in values:
             value = values[f.key]
@@ -246,7 +280,7 @@ def _build(fields: tuple[ConfigField, ...], values: Mapping[str, Any], where: tu
 
 
 def _unknown_fields(unknown: list[str], known: set[str], where: tuple[str, ...]) -> str:
-    """"unknown config field 'x'", with the nearest known field ("did you mean") or the fields there are."""
+    """ "unknown config field 'x'", with the nearest known field ("did you mean") or the fields there are."""
     names = ", ".join(".".join((*where, k)) for k in unknown)
     near = difflib.get_close_matches(unknown[0], sorted(known), n=1)
     if near:
@@ -257,8 +291,11 @@ def _unknown_fields(unknown: list[str], known: set[str], where: tuple[str, ...])
 
 def _build_from_json_schema(schema: dict[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
     properties = schema.get("properties", {})
-    cfg = {name: copy.deepcopy(spec["default"]) for name, spec in properties.items()
-           if isinstance(spec, Mapping) and "default" in spec}
+    cfg = {
+        name: copy.deepcopy(spec["default"])
+        for name, spec in properties.items()
+        if isinstance(spec, Mapping) and "default" in spec
+    }
     cfg.update(values)
     errors = sorted(Draft202012Validator(schema).iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
     if errors:

@@ -10,15 +10,15 @@ from typing import Any
 
 from core.services._config import PluginConfig
 from core.services._db import PluginDatabase
-from core.services._entries import EntryRegistry, TimerRunner
-from core.utils.log import PluginLogger, get_plugin_logger
 from core.services._declarations import ENTRY_ATTR, ENTRY_HOOK_ATTR, LLM_TOOL_ATTR, TIMER_ATTR, LlmToolMeta, declared
-from core.services._plugins import Plugins
+from core.services._entries import EntryRegistry, TimerRunner
 from core.services._host import PluginHandle
+from core.services._plugins import Plugins
 from core.services._push import PushService
 from core.services._result import SdkError
 from core.services._store import PluginStore, PluginStoreLike
 from core.services._tools import add_function_tool, remote_owner
+from core.utils.log import PluginLogger, get_plugin_logger
 
 __all__ = ["PluginServices", "services_for", "bind_plugin", "storage_dir_of", "clear_remote_tools"]
 
@@ -174,8 +174,16 @@ def bind_plugin(instance: Any, ctx: PluginHandle) -> None:
     ctx.bound = True
     for attr, fn in declared(instance, LLM_TOOL_ATTR):
         tool: LlmToolMeta = getattr(fn, LLM_TOOL_ATTR)
-        add_function_tool(ctx, tool.name, tool.description, tool.parameters, getattr(instance, attr),
-                          timeout=tool.timeout, role=tool.role, pass_event=tool.pass_event)
+        add_function_tool(
+            ctx,
+            tool.name,
+            tool.description,
+            tool.parameters,
+            getattr(instance, attr),
+            timeout=tool.timeout,
+            role=tool.role,
+            pass_event=tool.pass_event,
+        )
     if declared(instance, ENTRY_ATTR) or declared(instance, ENTRY_HOOK_ATTR) or declared(instance, TIMER_ATTR):
         services = services_for(ctx, instance)
         services.timers.collect(instance)

@@ -21,9 +21,7 @@ _MISSING = object()
 
 
 def _setup(conn: sqlite3.Connection) -> None:
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL)"
-    )
+    conn.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL)")
 
 
 def _check_key(key: object) -> str | None:
@@ -95,8 +93,9 @@ class PluginStore:
         try:
             text = json.dumps(value, ensure_ascii=False)
         except (TypeError, ValueError) as exc:
-            return Err(SdkError(f"the value for store key {key!r} is not JSON-serialisable: {exc}",
-                                code="invalid_argument"))
+            return Err(
+                SdkError(f"the value for store key {key!r} is not JSON-serialisable: {exc}", code="invalid_argument")
+            )
 
         def job(conn: sqlite3.Connection) -> None:
             with conn:

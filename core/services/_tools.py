@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import inspect
-
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
@@ -54,28 +53,32 @@ def refuse_if_stopping(ctx: PluginHandle, what: str) -> None:
     """Raise `SdkError(code="plugin_stopped")` when the plugin of `ctx` is stopping (`ctx.closing`), so nothing it
     registers from `terminate()`, a timer or a task can outlive it. `what` names the refused registration."""
     if ctx.closing:
-        raise SdkError(f"plugin {ctx.plugin_id!r} is stopping: it cannot register {what}",
-                       code="plugin_stopped")
+        raise SdkError(f"plugin {ctx.plugin_id!r} is stopping: it cannot register {what}", code="plugin_stopped")
 
 
 def check_role(role: object, tool_name: object, where: str) -> None:
     """The role rule of every tool: None (global) or a persona name of 1 to 64 characters. Raises
     `ToolDefinitionError` naming the tool and who registered it."""
     if role is not None and (not isinstance(role, str) or not 0 < len(role) <= MAX_ROLE_LENGTH):
-        raise ToolDefinitionError(f"tool {tool_name!r} (registered by {where}): role must be None (global) or a "
-                                  f"persona name of 1 to {MAX_ROLE_LENGTH} characters, not {role!r}")
+        raise ToolDefinitionError(
+            f"tool {tool_name!r} (registered by {where}): role must be None (global) or a "
+            f"persona name of 1 to {MAX_ROLE_LENGTH} characters, not {role!r}"
+        )
 
 
 def _tools_registry(ctx: PluginHandle) -> OwnedRegistry[BaseTool]:
     manager = ctx.manager
     if manager is None:
-        raise SdkError(f"plugin {ctx.plugin_id!r} is not loaded by a plugin manager, so it cannot "
-                       "register tools", code="not_attached")
+        raise SdkError(
+            f"plugin {ctx.plugin_id!r} is not loaded by a plugin manager, so it cannot register tools",
+            code="not_attached",
+        )
     return manager.tools
 
 
-def _check_handler_fits_schema(name: str, where: str, handler: Callable[..., Any], schema: dict[str, Any],
-                               pass_event: bool) -> None:
+def _check_handler_fits_schema(
+    name: str, where: str, handler: Callable[..., Any], schema: dict[str, Any], pass_event: bool
+) -> None:
     """Refuse a handler that could not take the arguments its JSON Schema lets the model send, at registration
     rather than at the model's first call: every schema property needs a parameter (or `**kwargs`), and every
     parameter without a default must be a property the schema requires (or the event)."""
@@ -84,14 +87,18 @@ def _check_handler_fits_schema(name: str, where: str, handler: Callable[..., Any
     except (TypeError, ValueError):  # no signature to read (a C callable): it will show at the first call
         return
     params = list(signature.parameters.values())
-    if pass_event and params and params[0].kind in (inspect.Parameter.POSITIONAL_ONLY,
-                                                    inspect.Parameter.POSITIONAL_OR_KEYWORD):
+    if (
+        pass_event
+        and params
+        and params[0].kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ):
         params = params[1:]  # the event
     properties = dict(schema.get("properties") or {})
     required = set(schema.get("required") or ())
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-    named = {p.name: p for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                                      inspect.Parameter.KEYWORD_ONLY)}
+    named = {
+        p.name: p for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
     fn = inspect.unwrap(handler)
     code = getattr(fn, "__code__", None)
     source = f" ({code.co_filename}:{code.co_firstlineno})" if code else ""
@@ -103,17 +110,23 @@ def _check_handler_fits_schema(name: str, where: str, handler: Callable[..., Any
             head + f"the schema's propert{'ies' if len(unknown) > 1 else 'y'} {', '.join(map(repr, unknown))} "
             f"{'have' if len(unknown) > 1 else 'has'} no parameter; add "
             f"{', '.join(f'{u}=None' if u not in required else u for u in unknown)} to the function (keyword "
-            "parameters after `*`, or **kwargs), or remove them from the schema")
+            "parameters after `*`, or **kwargs), or remove them from the schema"
+        )
     unnamed = [p.name for p in named.values() if p.default is inspect.Parameter.empty and p.name not in properties]
     if unnamed:
         raise ToolDefinitionError(
-            head + f"{', '.join(map(repr, unnamed))} {'are' if len(unnamed) > 1 else 'is'} not in its \"properties\", "
-            "so the model can never pass it: add it there (and to \"required\"), or give the parameter a default")
+            head + f'{", ".join(map(repr, unnamed))} {"are" if len(unnamed) > 1 else "is"} not in its "properties", '
+            'so the model can never pass it: add it there (and to "required"), or give the parameter a default'
+        )
     optional = [p.name for p in named.values() if p.default is inspect.Parameter.empty and p.name not in required]
     if optional:  # works while the model sends it; a warning, since many working plugins declare no "required"
-        logger.warning("%s%s %s not in its \"required\", so the model may leave it out and the call then fails: add "
-                       "it to \"required\" or give the parameter a default", head, ", ".join(map(repr, optional)),
-                       "are" if len(optional) > 1 else "is")
+        logger.warning(
+            '%s%s %s not in its "required", so the model may leave it out and the call then fails: add '
+            'it to "required" or give the parameter a default',
+            head,
+            ", ".join(map(repr, optional)),
+            "are" if len(optional) > 1 else "is",
+        )
 
 
 def add_function_tool(
@@ -141,8 +154,9 @@ def add_function_tool(
     if not callable(handler):
         raise ToolDefinitionError(f"tool {name!r} (registered by {where}): handler {handler!r} is not callable")
     _check_handler_fits_schema(name, where, handler, schema, pass_event)
-    tool = FunctionTool(name, description, schema, handler, timeout=float(timeout), role=role, ctx=ctx,
-                        pass_event=pass_event)
+    tool = FunctionTool(
+        name, description, schema, handler, timeout=float(timeout), role=role, ctx=ctx, pass_event=pass_event
+    )
     _tools_registry(ctx).add(name, tool, ctx.plugin_id)
     return tool
 

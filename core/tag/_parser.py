@@ -122,7 +122,7 @@ def _may_end_hidden(tail: str, name: str, in_msg: bool) -> bool:
     hidden block?"""
     low = tail.lower()
     for end in ("</" + name, "</msg") if in_msg else ("</" + name,):
-        if end.startswith(low) or (low.startswith(end) and (len(low) == len(end) or low[len(end):].isspace())):
+        if end.startswith(low) or (low.startswith(end) and (len(low) == len(end) or low[len(end) :].isspace())):
             return True
     return False
 
@@ -524,8 +524,9 @@ class StreamParser:
                 return
             except Exception:
                 _log.exception("on_error callback failed for tag <%s>", tag.name)
-        _log.warning("tag <%s> (plugin %s) failed: %r; its text is sent instead", tag.name, tag.owner, exc,
-                     exc_info=exc)
+        _log.warning(
+            "tag <%s> (plugin %s) failed: %r; its text is sent instead", tag.name, tag.owner, exc, exc_info=exc
+        )
 
 
 class _Deadline:

@@ -143,8 +143,12 @@ class FunctionTag(BaseTag):
         try:
             result = await anyio.to_thread.run_sync(lambda: self.handler(value, **kwargs), abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
-            _log.warning("tag <%s> (plugin %r): abandoned; its synchronous handler still runs in a worker thread "
-                         "until it returns", self.name, self.owner)
+            _log.warning(
+                "tag <%s> (plugin %r): abandoned; its synchronous handler still runs in a worker thread "
+                "until it returns",
+                self.name,
+                self.owner,
+            )
             raise
         if inspect.isawaitable(result):
             result = await result

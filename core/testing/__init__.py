@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import html
 import heapq
+import html
 import itertools
 import shutil
 import socket
@@ -27,18 +27,27 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from core.app import HookChat
 from core.adapter import ALL_ELEMENTS, Adapter
+from core.app import HookChat
+from core.builtins import BUILTIN_PLUGINS, builtin_plugins_dir
 from core.chat.message_elements import BaseMessageElement, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
-from core.builtins import BUILTIN_PLUGINS, builtin_plugins_dir
 from core.config import HookchatConfig
 from core.plugin import PluginLoadError
-from core.utils.clock import Clock
 from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, ToolCall
+from core.utils.clock import Clock
 
-__all__ = ["ScriptedProvider", "EchoProvider", "NatsServer", "RecordingAdapter", "ManualClock", "ChatHarness", "ToolCall", "BUILTIN_PLUGINS_DIR"]
+__all__ = [
+    "ScriptedProvider",
+    "EchoProvider",
+    "NatsServer",
+    "RecordingAdapter",
+    "ManualClock",
+    "ChatHarness",
+    "ToolCall",
+    "BUILTIN_PLUGINS_DIR",
+]
 
 #: The framework's own plugins (chat debounce, built-in tags, examples).
 #: The folder of the framework's own plugins (inside the installed package).
@@ -85,7 +94,7 @@ class ScriptedProvider(LLMProvider):
         resp = await self.complete(req)
         text, size = resp.text_response, self.chunk_size or max(1, len(resp.text_response))
         for start in range(0, len(text), size):
-            yield StreamEvent(text=text[start:start + size])
+            yield StreamEvent(text=text[start : start + size])
         yield StreamEvent(response=resp)
 
     def add(self, *responses: str | list[ToolCall] | LLMResponse | BaseException) -> None:
@@ -359,9 +368,11 @@ class ChatHarness:
         if failed and not self._allow_failed:
             await self.__aexit__(None, None, None)
             reasons = "\n".join(f"  {s.plugin_id} ({s.origin}): {s.reason}" for s in failed)
-            raise PluginLoadError(f"{len(failed)} plugin(s) of this ChatHarness failed to load, so the test would "
-                                  f"check a bot without them:\n{reasons}\n(pass allow_failed=True to test a failing "
-                                  "plugin on purpose; its status is bot.app.plugins.status(plugin_id))")
+            raise PluginLoadError(
+                f"{len(failed)} plugin(s) of this ChatHarness failed to load, so the test would "
+                f"check a bot without them:\n{reasons}\n(pass allow_failed=True to test a failing "
+                "plugin on purpose; its status is bot.app.plugins.status(plugin_id))"
+            )
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -16,8 +16,10 @@ def _short(value: Any, limit: int = 100) -> str:
 
 def _hook_line(hook: dict[str, Any]) -> str:
     where = f"{hook['file'].rsplit('/', 1)[-1]}:{hook['line']}"
-    line = (f"{hook['plugin_id']}.{hook['function']} ({where}) prio {hook['priority']}"
-            f"  {hook['duration_ms']:.2f} ms  {hook['outcome']}")
+    line = (
+        f"{hook['plugin_id']}.{hook['function']} ({where}) prio {hook['priority']}"
+        f"  {hook['duration_ms']:.2f} ms  {hook['outcome']}"
+    )
     if hook.get("strategy"):
         line += f"  set {hook['strategy']['strategy']}" + (" (force)" if hook["strategy"]["force"] else "")
     if hook.get("error"):
@@ -35,9 +37,11 @@ def _item_lines(item: dict[str, Any]) -> list[str]:
         return lines
     if kind == "model":
         model = f"{item['provider']}/{item['model']}" if item["model"] else item["provider"]
-        head = (f"{at}  model {model}  {item['duration_ms']:.1f} ms"
-                f"  tokens {item['prompt_tokens']}/{item['completion_tokens']}"
-                + (f"  tools: {', '.join(item['tools'])}" if item["tools"] else ""))
+        head = (
+            f"{at}  model {model}  {item['duration_ms']:.1f} ms"
+            f"  tokens {item['prompt_tokens']}/{item['completion_tokens']}"
+            + (f"  tools: {', '.join(item['tools'])}" if item["tools"] else "")
+        )
         sections = ", ".join(f"{p['name']}({p['source']})" for p in item["system_prompt"])
         lines = [head, f"    system prompt: {sections}"]
         if item["error"]:
@@ -48,11 +52,15 @@ def _item_lines(item: dict[str, Any]) -> list[str]:
         return lines
     if kind == "tool":
         status = "error" if item["is_error"] else "ok"
-        return [f"{at}  tool {item['name']} ({item['plugin_id']})  {item['duration_ms']:.1f} ms  {status}",
-                f"    args {_short(item['arguments'])} -> {_short(item['result'])}"]
+        return [
+            f"{at}  tool {item['name']} ({item['plugin_id']})  {item['duration_ms']:.1f} ms  {status}",
+            f"    args {_short(item['arguments'])} -> {_short(item['result'])}",
+        ]
     if kind == "mcp":  # docs/mcp.md: one per call of an MCP server's tool, beside its `tool` item
-        return [f"{at}  mcp {item['server']}/{item['tool']}  {item['duration_ms']:.1f} ms  {item['outcome']}"
-                + (f": {_short(item['error'])}" if item.get("error") else "")]
+        return [
+            f"{at}  mcp {item['server']}/{item['tool']}  {item['duration_ms']:.1f} ms  {item['outcome']}"
+            + (f": {_short(item['error'])}" if item.get("error") else "")
+        ]
     if kind == "tag":
         result = f"error {item['error']}" if item["error"] else _short(item["elements"])
         return [f"{at}  tag <{item['name']}> ({item['plugin_id']})  {_short(item['value'], 40)!r} -> {result}"]
@@ -66,8 +74,10 @@ def _item_lines(item: dict[str, Any]) -> list[str]:
 def render_trace(data: dict[str, Any], *, logs: bool = True) -> str:
     """A trace (as `Trace.to_dict()` gives it) as indented lines: its messages, each dispatch with its hooks and
     what they changed, model and tool calls, tags, sends, history and (when `logs`) its log lines."""
-    lines = [f"trace {data['id']}  {data['kind']}  {data['sid'] or ''}  {_short(data['name'], 60)!r}"
-             f"  {data['outcome']}  {data['duration_ms']:.1f} ms" + (f"  ({data['error']})" if data["error"] else "")]
+    lines = [
+        f"trace {data['id']}  {data['kind']}  {data['sid'] or ''}  {_short(data['name'], 60)!r}"
+        f"  {data['outcome']}  {data['duration_ms']:.1f} ms" + (f"  ({data['error']})" if data["error"] else "")
+    ]
     for message in data["messages"]:
         lines.append(f"  message {message['id']}  {_short(message['name'], 60)!r}  {message['outcome']}")
         for item in message["timeline"]:
@@ -76,8 +86,10 @@ def render_trace(data: dict[str, Any], *, logs: bool = True) -> str:
         lines.extend(f"  {line}" for line in _item_lines(item))
     if logs and data["logs"]:
         lines.append("  logs:")
-        lines.extend(f"    +{log['t_ms']:.1f} ms {log['level']} {log['logger']}: {_short(log['message'], 160)}"
-                     for log in data["logs"])
+        lines.extend(
+            f"    +{log['t_ms']:.1f} ms {log['level']} {log['logger']}: {_short(log['message'], 160)}"
+            for log in data["logs"]
+        )
     if data.get("dropped"):
         lines.append(f"  ({data['dropped']} items not kept: the trace was too long)")
     return "\n".join(lines)

@@ -102,7 +102,7 @@ class JsonLinesSink:
                 lines = [self._line(t) for t in batch if t is not None]
                 try:
                     file = self._append(file, [line for line in lines if line])
-                except Exception:  # noqa: BLE001 - a full disk must not stop the bot or its writer; say so, go on
+                except Exception:
                     _log.exception("could not write %d trace(s) to %s", len(lines), self.path)
                     file = None
                 if stop:
@@ -114,7 +114,7 @@ class JsonLinesSink:
     def _line(self, trace: Trace) -> str:
         try:
             return valid_text(json.dumps(trace.to_dict(), ensure_ascii=False, default=str)) + "\n"
-        except Exception:  # noqa: BLE001 - one trace that cannot be written is skipped, with its id
+        except Exception:
             _log.exception("could not serialise trace %s", trace.id)
             return ""
 
@@ -198,7 +198,7 @@ class OtelSink:
         """Send `trace` as spans (the SDK's span processor does the exporting)."""
         try:
             self._export(trace)
-        except Exception:  # noqa: BLE001 - an exporter problem must not break a turn
+        except Exception:
             _log.exception("could not export trace %s to OpenTelemetry", trace.id)
 
     def _export(self, trace: Trace) -> None:
@@ -208,9 +208,14 @@ class OtelSink:
         end = base + int(data["duration_ms"] * 1e6)
         otel = self._otel
         root = self._tracer.start_span(
-            f"hookchat.{trace.kind}", start_time=base,
-            attributes={"hookchat.trace_id": trace.id, "hookchat.name": trace.name, "hookchat.sid": trace.sid or "",
-                        "hookchat.outcome": trace.outcome},
+            f"hookchat.{trace.kind}",
+            start_time=base,
+            attributes={
+                "hookchat.trace_id": trace.id,
+                "hookchat.name": trace.name,
+                "hookchat.sid": trace.sid or "",
+                "hookchat.outcome": trace.outcome,
+            },
         )
         ctx = otel.set_span_in_context(root)
 
@@ -219,20 +224,29 @@ class OtelSink:
 
         for item in data["timeline"]:
             kind = item["type"]
-            name = f"hookchat.{kind}" + (f" {item['event']}" if kind == "event" else
-                                          f" {item['name']}" if "name" in item else "")
-            attrs = {f"hookchat.{k}": v for k, v in item.items()
-                     if isinstance(v, (str, int, float, bool)) and k not in ("start_ms", "duration_ms")}
+            name = f"hookchat.{kind}" + (
+                f" {item['event']}" if kind == "event" else f" {item['name']}" if "name" in item else ""
+            )
+            attrs = {
+                f"hookchat.{k}": v
+                for k, v in item.items()
+                if isinstance(v, (str, int, float, bool)) and k not in ("start_ms", "duration_ms")
+            }
             span = self._tracer.start_span(name, context=ctx, start_time=at(item["start_ms"]), attributes=attrs)
             if kind == "event":
                 inner = otel.set_span_in_context(span)
                 for hook in item["hooks"]:
                     hook_span = self._tracer.start_span(
-                        f"hook {hook['plugin_id']}.{hook['function']}", context=inner,
+                        f"hook {hook['plugin_id']}.{hook['function']}",
+                        context=inner,
                         start_time=at(hook["start_ms"]),
-                        attributes={"hookchat.plugin_id": hook["plugin_id"], "hookchat.outcome": hook["outcome"],
-                                    "hookchat.priority": hook["priority"], "code.filepath": hook["file"],
-                                    "code.lineno": hook["line"]},
+                        attributes={
+                            "hookchat.plugin_id": hook["plugin_id"],
+                            "hookchat.outcome": hook["outcome"],
+                            "hookchat.priority": hook["priority"],
+                            "code.filepath": hook["file"],
+                            "code.lineno": hook["line"],
+                        },
                     )
                     if hook["error"]:
                         hook_span.set_status(otel.Status(otel.StatusCode.ERROR, hook["error"]))
@@ -248,5 +262,3 @@ class OtelSink:
         """Flush the provider this sink was given (a global one is the operator's to shut down)."""
         if self._provider is not None and hasattr(self._provider, "force_flush"):
             self._provider.force_flush()
-
-

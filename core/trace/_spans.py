@@ -11,7 +11,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from core.chat.message_utils import KiraMessageEvent, MessageChain
@@ -248,8 +248,9 @@ class _ProbedRecord(_ClosingRecord):
 READINGS = 2
 
 
-def new_record(event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...], *,
-               closing: bool = False) -> list[Any]:
+def new_record(
+    event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...], *, closing: bool = False
+) -> list[Any]:
     """The raw record of one dispatch, kept as cheap as the tracing-on benchmark needs: a flat list
     `[chain, _Extra or None, t0, t1, ...]` of the resolved chain (its entries name the event), the rare part,
     and `clock()` readings: `t0` when the dispatch started, then one after each hook (the hooks run in chain
@@ -309,7 +310,7 @@ class DispatchSpan:
         self.extra: _Extra | None = record[1]
         # `clock()` seconds as nanoseconds, the unit of the trace's other times
         self.start_at: float = record[READINGS] * 1e9
-        self.ends: list[float] = [at * 1e9 for at in record[READINGS + 1:]]  # after each hook that returned
+        self.ends: list[float] = [at * 1e9 for at in record[READINGS + 1 :]]  # after each hook that returned
         # Ended: every hook ran, or the engine closed the record (a stop, a probed event, an own trace). Otherwise
         # the hook after the last reading is still running, or was running when the dispatch was cancelled.
         self.ended = len(self.ends) == len(self.chain) or (self.extra is not None and self.extra.ended)
@@ -343,8 +344,19 @@ class DispatchSpan:
             else:
                 changes, strategy = [], None
             file, line = _where(entry.fn)
-            call = HookCall(entry.event, entry.plugin_id, entry.hook_name, file, line, entry.priority, entry.deadline,
-                            (at - base) / 1e6, (until - at) / 1e6, strategy=strategy, changes=changes)
+            call = HookCall(
+                entry.event,
+                entry.plugin_id,
+                entry.hook_name,
+                file,
+                line,
+                entry.priority,
+                entry.deadline,
+                (at - base) / 1e6,
+                (until - at) / 1e6,
+                strategy=strategy,
+                changes=changes,
+            )
             failure = failures.get(i)
             if failure is not None:
                 call.outcome, call.error, call.traceback = failure
@@ -382,8 +394,25 @@ class Trace:
     Messages merged into a turn are kept as its `messages` (their own traces, with their `im_message` hooks).
     """
 
-    __slots__ = ("tracer", "id", "kind", "name", "sid", "started_at", "started_ns", "ended_ns", "outcome", "error",
-                 "messages", "records", "items", "logs", "dropped", "_dict", "__weakref__")
+    __slots__ = (
+        "tracer",
+        "id",
+        "kind",
+        "name",
+        "sid",
+        "started_at",
+        "started_ns",
+        "ended_ns",
+        "outcome",
+        "error",
+        "messages",
+        "records",
+        "items",
+        "logs",
+        "dropped",
+        "_dict",
+        "__weakref__",
+    )
 
     def __init__(self, tracer: Any, trace_id: str, kind: str, name: str, sid: str | None = None) -> None:
         self.tracer = tracer
@@ -391,7 +420,7 @@ class Trace:
         self.kind = kind
         self.name = name
         self.sid = sid
-        self.started_at = datetime.now(timezone.utc)
+        self.started_at = datetime.now(UTC)
         self.started_ns = _now()
         self.ended_ns: int | None = None
         self.outcome = "running"
@@ -414,8 +443,9 @@ class Trace:
         """Milliseconds since the trace started (now, or at `at_ns`, a `time.perf_counter_ns()` reading)."""
         return round(((at_ns if at_ns is not None else _now()) - self.started_ns) / 1e6, 3)
 
-    def dispatch(self, event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...], *,
-                 closing: bool = False) -> list[Any]:
+    def dispatch(
+        self, event_name: str, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...], *, closing: bool = False
+    ) -> list[Any]:
         """Open the record of one dispatch through `chain` (see `new_record`; `Tracer.dispatch` has the fast way)."""
         record = new_record(event_name, event, args, chain, closing=closing)
         if len(self.records) < MAX_ITEMS:
@@ -445,8 +475,16 @@ class Trace:
         data.update(type=kind, start_ms=self.ms(start), duration_ms=round((now - start) / 1e6, 3))
         self.items.append(data)
 
-    def model_call(self, provider: str, req: RequestLike, resp: ResponseLike | None, started_ns: int, *,
-                   streamed: bool = False, error: str | None = None) -> None:
+    def model_call(
+        self,
+        provider: str,
+        req: RequestLike,
+        resp: ResponseLike | None,
+        started_ns: int,
+        *,
+        streamed: bool = False,
+        error: str | None = None,
+    ) -> None:
         """Record one model call: the request's sections (with their source), tools and the answer or error."""
         self.add(
             "model",
@@ -454,8 +492,9 @@ class Trace:
             provider=provider,
             model=(resp.model if resp is not None and resp.model else req.model) or "",
             streamed=streamed,
-            system_prompt=[{"name": p.name, "source": p.source, "content": _cut(p.content)}
-                           for p in req.system_prompt if p.content],
+            system_prompt=[
+                {"name": p.name, "source": p.source, "content": _cut(p.content)} for p in req.system_prompt if p.content
+            ],
             tools=list(req.tool_set.names()),
             tool_choice=req.tool_choice,
             history_messages=len(req.messages),
@@ -467,22 +506,47 @@ class Trace:
             error=error,
         )
 
-    def tool_call(self, name: str, owner: str | None, arguments: Any, started_ns: int, *, result: str,
-                  is_error: bool) -> None:
+    def tool_call(
+        self, name: str, owner: str | None, arguments: Any, started_ns: int, *, result: str, is_error: bool
+    ) -> None:
         """Record one tool call: its arguments and its result (or the error the model was shown)."""
-        self.add("tool", started_ns, name=name, plugin_id=owner, arguments=arguments, result=_cut(result),
-                 is_error=is_error)
+        self.add(
+            "tool", started_ns, name=name, plugin_id=owner, arguments=arguments, result=_cut(result), is_error=is_error
+        )
 
-    def tag(self, name: str, owner: str | None, value: str, attrs: dict[str, Any], started_ns: int, *,
-            elements: Iterable[Any] = (), error: str | None = None) -> None:
+    def tag(
+        self,
+        name: str,
+        owner: str | None,
+        value: str,
+        attrs: dict[str, Any],
+        started_ns: int,
+        *,
+        elements: Iterable[Any] = (),
+        error: str | None = None,
+    ) -> None:
         """Record one tag occurrence handled in the model's output."""
-        self.add("tag", started_ns, name=name, plugin_id=owner, value=_cut(value, 500), attrs=attrs,
-                 elements=[e.repr_text() for e in elements], error=error)
+        self.add(
+            "tag",
+            started_ns,
+            name=name,
+            plugin_id=owner,
+            value=_cut(value, 500),
+            attrs=attrs,
+            elements=[e.repr_text() for e in elements],
+            error=error,
+        )
 
     def sent(self, chain: MessageChain, ok: bool, message_id: str = "", error: str | None = None) -> None:
         """Record one message sent to the platform."""
-        self.add("send", text=_cut(chain.message_repr), elements=[type(e).__name__ for e in chain], ok=ok,
-                 message_id=message_id, error=error)
+        self.add(
+            "send",
+            text=_cut(chain.message_repr),
+            elements=[type(e).__name__ for e in chain],
+            ok=ok,
+            message_id=message_id,
+            error=error,
+        )
 
     def history(self, messages: int, started_ns: int | None = None) -> None:
         """Record what the turn stored in history (`messages` chat messages)."""
@@ -534,9 +598,15 @@ class Trace:
     def summary(self) -> dict[str, Any]:
         """A line's worth: id, kind, name, session, start, duration, outcome."""
         end = self.ended_ns if self.ended_ns is not None else _now()
-        return {"id": self.id, "kind": self.kind, "name": self.name, "sid": self.sid,
-                "started_at": self.started_at.isoformat(), "duration_ms": round((end - self.started_ns) / 1e6, 3),
-                "outcome": self.outcome}
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "sid": self.sid,
+            "started_at": self.started_at.isoformat(),
+            "duration_ms": round((end - self.started_ns) / 1e6, 3),
+            "outcome": self.outcome,
+        }
 
     def __repr__(self) -> str:
         return f"Trace({self.id!r}, {self.kind}, {self.name!r}, {self.outcome})"

@@ -76,7 +76,7 @@ def install_log_context() -> None:
         if trace.ended_ns is None:
             try:
                 message = record.getMessage()
-            except Exception:  # noqa: BLE001 - a bad format string is logging's to report, not ours
+            except Exception:
                 message = str(record.msg)
             trace.log(record.levelname, record.name, message)
         return record
@@ -110,8 +110,14 @@ class _TracedTag(BaseTag):
             self.trace.tag(self.name, self.inner.owner, value, kwargs, started, error=f"{type(exc).__name__}: {exc}")
             raise
         elements = result if isinstance(result, list) else [result] if result is not None else []
-        self.trace.tag(self.name, self.inner.owner, value, kwargs, started,
-                       elements=[e for e in elements if isinstance(e, BaseMessageElement)])
+        self.trace.tag(
+            self.name,
+            self.inner.owner,
+            value,
+            kwargs,
+            started,
+            elements=[e for e in elements if isinstance(e, BaseMessageElement)],
+        )
         return result
 
 
@@ -244,8 +250,9 @@ class Tracer:
             yield trace
         except BaseException as exc:
             _current.reset(token)
-            self.finish(trace, "cancelled" if not isinstance(exc, Exception) else "error",
-                        f"{type(exc).__name__}: {exc}")
+            self.finish(
+                trace, "cancelled" if not isinstance(exc, Exception) else "error", f"{type(exc).__name__}: {exc}"
+            )
             raise
         _current.reset(token)
         if trace.ended_ns is None:

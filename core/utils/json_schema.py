@@ -16,9 +16,9 @@ from typing import Any
 
 import regex
 from jsonschema import Draft202012Validator, ValidationError
+from jsonschema.exceptions import SchemaError
 from jsonschema.validators import extend
 from referencing import Registry
-from jsonschema.exceptions import SchemaError
 from referencing.exceptions import NoSuchResource, Unresolvable
 
 __all__ = ["safe_validator", "schema_errors", "schema_hazard", "UnusableSchemaError", "PATTERN_TIME_LIMIT"]
@@ -64,8 +64,9 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
         yield ValidationError(f"the schema's pattern {pattern!r} is not a valid regular expression: {exc}")
 
 
-def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
-                        ) -> Iterator[ValidationError]:
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "object"):
         return
     for pattern, subschema in patterns.items():
@@ -132,8 +133,7 @@ def schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
     """Every way `instance` breaks `schema`, each as `where: why` (`where` is the dotted path, or `arguments`),
     sorted by path; [] when it is valid. Raises `UnusableSchemaError` when the schema itself cannot be used."""
     try:
-        errors = sorted(safe_validator(schema).iter_errors(instance),
-                        key=lambda e: [str(p) for p in e.absolute_path])
+        errors = sorted(safe_validator(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
     except (Unresolvable, SchemaError) as exc:
         raise UnusableSchemaError(str(exc)) from exc
     return [f"{'.'.join(map(str, e.absolute_path)) or 'arguments'}: {e.message}" for e in errors]
@@ -150,8 +150,10 @@ def schema_hazard(schema: Any) -> str | None:
             for key in _REF_KEYS:
                 ref = node.get(key)
                 if isinstance(ref, str) and not ref.startswith("#"):
-                    return (f"{key} {ref!r} points outside the schema; only references inside it ('#/$defs/...') "
-                            "are allowed, so put the referenced schema under $defs")
+                    return (
+                        f"{key} {ref!r} points outside the schema; only references inside it ('#/$defs/...') "
+                        "are allowed, so put the referenced schema under $defs"
+                    )
             if "unevaluatedProperties" in node and "patternProperties" in node:
                 return "unevaluatedProperties beside patternProperties is not supported; use additionalProperties"
             stack.extend(node.values())

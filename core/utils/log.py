@@ -25,6 +25,7 @@ def get_logger(name: str, color: str | None = None) -> logging.Logger:
     """
     return logger.getChild(name)
 
+
 # A %-style conversion: when one is present the message is left to logging's own %-formatting.
 _PERCENT = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEfFgGcrsa]")
 _FORMATTER = string.Formatter()

@@ -90,9 +90,14 @@ def public_address_error(address: str) -> str | None:
         if embedded is not None:  # ::ffff:169.254.169.254 reaches the IPv4 address
             reason = public_address_error(str(embedded))
             return f"{address} embeds {embedded}: {reason}" if reason else None
-    for kind, flag in (("loopback", parsed.is_loopback), ("link-local", parsed.is_link_local),
-                       ("multicast", parsed.is_multicast), ("unspecified", parsed.is_unspecified),
-                       ("private", parsed.is_private), ("reserved", parsed.is_reserved)):
+    for kind, flag in (
+        ("loopback", parsed.is_loopback),
+        ("link-local", parsed.is_link_local),
+        ("multicast", parsed.is_multicast),
+        ("unspecified", parsed.is_unspecified),
+        ("private", parsed.is_private),
+        ("reserved", parsed.is_reserved),
+    ):
         if flag:
             return f"{address} is a {kind} address"
     if not parsed.is_global:

@@ -61,8 +61,9 @@ class StopSignals:
         current = asyncio.current_task()
         left = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
         if left and self.signal is not None:
-            self._exit_now(f"[hookchat] {len(left)} abandoned task(s) still running; exiting without them",
-                           self.exit_code)
+            self._exit_now(
+                f"[hookchat] {len(left)} abandoned task(s) still running; exiting without them", self.exit_code
+            )
 
     def _received(self, sig: int) -> None:
         name = signal.Signals(sig).name
@@ -70,8 +71,11 @@ class StopSignals:
             self._exit_now(f"hookchat: {name} again: exiting without finishing the shutdown", 1)
         self.signal = sig
         self._requested.set()
-        print(f"[hookchat] {name}: shutting down (at most {self.timeout:g} s, [deadlines] shutdown_timeout)",
-              file=sys.stderr, flush=True)
+        print(
+            f"[hookchat] {name}: shutting down (at most {self.timeout:g} s, [deadlines] shutdown_timeout)",
+            file=sys.stderr,
+            flush=True,
+        )
         timer = threading.Timer(self.timeout, self._overdue)
         timer.daemon = True
         timer.start()
@@ -79,8 +83,11 @@ class StopSignals:
     def _overdue(self) -> None:
         if self._closed:
             self._exit_now(None, self.exit_code)
-        self._exit_now(f"hookchat: the shutdown did not finish within {self.timeout:g} s ([deadlines] "
-                       "shutdown_timeout): exiting anyway", 1)
+        self._exit_now(
+            f"hookchat: the shutdown did not finish within {self.timeout:g} s ([deadlines] "
+            "shutdown_timeout): exiting anyway",
+            1,
+        )
 
     @staticmethod
     def _exit_now(message: str | None, code: int) -> None:

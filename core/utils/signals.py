@@ -11,8 +11,16 @@ import blinker
 
 from core.utils.log import logger
 
-__all__ = ["plugin_loaded", "plugin_unloaded", "plugin_failed", "hook_failed", "hook_stuck", "loop_stalled",
-           "message_sent", "send"]
+__all__ = [
+    "plugin_loaded",
+    "plugin_unloaded",
+    "plugin_failed",
+    "hook_failed",
+    "hook_stuck",
+    "loop_stalled",
+    "message_sent",
+    "send",
+]
 
 _ns = blinker.Namespace()
 

@@ -231,12 +231,14 @@ class SqliteWorker:
                 for fn, fut in jobs:
                     self._deliver([_run_job(conn, fn, fut)])
             if stop is not None:
-                return batch[stop][1], [fut for _, fut in batch[stop + 1:]]
+                return batch[stop][1], [fut for _, fut in batch[stop + 1 :]]
 
     def _deliver(self, outcomes: list[_Outcome]) -> None:
         if self._database_error is not None:
-            outcomes = [(fut, ok, value if ok or not isinstance(value, sqlite3.Error) else self._translate(value))
-                        for fut, ok, value in outcomes]
+            outcomes = [
+                (fut, ok, value if ok or not isinstance(value, sqlite3.Error) else self._translate(value))
+                for fut, ok, value in outcomes
+            ]
         _post(outcomes)
 
     def _translate(self, exc: sqlite3.Error) -> Exception:
@@ -298,7 +300,7 @@ def _run_job(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], Any] |
     assert fn is not None
     try:
         return (fut, True, fn(conn))
-    except BaseException as exc:  # noqa: BLE001 - handed to the awaiting caller
+    except BaseException as exc:
         return (fut, False, exc)
 
 

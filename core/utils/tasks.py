@@ -144,8 +144,9 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
             raise
 
 
-async def wait_or_abandon(coro: Coroutine[Any, Any, Any], timeout: float, what: str,
-                          grace: float = SHUTDOWN_GRACE) -> bool:
+async def wait_or_abandon(
+    coro: Coroutine[Any, Any, Any], timeout: float, what: str, grace: float = SHUTDOWN_GRACE
+) -> bool:
     """Run `coro` as a task and wait up to `timeout` seconds; past that, cancel it and wait `grace` seconds more,
     and if it still runs (it ignores cancellation), abandon it with a log line naming `what`. For shutdown
     stages that run code the framework does not own (contained: its `SystemExit` is a failure, logged). True
@@ -199,8 +200,7 @@ class TaskOwner:
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            self._logger.error("background task %s of %s failed", task.get_name(), self.name,
-                               exc_info=task.exception())
+            self._logger.error("background task %s of %s failed", task.get_name(), self.name, exc_info=task.exception())
 
     @property
     def tasks(self) -> frozenset[asyncio.Task[Any]]:
@@ -227,5 +227,9 @@ class TaskOwner:
             return
         _, pending = await asyncio.wait(tasks, timeout=grace)
         for task in pending:
-            self._logger.error("background task %s of %s ignored its cancellation for %g s: abandoned, still "
-                               "running", task.get_name(), self.name, grace)
+            self._logger.error(
+                "background task %s of %s ignored its cancellation for %g s: abandoned, still running",
+                task.get_name(),
+                self.name,
+                grace,
+            )

@@ -53,7 +53,9 @@ def validate_tool_rules(name: str, timeout: float, parameters: Any, *, where: st
             f"tool {name!r}{origin}: timeout {timeout!r} must be a number of seconds above 0 and at most 300"
         )
     if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
-        raise ToolDefinitionError(f"tool {name!r}{origin}: parameters must be a JSON Schema object ({{'type': 'object'}})")
+        raise ToolDefinitionError(
+            f"tool {name!r}{origin}: parameters must be a JSON Schema object ({{'type': 'object'}})"
+        )
     problem = _schema_problem(json.dumps(parameters, sort_keys=True, default=repr))
     if problem:
         raise ToolDefinitionError(f"tool {name!r}{origin}: parameters are not a valid JSON Schema: {problem}")
@@ -88,7 +90,6 @@ class ToolCall:
     def to_openai(self) -> dict[str, Any]:
         """The call in OpenAI chat format (an assistant message's `tool_calls` item)."""
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.raw_arguments}}
-
 
 
 def execute_takes_event(tool: BaseTool) -> bool:
@@ -192,8 +193,12 @@ class FunctionTool(BaseTool):
             return await call_handler(self.handler, *args, **arguments)
         except anyio.get_cancelled_exc_class():
             if not inspect.iscoroutinefunction(self.handler):
-                _log.warning("tool %r (plugin %r): abandoned at its deadline; its synchronous handler still runs in "
-                             "a worker thread until it returns, and its result will be dropped", self.name, self.owner)
+                _log.warning(
+                    "tool %r (plugin %r): abandoned at its deadline; its synchronous handler still runs in "
+                    "a worker thread until it returns, and its result will be dropped",
+                    self.name,
+                    self.owner,
+                )
             raise
 
     async def execute(self, **params: Any) -> Any:

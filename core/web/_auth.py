@@ -39,8 +39,12 @@ def stored_token(data_dir: Path) -> str:
         mode = stat.S_IMODE(path.stat().st_mode)
         token = path.read_text(encoding="utf-8").strip()
         if mode & 0o077:
-            _log.warning("the web console's token file %s was readable by other users (mode %o): replaced by a new "
-                         "token, readable by its owner only", path, mode)
+            _log.warning(
+                "the web console's token file %s was readable by other users (mode %o): replaced by a new "
+                "token, readable by its owner only",
+                path,
+                mode,
+            )
             path.unlink()
         elif len(token) >= 16:
             return token
@@ -84,13 +88,20 @@ class ConsoleGate:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         host = headers.get("host", "")
         if not self.host_allowed(host):
-            await self._refuse(scope, receive, send, 403, f"hookchat web console: Host {host!r} is not one of "
-                               "[web] allowed_hosts (add the name there if you reach the console by it)")
+            await self._refuse(
+                scope,
+                receive,
+                send,
+                403,
+                f"hookchat web console: Host {host!r} is not one of "
+                "[web] allowed_hosts (add the name there if you reach the console by it)",
+            )
             return
         origin = headers.get("origin")
         if origin is not None and not _same_origin(origin, host):
-            await self._refuse(scope, receive, send, 403,
-                               f"hookchat web console: a request from {origin} is refused (cross-origin)")
+            await self._refuse(
+                scope, receive, send, 403, f"hookchat web console: a request from {origin} is refused (cross-origin)"
+            )
             return
         if scope["type"] == "http":
             send = _not_framed_elsewhere(send)
@@ -116,14 +127,19 @@ class ConsoleGate:
         if "text/html" in headers.get("accept", ""):
             await _login_page(scope["path"], host, wrong=from_query is not None)(scope, receive, send)
             return
-        await PlainTextResponse("hookchat web console: a token is required (open the address hookchat printed at "
-                                "start-up, .../?token=...)", status_code=401)(scope, receive, send)
+        await PlainTextResponse(
+            "hookchat web console: a token is required (open the address hookchat printed at start-up, .../?token=...)",
+            status_code=401,
+        )(scope, receive, send)
 
     def host_allowed(self, host_header: str) -> bool:
         """Whether a request with this `Host` header may reach the console."""
         name = _host_name(host_header)
-        return bool(name) and (self.any_host or name in self.allowed_hosts or
-                               (is_loopback_host(name) and name != "localhost" and not name.endswith(".")))
+        return bool(name) and (
+            self.any_host
+            or name in self.allowed_hosts
+            or (is_loopback_host(name) and name != "localhost" and not name.endswith("."))
+        )
 
     def _ok(self, given: str) -> bool:
         return hmac.compare_digest(given.encode(), self.token.encode())
@@ -155,7 +171,7 @@ def _host_name(value: str) -> str:
     """The host of a `Host` header (or a configured name), lower case, without port or brackets."""
     value = value.strip().lower()
     if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else ""
+        return value[1 : value.find("]")] if "]" in value else ""
     if value.count(":") == 1:
         value = value.split(":", 1)[0]
     return value
@@ -167,8 +183,9 @@ def _same_origin(origin: str, host_header: str) -> bool:
         parts = urlsplit(origin)
     except ValueError:
         return False
-    return parts.scheme in ("http", "https") and bool(parts.netloc) and \
-        parts.netloc.lower() == host_header.strip().lower()
+    return (
+        parts.scheme in ("http", "https") and bool(parts.netloc) and parts.netloc.lower() == host_header.strip().lower()
+    )
 
 
 def _bearer(value: str) -> str | None:
@@ -182,7 +199,7 @@ def _cookie(value: str) -> str | None:
     jar: SimpleCookie[Any] = SimpleCookie()
     try:
         jar.load(value)
-    except Exception:  # noqa: BLE001 - a malformed cookie header is simply no token
+    except Exception:
         return None
     morsel = jar.get(COOKIE)
     return morsel.value if morsel is not None else None
@@ -200,7 +217,7 @@ button{{font:inherit;padding:.4em 1.2em}}</style></head>
 <p>hookchat printed the console's address with its token when it started, for example
 <code>http://{html.escape(host)}/?token=&hellip;</code>: open that address. The token is also in the file
 <code>web/token</code> of the bot's data directory (or the variable named by <code>[web] token_env</code>).</p>
-{'<p><strong>That token is not this console&rsquo;s.</strong></p>' if wrong else ''}
+{"<p><strong>That token is not this console&rsquo;s.</strong></p>" if wrong else ""}
 <form method="get" action="{html.escape(path, quote=True)}"><label for="token">Or paste the token:</label>
 <input id="token" name="token" type="password" autocomplete="off" required autofocus>
 <button type="submit">Open the console</button></form></body></html>"""

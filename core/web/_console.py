@@ -51,9 +51,16 @@ class WebConsole:
     hot reloader of `--reload`, whose state the console shows.
     """
 
-    def __init__(self, app: HookChat, *, host: str | None = None, port: int | None = None,
-                 token: str | None = None, reloader: PluginReloader | None = None,
-                 allowed_hosts: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        app: HookChat,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        token: str | None = None,
+        reloader: PluginReloader | None = None,
+        allowed_hosts: list[str] | None = None,
+    ) -> None:
         cfg = app.config.web
         self.app = app
         self.reloader = reloader
@@ -61,15 +68,19 @@ class WebConsole:
         configured = cfg.token.get_secret_value() if cfg.token is not None else os.environ.get(cfg.token_env)
         token = token or configured or None
         if token is None and not is_loopback_host(self.host):
-            raise WebConsoleError(f"the web console is bound to {self.host}, beyond this machine: it needs a token "
-                                  f"you chose (set the variable {cfg.token_env}, named by [web] token_env, or "
-                                  "[web] token), or bind [web] host to 127.0.0.1")
+            raise WebConsoleError(
+                f"the web console is bound to {self.host}, beyond this machine: it needs a token "
+                f"you chose (set the variable {cfg.token_env}, named by [web] token_env, or "
+                "[web] token), or bind [web] host to 127.0.0.1"
+            )
         if token is None:
             try:
                 token = stored_token(Path(app.data_dir))
             except OSError as exc:
-                raise WebConsoleError(f"cannot keep the web console's token in {app.data_dir}: {exc} (set the "
-                                      f"variable {cfg.token_env}, or make [data] dir writable)") from None
+                raise WebConsoleError(
+                    f"cannot keep the web console's token in {app.data_dir}: {exc} (set the "
+                    f"variable {cfg.token_env}, or make [data] dir writable)"
+                ) from None
         self.token: str = token
         hosts = list(allowed_hosts if allowed_hosts is not None else cfg.allowed_hosts)
         if not is_loopback_host(self.host) and self.host not in ("0.0.0.0", "::"):
@@ -82,8 +93,9 @@ class WebConsole:
         self.pages = PluginPages(app)
         self.saved_config_path = Path(app.data_dir) / SAVED_CONFIG_NAME  # the app reads it at start
         self.asgi = ConsoleGate(self._build(), self.token, hosts)
-        self.http = EmbeddedServer(self.asgi, self.host, port if port is not None else cfg.port, name="web console",
-                                   config_key="web.port")
+        self.http = EmbeddedServer(
+            self.asgi, self.host, port if port is not None else cfg.port, name="web console", config_key="web.port"
+        )
 
     @property
     def port(self) -> int:
@@ -180,21 +192,31 @@ class WebConsole:
     async def overview(self, request: Request) -> Response:
         app = self.app
         statuses = app.plugins.statuses()
-        return JSONResponse({
-            "provider": app.provider.name,
-            "plugins": {"loaded": sum(s.state == "loaded" for s in statuses),
-                        "error": sum(s.state == "error" for s in statuses), "total": len(statuses)},
-            "tracing": app.tracer.enabled,
-            "reload": self.reloader is not None,
-            "pages": self.pages.menu(),
-        })
+        return JSONResponse(
+            {
+                "provider": app.provider.name,
+                "plugins": {
+                    "loaded": sum(s.state == "loaded" for s in statuses),
+                    "error": sum(s.state == "error" for s in statuses),
+                    "total": len(statuses),
+                },
+                "tracing": app.tracer.enabled,
+                "reload": self.reloader is not None,
+                "pages": self.pages.menu(),
+            }
+        )
 
     async def hooks(self, request: Request) -> Response:
         chains = self.app.plugins.hook_chains()
         order = [e for e in _PIPELINE_ORDER if e in chains] + sorted(e for e in chains if e not in _PIPELINE_ORDER)
         disabled = [s.plugin_id for s in self.app.plugins.statuses() if s.state in ("disabled", "error")]
-        return JSONResponse({"events": [{"event": e, "hooks": chains[e]} for e in order], "disabled": disabled,
-                             "default_deadline": self.app.engine.default_deadline})
+        return JSONResponse(
+            {
+                "events": [{"event": e, "hooks": chains[e]} for e in order],
+                "disabled": disabled,
+                "default_deadline": self.app.engine.default_deadline,
+            }
+        )
 
     async def plugins(self, request: Request) -> Response:
         reloads = {e.plugin_id: e for e in self.reloader.events} if self.reloader is not None else {}
@@ -241,10 +263,10 @@ class WebConsole:
         try:
             body = await request.json()
         except ValueError:
-            return _problem(400, "the body must be JSON: {\"values\": {...}}")
+            return _problem(400, 'the body must be JSON: {"values": {...}}')
         values = body.get("values") if isinstance(body, dict) else None
         if not isinstance(values, dict):
-            return _problem(400, "the body must be {\"values\": {...}}")
+            return _problem(400, 'the body must be {"values": {...}}')
         try:
             manager.check_config(plugin_id, values)
         except PluginConfigError as exc:
@@ -271,8 +293,9 @@ class WebConsole:
 
     async def log_lines(self, request: Request) -> Response:
         wanted = self._log_filter(request)
-        return JSONResponse([e.to_dict() for e in self.logs.recent(wanted, _int(request.query_params.get("limit"),
-                                                                                  500))])
+        return JSONResponse(
+            [e.to_dict() for e in self.logs.recent(wanted, _int(request.query_params.get("limit"), 500))]
+        )
 
     async def log_stream(self, request: Request) -> Response:
         wanted = self._log_filter(request)
@@ -282,18 +305,27 @@ class WebConsole:
             async for entry in self.logs.follow(wanted):
                 yield f"id: {entry.seq}\ndata: {json.dumps(entry.to_dict(), ensure_ascii=False)}\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
 
     async def mcp(self, request: Request) -> Response:
         catalog = SkillCatalog(self.app.config.skills)
         skills = await anyio.to_thread.run_sync(catalog.scan)
-        return JSONResponse({
-            "servers": self.app.mcp.status(),
-            "skills": [{**s.to_dict(), "enabled": s.name not in catalog.config.disabled,
-                        "scope": catalog.config.scope.get(s.name)} for s in skills],
-            "skill_errors": catalog.errors,
-        })
+        return JSONResponse(
+            {
+                "servers": self.app.mcp.status(),
+                "skills": [
+                    {
+                        **s.to_dict(),
+                        "enabled": s.name not in catalog.config.disabled,
+                        "scope": catalog.config.scope.get(s.name),
+                    }
+                    for s in skills
+                ],
+                "skill_errors": catalog.errors,
+            }
+        )
 
     async def mcp_action(self, request: Request) -> Response:
         name, action = request.path_params["name"], request.path_params["action"]
@@ -336,9 +368,15 @@ class WebConsole:
             _log.info("history of %s cleared from the web console (%d turns)", sid, removed)
             return JSONResponse({"ok": True, "removed": removed})
         turns = await history.list_turns(sid)
-        return JSONResponse({"sid": sid, "turns": [
-            {"id": t.id, "created_at": t.created_at, "messages": [m.to_dict() for m in t.messages]}
-            for t in turns]})
+        return JSONResponse(
+            {
+                "sid": sid,
+                "turns": [
+                    {"id": t.id, "created_at": t.created_at, "messages": [m.to_dict() for m in t.messages]}
+                    for t in turns
+                ],
+            }
+        )
 
 
 def _problem(status: int, message: str) -> JSONResponse:

@@ -89,15 +89,24 @@ class LogHub(logging.Handler):
             message = record.getMessage()
             if record.exc_info and record.exc_info[0] is not None:
                 message += "\n" + _FORMATTER.formatException(record.exc_info)
-        except Exception:  # noqa: BLE001 - a broken format string still shows up, unformatted
+        except Exception:
             message = str(record.msg)
         name = record.name
         plugin_id = getattr(record, "plugin_id", "") or (
-            name[len(_PLUGIN_PREFIX):].split(".", 1)[0] if name.startswith(_PLUGIN_PREFIX) else "")
+            name[len(_PLUGIN_PREFIX) :].split(".", 1)[0] if name.startswith(_PLUGIN_PREFIX) else ""
+        )
         with self._lock:
             self._seq += 1
-            entry = LogEntry(self._seq, record.created, record.levelname, record.levelno, name, plugin_id,
-                             getattr(record, "trace_id", "") or "", message)
+            entry = LogEntry(
+                self._seq,
+                record.created,
+                record.levelname,
+                record.levelno,
+                name,
+                plugin_id,
+                getattr(record, "trace_id", "") or "",
+                message,
+            )
             self._entries.append(entry)
         loop = self._loop
         if loop is None or not self._subscribers:

@@ -46,10 +46,20 @@ class PluginPages:
             for meta, _ in self._declared(instance, "page"):
                 menu = meta.options.get("menu")
                 if menu is not None:
-                    label = menu.label if isinstance(menu.label, str) else (
-                        menu.label.get("en") or next(iter(menu.label.values())))
-                    items.append({"plugin_id": plugin_id, "label": label, "icon": menu.icon,
-                                  "order": menu.order, "url": f"/page/plugin/{plugin_id}{meta.path}"})
+                    label = (
+                        menu.label
+                        if isinstance(menu.label, str)
+                        else (menu.label.get("en") or next(iter(menu.label.values())))
+                    )
+                    items.append(
+                        {
+                            "plugin_id": plugin_id,
+                            "label": label,
+                            "icon": menu.icon,
+                            "order": menu.order,
+                            "url": f"/page/plugin/{plugin_id}{meta.path}",
+                        }
+                    )
         return sorted(items, key=lambda item: (item["order"], item["plugin_id"], item["url"]))
 
     async def pages(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,7 +93,7 @@ class PluginPages:
                 return HTMLResponse(page.source_value)
             if page.source is PluginPageSource.URL:
                 return RedirectResponse(page.source_value)
-            return await self._file(plugin_id, page, sub[len(meta.path.rstrip("/")):])
+            return await self._file(plugin_id, page, sub[len(meta.path.rstrip("/")) :])
         return _problem(404, f"plugin {plugin_id!r} has no page {sub}")
 
     async def _file(self, plugin_id: str, page: PluginPage, inner: str) -> Response:
@@ -93,8 +103,9 @@ class PluginPages:
             return _problem(404, f"plugin {plugin_id!r} has no folder to serve pages from")
         folder = (Path(root) / page.source_value).resolve()
         if not folder.is_relative_to(Path(root).resolve()) or not folder.is_dir():
-            return _problem(404, f"plugin {plugin_id!r}: the page folder {page.source_value!r} is not a folder "
-                                 "inside the plugin")
+            return _problem(
+                404, f"plugin {plugin_id!r}: the page folder {page.source_value!r} is not a folder inside the plugin"
+            )
         target = (folder / inner.lstrip("/")).resolve()
         if not target.is_relative_to(folder):
             return _problem(404, "no such file")
@@ -134,8 +145,9 @@ class PluginPages:
             return _problem(405, f"{request.method} is not allowed here; use {', '.join(allowed)}")
         return _problem(404, f"plugin {plugin_id!r} has no endpoint {sub}")
 
-    async def _call(self, plugin_id: str, meta: WebDeclaration, method: Any, request: Request,
-                    path_params: dict[str, Any]) -> Response:
+    async def _call(
+        self, plugin_id: str, meta: WebDeclaration, method: Any, request: Request, path_params: dict[str, Any]
+    ) -> Response:
         try:
             kwargs = await _arguments(method, request, path_params)
         except ValueError as exc:
@@ -184,7 +196,7 @@ async def _arguments(method: Any, request: Request, path_params: dict[str, Any])
 def _tail(request: Request, prefix: str) -> str:
     """The path after the mount point (Starlette keeps the whole path in `url.path`)."""
     path = request.url.path
-    return path[len(prefix):] if path.startswith(prefix) else path.lstrip("/")
+    return path[len(prefix) :] if path.startswith(prefix) else path.lstrip("/")
 
 
 def _convert(value: str, annotation: Any) -> Any:

@@ -76,18 +76,26 @@ def recorder() -> tuple[type[BasePlugin], Inbox]:
 
 
 @asynccontextmanager
-async def running_bot(adapter: Adapter, provider: ScriptedProvider, plugins: Iterable[type] = (),
-                      **sections: Any) -> AsyncIterator[HookChat]:
+async def running_bot(
+    adapter: Adapter, provider: ScriptedProvider, plugins: Iterable[type] = (), **sections: Any
+) -> AsyncIterator[HookChat]:
     """A real bot with the chat and tag plugins (the chat plugin flushing every message at once) and `adapter`;
     `sections` are more config sections (`deadlines={...}`)."""
     with tempfile.TemporaryDirectory(prefix="hookchat-onebot-") as data_dir:
-        config = HookchatConfig.model_validate({
-            "data": {"dir": data_dir},
-            "plugins": {"dirs": [], "config": {"chat": {"flush_messages": 1}}},
-            "adapters": {"console": False},
-            **sections,
-        })
-        app = HookChat(config, provider=provider, adapters=[adapter], entry_points=False,
-                       plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags", *plugins])
+        config = HookchatConfig.model_validate(
+            {
+                "data": {"dir": data_dir},
+                "plugins": {"dirs": [], "config": {"chat": {"flush_messages": 1}}},
+                "adapters": {"console": False},
+                **sections,
+            }
+        )
+        app = HookChat(
+            config,
+            provider=provider,
+            adapters=[adapter],
+            entry_points=False,
+            plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags", *plugins],
+        )
         async with app:
             yield app

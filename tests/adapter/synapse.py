@@ -33,8 +33,16 @@ def _free_port() -> int:
 
 def _overrides(port: int, home: Path) -> dict:
     return {
-        "listeners": [{"port": port, "bind_addresses": ["127.0.0.1"], "type": "http", "tls": False,
-                       "x_forwarded": False, "resources": [{"names": ["client"], "compress": False}]}],
+        "listeners": [
+            {
+                "port": port,
+                "bind_addresses": ["127.0.0.1"],
+                "type": "http",
+                "tls": False,
+                "x_forwarded": False,
+                "resources": [{"names": ["client"], "compress": False}],
+            }
+        ],
         "database": {"name": "sqlite3", "args": {"database": str(home / "homeserver.db")}},
         "federation_domain_whitelist": [],
         "trusted_key_servers": [],
@@ -43,7 +51,9 @@ def _overrides(port: int, home: Path) -> dict:
         "presence": {"enabled": False},
         "url_preview_enabled": False,
         "max_upload_size": "50M",
-        "rc_message": _UNLIMITED, "rc_registration": _UNLIMITED, "rc_admin_redaction": _UNLIMITED,
+        "rc_message": _UNLIMITED,
+        "rc_registration": _UNLIMITED,
+        "rc_admin_redaction": _UNLIMITED,
         "rc_login": {"address": _UNLIMITED, "account": _UNLIMITED, "failed_attempts": _UNLIMITED},
         "rc_joins": {"local": _UNLIMITED, "remote": _UNLIMITED},
         "rc_joins_per_room": _UNLIMITED,
@@ -81,10 +91,24 @@ class Synapse:
         """Generate the config (keys, the registration secret) and lay the test's settings over it."""
         self.home.mkdir(parents=True, exist_ok=True)
         generated = self.home / "homeserver.yaml"
-        subprocess.run([sys.executable, "-m", "synapse.app.homeserver", "--server-name", SERVER_NAME,
-                        "--config-path", str(generated), "--data-directory", str(self.home),
-                        "--generate-config", "--report-stats=no"], check=True, cwd=self.home,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "synapse.app.homeserver",
+                "--server-name",
+                SERVER_NAME,
+                "--config-path",
+                str(generated),
+                "--data-directory",
+                str(self.home),
+                "--generate-config",
+                "--report-stats=no",
+            ],
+            check=True,
+            cwd=self.home,
+            stdout=subprocess.DEVNULL,
+        )
         (self.home / "log.yaml").write_text(_LOG_CONFIG.replace("HOME", str(self.home)))
         overrides = self.home / "test-overrides.yaml"
         overrides.write_text(json.dumps(_overrides(self.port, self.home)))  # JSON is YAML
@@ -107,8 +131,7 @@ class Synapse:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.poll() is not None \
-                    else ""
+                err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.poll() is not None else ""
                 self.stop()
                 raise RuntimeError(f"Synapse did not start on {self.url}: {err}\n(see {self.home}/homeserver.log)")
             time.sleep(0.1)
@@ -136,9 +159,23 @@ class Synapse:
         script = shutil.which("register_new_matrix_user", path=str(Path(sys.executable).parent))
         if script is None:
             raise RuntimeError("register_new_matrix_user is missing: `pip install -e '.[test]'` installs Synapse")
-        subprocess.run([script, "-c", str(self._configs[0]), "-u", localpart, "-p", password,
-                        "--admin" if admin else "--no-admin", self.url], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, timeout=60)
+        subprocess.run(
+            [
+                script,
+                "-c",
+                str(self._configs[0]),
+                "-u",
+                localpart,
+                "-p",
+                password,
+                "--admin" if admin else "--no-admin",
+                self.url,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=60,
+        )
         return f"@{localpart}:{SERVER_NAME}"
 
     def __enter__(self) -> Synapse:
@@ -206,20 +243,32 @@ class MatrixUser:
         """The events of `event_type` `sender` posted in `room_id`, in order."""
         return [e for r, e in self.events if r == room_id and e.get("sender") == sender and e["type"] == event_type]
 
-    async def create_room(self, invite: list[str], *, direct: bool = False, encrypted: bool = False,
-                          name: str | None = None) -> str:
+    async def create_room(
+        self, invite: list[str], *, direct: bool = False, encrypted: bool = False, name: str | None = None
+    ) -> str:
         """A new room with `invite` invited; its id."""
-        state = [{"type": "m.room.encryption", "state_key": "",
-                  "content": {"algorithm": "m.megolm.v1.aes-sha2"}}] if encrypted else []
-        response = await self.client.room_create(name=name, invite=invite, is_direct=direct, initial_state=state,
-                                                 preset=self.nio.RoomPreset.private_chat)
+        state = (
+            [{"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}]
+            if encrypted
+            else []
+        )
+        response = await self.client.room_create(
+            name=name, invite=invite, is_direct=direct, initial_state=state, preset=self.nio.RoomPreset.private_chat
+        )
         assert isinstance(response, self.nio.RoomCreateResponse), response
         return response.room_id
 
     async def wait_joined(self, room_id: str, user_id: str, timeout: float = 20) -> None:
         """Until `user_id` has joined `room_id`."""
-        await self.wait_for(lambda r, e: r == room_id and e["type"] == "m.room.member"
-                            and e.get("state_key") == user_id and e["content"].get("membership") == "join", timeout)
+        await self.wait_for(
+            lambda r, e: (
+                r == room_id
+                and e["type"] == "m.room.member"
+                and e.get("state_key") == user_id
+                and e["content"].get("membership") == "join"
+            ),
+            timeout,
+        )
 
     async def send(self, room_id: str, content: dict, event_type: str = "m.room.message") -> str:
         """Post an event; its id."""
@@ -233,8 +282,7 @@ class MatrixUser:
 
     async def upload(self, data: bytes, mime: str, name: str) -> str:
         """Upload to the homeserver's media repository; the `mxc://` URI."""
-        response, _ = await self.client.upload(io.BytesIO(data), content_type=mime, filename=name,
-                                               filesize=len(data))
+        response, _ = await self.client.upload(io.BytesIO(data), content_type=mime, filename=name, filesize=len(data))
         assert isinstance(response, self.nio.UploadResponse), response
         return response.content_uri
 

@@ -67,8 +67,10 @@ def free_port() -> int:
 
 def _seconds(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: (v // 1000 if k in ("date", "edit_date") and isinstance(v, int) and v > 10**11 else _seconds(v))
-                for k, v in value.items()}
+        return {
+            k: (v // 1000 if k in ("date", "edit_date") and isinstance(v, int) and v > 10**11 else _seconds(v))
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_seconds(v) for v in value]
     return value
@@ -94,9 +96,14 @@ class TelegramTestApi:
 
     def start(self) -> None:
         """Start the server and the shim; return once both answer."""
-        self._proc = subprocess.Popen(["node", "-e", _SERVER, str(self.node_port)], cwd=PACKAGE.parents[1],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                      text=True)
+        self._proc = subprocess.Popen(
+            ["node", "-e", _SERVER, str(self.node_port)],
+            cwd=PACKAGE.parents[1],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         assert self._proc.stdout is not None
         if self._proc.stdout.readline().strip() != "ready":
             raise RuntimeError("telegram-test-api did not start")
@@ -145,8 +152,15 @@ class TelegramTestApi:
         self.calls.append((time.monotonic(), method))
         if method in self.limited:
             retry_after = self.limited.pop(method)
-            return web.json_response({"ok": False, "error_code": 429, "parameters": {"retry_after": retry_after},
-                                      "description": f"Too Many Requests: retry after {retry_after}"}, status=429)
+            return web.json_response(
+                {
+                    "ok": False,
+                    "error_code": 429,
+                    "parameters": {"retry_after": retry_after},
+                    "description": f"Too Many Requests: retry after {retry_after}",
+                },
+                status=429,
+            )
         body = await request.read()
         params = _params(body, request.content_type) if request.content_type != "multipart/form-data" else {}
         if method == "setWebhook":
@@ -178,13 +192,27 @@ class TelegramTestApi:
 
     # -- the user's side ----------------------------------------------------------------------------------------
 
-    def user_message(self, text: str, *, chat_id: int = 1, user_id: int = 1, first_name: str = "Ann",
-                     username: str = "ann", chat_type: str = "private", **fields: Any) -> None:
+    def user_message(
+        self,
+        text: str,
+        *,
+        chat_id: int = 1,
+        user_id: int = 1,
+        first_name: str = "Ann",
+        username: str = "ann",
+        chat_type: str = "private",
+        **fields: Any,
+    ) -> None:
         """A user writes `text` (telegram-test-api's client `/sendMessage`); `fields` add to the message."""
         chat = {"id": chat_id, "type": chat_type, "first_name": first_name, "username": username}
-        message = {"botToken": BOT_TOKEN, "date": int(time.time()), "text": text, "chat": chat,
-                   "from": {"id": user_id, "is_bot": False, "first_name": first_name, "username": username},
-                   **fields}
+        message = {
+            "botToken": BOT_TOKEN,
+            "date": int(time.time()),
+            "text": text,
+            "chat": chat,
+            "from": {"id": user_id, "is_bot": False, "first_name": first_name, "username": username},
+            **fields,
+        }
         answer = httpx.post(f"{self.upstream}/sendMessage", json=message, timeout=10)
         answer.raise_for_status()
 

@@ -34,10 +34,13 @@ def test_the_onebot_configuration_examples_build_their_adapters(tmp_path, monkey
         assert adapters and all(isinstance(a, OneBotAdapter) for a in adapters if a.name != "console"), number
 
 
-@pytest.mark.parametrize(("section", "variables"), [
-    ("Telegram", {"TELEGRAM_BOT_TOKEN": "123456:doc-token", "TELEGRAM_WEBHOOK_SECRET": "doc-secret"}),
-    ("Discord", {"DISCORD_BOT_TOKEN": "doc.token"}),
-])
+@pytest.mark.parametrize(
+    ("section", "variables"),
+    [
+        ("Telegram", {"TELEGRAM_BOT_TOKEN": "123456:doc-token", "TELEGRAM_WEBHOOK_SECRET": "doc-secret"}),
+        ("Discord", {"DISCORD_BOT_TOKEN": "doc.token"}),
+    ],
+)
 def test_the_telegram_and_discord_examples_build_their_adapters(section, variables, tmp_path, monkeypatch):
     # what an operator copies from the page, with the variables the page tells them to export
     text = (DOCS / "adapters.md").read_text(encoding="utf-8").split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]

@@ -32,13 +32,15 @@ class Out(io.StringIO):
         return self._encoding
 
 
-def bot(tmp_path, provider, *, out=None, interactive=False, plugins=(), builtins=None) -> tuple[HookChat, ConsoleAdapter]:
-    config = HookchatConfig.model_validate({"data": {"dir": str(tmp_path)}, "plugins": {"dirs": []},
-                                            "adapters": {"console": False}})
+def bot(
+    tmp_path, provider, *, out=None, interactive=False, plugins=(), builtins=None
+) -> tuple[HookChat, ConsoleAdapter]:
+    config = HookchatConfig.model_validate(
+        {"data": {"dir": str(tmp_path)}, "plugins": {"dirs": []}, "adapters": {"console": False}}
+    )
     console = ConsoleAdapter(out=out or Out(), interactive=interactive)
     kwargs = {} if builtins is None else {"builtins": builtins}
-    app = HookChat(config, provider=provider, adapters=[console], plugins=list(plugins), entry_points=False,
-                   **kwargs)
+    app = HookChat(config, provider=provider, adapters=[console], plugins=list(plugins), entry_points=False, **kwargs)
     return app, console
 
 
@@ -93,8 +95,9 @@ async def test_when_nothing_is_sent_the_console_says_which_plugin_stopped_it_or_
 
 async def test_in_a_terminal_the_answer_streams_after_a_typing_indicator(tmp_path):
     out = Out()
-    app, console = bot(tmp_path, ScriptedProvider(["<msg>Hello &amp; welcome</msg>"], chunk_size=3), out=out,
-                       interactive=True)
+    app, console = bot(
+        tmp_path, ScriptedProvider(["<msg>Hello &amp; welcome</msg>"], chunk_size=3), out=out, interactive=True
+    )
     async with app:
         await console.say("hi")
     shown = out.getvalue()

@@ -101,7 +101,7 @@ async def discord_bot(monkeypatch: pytest.MonkeyPatch, tmp_path) -> AsyncIterato
 
 async def test_a_mention_in_a_guild_channel_is_answered_and_other_chatter_is_not(discord_bot: Bot):
     me = discord_bot.adapter.client.user
-    discord_bot.provider.add("<msg><text>Hi </text><at id=\"%d\"/></msg>" % discord_bot.config.members[0].id)
+    discord_bot.provider.add('<msg><text>Hi </text><at id="%d"/></msg>' % discord_bot.config.members[0].id)
     chatter = await discord_bot.write("just talking")
     mention = await discord_bot.write(f"<@{me.id}> hello there")
     answer = await discord_bot.sent()
@@ -130,7 +130,7 @@ async def test_a_direct_message_is_answered_in_the_dm(discord_bot: Bot):
 async def test_long_text_is_split_at_2000_and_recall_deletes_every_part(discord_bot: Bot):
     channel = discord_bot.config.channels[0]
     session = Session("dc", "gm", str(channel.id))
-    text = ("line of text\n" * 200)  # 2,600 characters
+    text = "line of text\n" * 200  # 2,600 characters
     receipt = await discord_bot.adapter.send(session, MessageChain([Text(text)]))
     parts = [await discord_bot.sent(), await discord_bot.sent()]
     assert receipt.ok and list(receipt.message_ids) == [str(m.id) for m in parts]
@@ -146,11 +146,17 @@ async def test_attachments_and_an_embed_go_out(discord_bot: Bot, tmp_path):
     picture = tmp_path / "cat.png"
     picture.write_bytes(b"\x89PNG not really")
     session = Session("dc", "gm", str(discord_bot.config.channels[0].id))
-    files = await discord_bot.adapter.send(session, MessageChain([
-        Image(path=str(picture)), File(base64=base64.b64encode(b"a,b\n").decode(), name="data.csv")]))
+    files = await discord_bot.adapter.send(
+        session,
+        MessageChain([Image(path=str(picture)), File(base64=base64.b64encode(b"a,b\n").decode(), name="data.csv")]),
+    )
     with_files = await discord_bot.sent()
-    card = await discord_bot.adapter.send(session, MessageChain([
-        Text("the weather"), Json({"embed": {"title": "Weather", "description": "Sunny", "color": "#3366ff"}})]))
+    card = await discord_bot.adapter.send(
+        session,
+        MessageChain(
+            [Text("the weather"), Json({"embed": {"title": "Weather", "description": "Sunny", "color": "#3366ff"}})]
+        ),
+    )
     with_embed = await discord_bot.sent()
     assert files.ok and [a.filename for a in with_files.attachments] == ["cat.png", "data.csv"]
     assert (tmp_path / "dpytest_0.dat").read_bytes() == b"\x89PNG not really"  # the bytes dpytest received
@@ -165,8 +171,16 @@ async def test_files_and_embeds_ride_with_the_last_text_part(discord_bot: Bot, t
 
     picture = tmp_path / "cat.png"
     picture.write_bytes(b"png")
-    parts = to_parts(MessageChain([Text("x" * 2500), Image(path=str(picture)), Json({"embed": {"title": "t"}}),
-                                   Image(url="https://cdn.example/p.png")]))
+    parts = to_parts(
+        MessageChain(
+            [
+                Text("x" * 2500),
+                Image(path=str(picture)),
+                Json({"embed": {"title": "t"}}),
+                Image(url="https://cdn.example/p.png"),
+            ]
+        )
+    )
     kwargs = await discord_bot.adapter._send_kwargs(discord_bot.config.channels[0], parts[-1])
     assert len(parts) == 2 and "files" not in await discord_bot.adapter._send_kwargs(None, parts[0])
     assert kwargs["content"] == "x" * 500 and [f.filename for f in kwargs["files"]] == ["cat.png"]
@@ -209,10 +223,24 @@ async def test_the_typing_indicator_shows_while_the_model_writes(monkeypatch, tm
 
 
 def _payload(author: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    return {"id": "900", "channel_id": "300", "guild_id": "100", "author": author, "content": "", "tts": False,
-            "timestamp": "2026-01-01T00:00:00+00:00", "edited_timestamp": None, "mention_everyone": False,
-            "mentions": [], "mention_roles": [], "attachments": [], "embeds": [], "pinned": False, "type": 0,
-            **fields}
+    return {
+        "id": "900",
+        "channel_id": "300",
+        "guild_id": "100",
+        "author": author,
+        "content": "",
+        "tts": False,
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "edited_timestamp": None,
+        "mention_everyone": False,
+        "mentions": [],
+        "mention_roles": [],
+        "attachments": [],
+        "embeds": [],
+        "pinned": False,
+        "type": 0,
+        **fields,
+    }
 
 
 async def test_a_reply_to_the_bot_is_to_the_bot(monkeypatch):
@@ -227,11 +255,24 @@ async def test_a_reply_to_the_bot_is_to_the_bot(monkeypatch):
     state._add_guild(discord.Guild(data={"id": "100", "name": "Guild"}, state=state))
     channel = discord.PartialMessageable(state=state, id=300, guild_id=100)
     own = _payload(bot_user, id="800", content="an earlier answer")
-    reply = discord.Message(state=state, channel=channel, data=_payload(
-        ann, content="and then?", type=19, message_reference={"message_id": "800", "channel_id": "300"},
-        referenced_message=own))
-    other = discord.Message(state=state, channel=channel, data=_payload(
-        ann, id="901", content="me too", type=19, message_reference={"message_id": "555", "channel_id": "300"}))
+    reply = discord.Message(
+        state=state,
+        channel=channel,
+        data=_payload(
+            ann,
+            content="and then?",
+            type=19,
+            message_reference={"message_id": "800", "channel_id": "300"},
+            referenced_message=own,
+        ),
+    )
+    other = discord.Message(
+        state=state,
+        channel=channel,
+        data=_payload(
+            ann, id="901", content="me too", type=19, message_reference={"message_id": "555", "channel_id": "300"}
+        ),
+    )
     to_bot, to_someone = adapter.incoming(reply), adapter.incoming(other)
     assert to_bot.chain == MessageChain([Reply("800"), Text("and then?")]) and to_bot.is_mentioned
     assert to_someone.chain[0] == Reply("555") and not to_someone.is_mentioned
@@ -258,12 +299,15 @@ def test_split_content_cuts_at_line_breaks_then_spaces():
     assert all(len(p) <= 2000 for p in words) and "".join(words) == "word " * 500 and words[0].endswith(" ")
 
 
-@pytest.mark.parametrize(("options", "env", "message"), [
-    ({}, {}, "the bot token is read from $DISCORD_BOT_TOKEN, which is not set"),
-    ({"token_env": "MY_DC"}, {"DISCORD_BOT_TOKEN": "t"}, "read from $MY_DC, which is not set"),
-    ({"token": "abc"}, {"DISCORD_BOT_TOKEN": "t"}, "options.token: unknown option"),
-    ({"max_queued_messages": 0}, {"DISCORD_BOT_TOKEN": "t"}, "options.max_queued_messages: Input should be"),
-])
+@pytest.mark.parametrize(
+    ("options", "env", "message"),
+    [
+        ({}, {}, "the bot token is read from $DISCORD_BOT_TOKEN, which is not set"),
+        ({"token_env": "MY_DC"}, {"DISCORD_BOT_TOKEN": "t"}, "read from $MY_DC, which is not set"),
+        ({"token": "abc"}, {"DISCORD_BOT_TOKEN": "t"}, "options.token: unknown option"),
+        ({"max_queued_messages": 0}, {"DISCORD_BOT_TOKEN": "t"}, "options.max_queued_messages: Input should be"),
+    ],
+)
 def test_each_refused_config_says_why(options, env, message, monkeypatch):
     for name in ("DISCORD_BOT_TOKEN", "MY_DC"):
         monkeypatch.delenv(name, raising=False)
@@ -276,8 +320,9 @@ def test_each_refused_config_says_why(options, env, message, monkeypatch):
 
 def test_discord_is_built_from_the_config_and_names_its_extra_when_missing(monkeypatch):
     monkeypatch.setenv("DISCORD_BOT_TOKEN", "t")
-    config = HookchatConfig.model_validate({"adapters": {"console": False, "instances": [
-        {"type": "discord", "options": {"typing": False}}]}})
+    config = HookchatConfig.model_validate(
+        {"adapters": {"console": False, "instances": [{"type": "discord", "options": {"typing": False}}]}}
+    )
     (adapter,) = build_adapters(config)
     assert adapter.name == "discord" and not adapter.settings.typing and "embed" in adapter.capabilities
     assert adapter.client.intents.message_content and adapter.client.intents.dm_messages

@@ -23,17 +23,16 @@ from PIL import Image as PILImage
 from core.adapter import AdapterError, build_adapters
 from core.adapter.matrix import ENCRYPTION_REFUSAL, MatrixAdapter
 from core.app import HookChat
-from core.chat import MessageChain, Session
+from core.chat import KiraMessageEvent, MessageChain, Session
 from core.chat.message_elements import At, Image, Reply, Text
 from core.config import HookchatConfig, load_config
-from core.testing import BUILTIN_PLUGINS_DIR, ScriptedProvider
-from core.chat import KiraMessageEvent
 from core.plugin import BasePlugin, Priority, on
+from core.testing import BUILTIN_PLUGINS_DIR, ScriptedProvider
 from tests.adapter.conftest import GatedProvider
 
 pytest.importorskip("synapse", reason="the Matrix tests need Synapse: pip install -e '.[test]'")
 
-from tests.adapter.synapse import MatrixUser, Synapse  # noqa: E402
+from tests.adapter.synapse import MatrixUser, Synapse
 
 pytestmark = pytest.mark.anyio
 BOT_PASSWORD, ANN_PASSWORD = "bot-pass-1", "ann-pass-1"
@@ -46,8 +45,12 @@ def synapse() -> Iterator[Synapse]:
         server.start()
         try:
             with concurrent.futures.ThreadPoolExecutor(3) as pool:  # each registration is its own process
-                list(pool.map(lambda u: server.register(*u), [("bot", BOT_PASSWORD), ("ann", ANN_PASSWORD),
-                                                              ("cat", "cat-pass-1")]))
+                list(
+                    pool.map(
+                        lambda u: server.register(*u),
+                        [("bot", BOT_PASSWORD), ("ann", ANN_PASSWORD), ("cat", "cat-pass-1")],
+                    )
+                )
             yield server
         finally:
             server.stop()
@@ -80,21 +83,38 @@ def recorder() -> tuple[type[BasePlugin], asyncio.Queue[KiraMessageEvent]]:
 
 
 def _adapter(synapse: Synapse, **options: Any) -> MatrixAdapter:
-    return MatrixAdapter("mx", homeserver=synapse.url, user_id=BOT, password_env="HOOKCHAT_TEST_MATRIX_PASSWORD",
-                         sync_timeout=1, reconnect_initial=0.2, reconnect_max=1, **options)
+    return MatrixAdapter(
+        "mx",
+        homeserver=synapse.url,
+        user_id=BOT,
+        password_env="HOOKCHAT_TEST_MATRIX_PASSWORD",
+        sync_timeout=1,
+        reconnect_initial=0.2,
+        reconnect_max=1,
+        **options,
+    )
 
 
 @asynccontextmanager
-async def bot(adapter: MatrixAdapter, provider: ScriptedProvider, data_dir: str | None = None,
-              plugins: tuple[type, ...] = ()) -> AsyncIterator[HookChat]:
+async def bot(
+    adapter: MatrixAdapter, provider: ScriptedProvider, data_dir: str | None = None, plugins: tuple[type, ...] = ()
+) -> AsyncIterator[HookChat]:
     """A real bot (chat plugin flushing every message, built-in tags) around `adapter`, synced once."""
     with tempfile.TemporaryDirectory(prefix="hookchat-matrix-") as fresh:
-        config = HookchatConfig.model_validate({
-            "data": {"dir": data_dir or fresh}, "adapters": {"console": False},
-            "plugins": {"dirs": [], "config": {"chat": {"flush_messages": 1}}}})
-        async with HookChat(config, provider=provider, adapters=[adapter], entry_points=False,
-                            plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags",
-                                     *plugins]) as app:
+        config = HookchatConfig.model_validate(
+            {
+                "data": {"dir": data_dir or fresh},
+                "adapters": {"console": False},
+                "plugins": {"dirs": [], "config": {"chat": {"flush_messages": 1}}},
+            }
+        )
+        async with HookChat(
+            config,
+            provider=provider,
+            adapters=[adapter],
+            entry_points=False,
+            plugins=[BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags", *plugins],
+        ) as app:
             await asyncio.wait_for(adapter.wait_until(lambda s: s.syncs >= 1 and s.queued_events == 0), 30)
             yield app
 
@@ -120,13 +140,14 @@ async def test_a_direct_chat_is_answered_and_the_receipt_is_the_event_id(synapse
         message = event.message
         assert message.session.sid == f"mx:dm:{ANN}" and message.message_id == asked and message.is_mentioned
         assert message.group is None and message.sender.user_id == ANN and list(message.chain) == [Text("hi bot")]
-        (_, reply), = await ann.wait_for(lambda r, e: r == room_id and e.get("sender") == BOT
-                                         and e["type"] == "m.room.message")
+        ((_, reply),) = await ann.wait_for(
+            lambda r, e: r == room_id and e.get("sender") == BOT and e["type"] == "m.room.message"
+        )
         assert reply["content"]["body"] == "Hello Ann!"
         # a push to the same person goes to the same room; its receipt names the event, and recall redacts it
         receipt = await adapter.send(message.session, MessageChain([Text("one more thing")]))
         assert receipt.ok and receipt.message_ids == (receipt.message_id,)
-        (_, pushed), = await ann.wait_for(lambda r, e: e.get("event_id") == receipt.message_id)
+        ((_, pushed),) = await ann.wait_for(lambda r, e: e.get("event_id") == receipt.message_id)
         assert pushed["content"]["body"] == "one more thing"
         await adapter.recall(receipt)
         await ann.wait_for(lambda r, e: e["type"] == "m.room.redaction" and e.get("redacts") == receipt.message_id)
@@ -135,8 +156,7 @@ async def test_a_direct_chat_is_answered_and_the_receipt_is_the_event_id(synapse
 async def test_in_a_room_only_mentions_and_replies_to_the_bot_are_to_it(synapse, ann):
     adapter = _adapter(synapse)
     Recorder, inbox = recorder()
-    async with bot(adapter, ScriptedProvider(["first answer", "second answer", "third answer"]),
-                   plugins=(Recorder,)):
+    async with bot(adapter, ScriptedProvider(["first answer", "second answer", "third answer"]), plugins=(Recorder,)):
         room_id = await _room_with_bot(ann, adapter, direct=False)
         await ann.say(room_id, "talking to cat, not the bot", **{"m.mentions": {"user_ids": [CAT]}})
         quiet = (await asyncio.wait_for(inbox.get(), 20)).message
@@ -144,25 +164,30 @@ async def test_in_a_room_only_mentions_and_replies_to_the_bot_are_to_it(synapse,
         assert not quiet.is_mentioned
         await ann.say(room_id, "bot: what is 2+2?", **{"m.mentions": {"user_ids": [BOT]}})
         assert (await asyncio.wait_for(inbox.get(), 20)).message.is_mentioned
-        (_, answer), = await ann.wait_for(lambda r, e: r == room_id and e.get("sender") == BOT
-                                          and e["type"] == "m.room.message")
+        ((_, answer),) = await ann.wait_for(
+            lambda r, e: r == room_id and e.get("sender") == BOT and e["type"] == "m.room.message"
+        )
         assert answer["content"]["body"] == "first answer"
         # an older client: no m.mentions, the bot's name in the text
         await ann.say(room_id, "hey Bot, are you there?")
         assert (await asyncio.wait_for(inbox.get(), 20)).message.is_mentioned
-        await ann.wait_for(lambda r, e: r == room_id and e.get("sender") == BOT
-                           and e["content"].get("body") == "second answer")
+        await ann.wait_for(
+            lambda r, e: r == room_id and e.get("sender") == BOT and e["content"].get("body") == "second answer"
+        )
         # a reply to the bot's message, with the quoted fallback older clients add
-        replied = await ann.say(room_id, f"> <{BOT}> first answer\n\nwhy?",
-                                **{"m.relates_to": {"m.in_reply_to": {"event_id": answer["event_id"]}}})
+        replied = await ann.say(
+            room_id,
+            f"> <{BOT}> first answer\n\nwhy?",
+            **{"m.relates_to": {"m.in_reply_to": {"event_id": answer["event_id"]}}},
+        )
         message = (await asyncio.wait_for(inbox.get(), 20)).message
         assert message.is_mentioned and list(message.chain) == [Reply(answer["event_id"]), Text("why?")]
-        (_, third), = await ann.wait_for(lambda r, e: e.get("sender") == BOT
-                                         and e["content"].get("body") == "third answer")
+        ((_, third),) = await ann.wait_for(
+            lambda r, e: e.get("sender") == BOT and e["content"].get("body") == "third answer"
+        )
         # the bot can reply and mention too: m.relates_to and m.mentions with a pill
-        receipt = await adapter.send(message.session, MessageChain([Reply(replied), At(ANN, "Ann"),
-                                                                    Text(" because")]))
-        (_, sent), = await ann.wait_for(lambda r, e: e.get("event_id") == receipt.message_id)
+        receipt = await adapter.send(message.session, MessageChain([Reply(replied), At(ANN, "Ann"), Text(" because")]))
+        ((_, sent),) = await ann.wait_for(lambda r, e: e.get("event_id") == receipt.message_id)
         content = sent["content"]
         assert content["m.relates_to"] == {"m.in_reply_to": {"event_id": replied}}
         assert content["m.mentions"] == {"user_ids": [ANN]} and content["body"].endswith(" because")
@@ -183,8 +208,15 @@ async def test_media_goes_both_ways_through_the_homeserver(synapse, ann, tmp_pat
         room_id = await _room_with_bot(ann, adapter, direct=True)
         picture = _png("red")
         mxc = await ann.upload(picture, "image/png", "red.png")
-        await ann.send(room_id, {"msgtype": "m.image", "body": "red.png", "url": mxc,
-                                 "info": {"mimetype": "image/png", "size": len(picture)}})
+        await ann.send(
+            room_id,
+            {
+                "msgtype": "m.image",
+                "body": "red.png",
+                "url": mxc,
+                "info": {"mimetype": "image/png", "size": len(picture)},
+            },
+        )
         (image,) = (await asyncio.wait_for(inbox.get(), 20)).message.chain
         assert isinstance(image, Image) and image.name == "red.png" and image.mime == "image/png"
         assert await image.get_bytes() == picture  # downloaded through the homeserver's media API
@@ -199,7 +231,7 @@ async def test_media_goes_both_ways_through_the_homeserver(synapse, ann, tmp_pat
         blue.write_bytes(_png("blue"))
         receipt = await adapter.send(Session("mx", "dm", ANN), MessageChain([Text("look:"), Image(path=str(blue))]))
         assert receipt.ok and len(receipt.message_ids) == 2
-        (_, sent), = await ann.wait_for(lambda r, e: e.get("event_id") == receipt.message_ids[1])
+        ((_, sent),) = await ann.wait_for(lambda r, e: e.get("event_id") == receipt.message_ids[1])
         assert sent["content"]["msgtype"] == "m.image" and sent["content"]["info"]["mimetype"] == "image/png"
         assert await ann.download(sent["content"]["url"]) == blue.read_bytes()
 
@@ -208,10 +240,17 @@ async def test_an_encrypted_room_is_refused_with_a_notice(synapse, ann):
     adapter = _adapter(synapse)
     async with bot(adapter, ScriptedProvider()):
         room_id = await ann.create_room([BOT], encrypted=True)
-        await ann.wait_for(lambda r, e: r == room_id and e.get("sender") == BOT
-                           and e["content"].get("body") == ENCRYPTION_REFUSAL)
-        await ann.wait_for(lambda r, e: r == room_id and e["type"] == "m.room.member" and e["state_key"] == BOT
-                           and e["content"]["membership"] == "leave")
+        await ann.wait_for(
+            lambda r, e: r == room_id and e.get("sender") == BOT and e["content"].get("body") == ENCRYPTION_REFUSAL
+        )
+        await ann.wait_for(
+            lambda r, e: (
+                r == room_id
+                and e["type"] == "m.room.member"
+                and e["state_key"] == BOT
+                and e["content"]["membership"] == "leave"
+            )
+        )
         assert adapter.stats().refused_rooms == 1
 
 
@@ -254,8 +293,9 @@ async def test_a_synapse_restart_in_the_middle_of_a_turn_delivers_the_reply_once
         provider.gate.set()  # the reply is sent while the homeserver is down: it waits and is retried
         await asyncio.wait_for(adapter.wait_until(lambda s: not s.connected), 20)
         await asyncio.to_thread(synapse.start)
-        await ann.wait_for(lambda r, e: e.get("sender") == BOT and e["content"].get("body") == "after the restart",
-                           timeout=40)
+        await ann.wait_for(
+            lambda r, e: e.get("sender") == BOT and e["content"].get("body") == "after the restart", timeout=40
+        )
         await ann.say(room_id, "still there?")  # the sync came back too
         await ann.wait_for(lambda r, e: e.get("sender") == BOT and e["content"].get("body") == "and still here")
     assert [e["content"]["body"] for e in _bot_messages(ann, room_id)] == ["after the restart", "and still here"]
@@ -267,8 +307,9 @@ async def test_refusals_at_login_name_the_problem(synapse, monkeypatch):
         async with bot(_adapter(synapse), ScriptedProvider()):
             pass
     monkeypatch.setenv("HOOKCHAT_TEST_MATRIX_TOKEN", "not-a-token")
-    token_adapter = MatrixAdapter("mx", homeserver=synapse.url, user_id=BOT,
-                                  access_token_env="HOOKCHAT_TEST_MATRIX_TOKEN")
+    token_adapter = MatrixAdapter(
+        "mx", homeserver=synapse.url, user_id=BOT, access_token_env="HOOKCHAT_TEST_MATRIX_TOKEN"
+    )
     with pytest.raises(AdapterError, match="refused the access token: .*check access_token_env"):
         async with bot(token_adapter, ScriptedProvider()):
             pass
@@ -303,30 +344,59 @@ def test_without_matrix_nio_the_error_names_the_extra(monkeypatch):
 
 def test_matrix_is_a_built_in_type_built_from_the_config(monkeypatch):
     monkeypatch.setenv("MATRIX_TOKEN", "t")
-    config = HookchatConfig.model_validate({"adapters": {"console": False, "instances": [
-        {"type": "matrix", "options": {"homeserver": "https://matrix.example.org/", "user_id": "@bot:example.org",
-                                       "access_token_env": "MATRIX_TOKEN"}}]}})
+    config = HookchatConfig.model_validate(
+        {
+            "adapters": {
+                "console": False,
+                "instances": [
+                    {
+                        "type": "matrix",
+                        "options": {
+                            "homeserver": "https://matrix.example.org/",
+                            "user_id": "@bot:example.org",
+                            "access_token_env": "MATRIX_TOKEN",
+                        },
+                    }
+                ],
+            }
+        }
+    )
     (adapter,) = build_adapters(config)
     assert isinstance(adapter, MatrixAdapter) and adapter.name == "matrix"
     assert adapter.settings.homeserver == "https://matrix.example.org"
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({}, "options.homeserver: required"),
-    ({"homeserver": "matrix.example.org", "user_id": "@b:x", "password_env": "P"},
-     "options.homeserver: 'matrix.example.org' is not an http:// or https:// URL"),
-    ({"homeserver": "https://x", "user_id": "bot", "password_env": "P"},
-     "options.user_id: not a Matrix user id like @bot:example.org"),
-    ({"homeserver": "https://x", "user_id": "@b:x"}, "set exactly one of `access_token_env` or `password_env`"),
-    ({"homeserver": "https://x", "user_id": "@b:x", "password_env": "P", "access_token_env": "T"},
-     "set exactly one of `access_token_env` or `password_env`"),
-    ({"homeserver": "https://x", "user_id": "@b:x", "password_env": "P", "password": "p"},
-     "options.password: unknown option"),
-    ({"homeserver": "https://x", "user_id": "@b:x", "password_env": "HOOKCHAT_TEST_UNSET"},
-     "password_env names HOOKCHAT_TEST_UNSET, which is not set"),
-    ({"homeserver": "https://x", "user_id": "@b:x", "password_env": "P", "max_queued_events": 0},
-     "options.max_queued_events: Input should be greater than 0"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "options.homeserver: required"),
+        (
+            {"homeserver": "matrix.example.org", "user_id": "@b:x", "password_env": "P"},
+            "options.homeserver: 'matrix.example.org' is not an http:// or https:// URL",
+        ),
+        (
+            {"homeserver": "https://x", "user_id": "bot", "password_env": "P"},
+            "options.user_id: not a Matrix user id like @bot:example.org",
+        ),
+        ({"homeserver": "https://x", "user_id": "@b:x"}, "set exactly one of `access_token_env` or `password_env`"),
+        (
+            {"homeserver": "https://x", "user_id": "@b:x", "password_env": "P", "access_token_env": "T"},
+            "set exactly one of `access_token_env` or `password_env`",
+        ),
+        (
+            {"homeserver": "https://x", "user_id": "@b:x", "password_env": "P", "password": "p"},
+            "options.password: unknown option",
+        ),
+        (
+            {"homeserver": "https://x", "user_id": "@b:x", "password_env": "HOOKCHAT_TEST_UNSET"},
+            "password_env names HOOKCHAT_TEST_UNSET, which is not set",
+        ),
+        (
+            {"homeserver": "https://x", "user_id": "@b:x", "password_env": "P", "max_queued_events": 0},
+            "options.max_queued_events: Input should be greater than 0",
+        ),
+    ],
+)
 def test_bad_options_are_refused_when_the_adapter_is_built(options, message, monkeypatch):
     monkeypatch.setenv("P", "secret")
     monkeypatch.setenv("T", "secret")

@@ -21,14 +21,21 @@ def test_a_mention_is_the_declared_one_when_the_client_declares_any():
     assert not mentions({"body": "Bot, hi", "m.mentions": {}}, BOT, "Bot")  # declared: nobody
     assert mentions({"body": "Bot: hi"}, BOT, "Bot")  # an older client: the display name as a word
     assert not mentions({"body": "robots everywhere"}, BOT, "bot")
-    assert mentions({"body": "x", "formatted_body": '<a href="https://matrix.to/#/@bot:example.org">x</a>'},
-                    BOT, None)
+    assert mentions({"body": "x", "formatted_body": '<a href="https://matrix.to/#/@bot:example.org">x</a>'}, BOT, None)
     assert not mentions({"body": "@room hello", "m.mentions": {"room": True}}, BOT, "Bot")
 
 
 def test_media_are_events_of_their_own_and_a_url_is_sent_as_a_link():
-    parts = plan_events([Reply("$q"), Text("see "), Image(path="/tmp/a.png"), Text("and "),
-                         Image(url="https://example.org/b.png"), Image(url="mxc://example.org/c")])
+    parts = plan_events(
+        [
+            Reply("$q"),
+            Text("see "),
+            Image(path="/tmp/a.png"),
+            Text("and "),
+            Image(url="https://example.org/b.png"),
+            Image(url="mxc://example.org/c"),
+        ]
+    )
     assert [type(p) for p in parts] == [TextPart, MediaPart, TextPart, MediaPart]
     assert parts[0].reply_to == "$q" and parts[1].reply_to is None and parts[1].msgtype == "m.image"
     assert parts[2].body == "and https://example.org/b.png"  # not fetched: the model wrote it

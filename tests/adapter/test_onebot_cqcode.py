@@ -32,9 +32,11 @@ def test_the_specs_cq_code_examples():
         {"type": "image", "data": {"file": "123.jpg"}},
     ]
     assert parse_cq("[CQ:share,title=标题中有=等号,url=http://baidu.com]") == [
-        {"type": "share", "data": {"title": "标题中有=等号", "url": "http://baidu.com"}}]
+        {"type": "share", "data": {"title": "标题中有=等号", "url": "http://baidu.com"}}
+    ]
     assert parse_cq("[CQ:share,title=震惊&#44;小伙睡觉前居然...,url=http://baidu.com/?a=1&amp;b=2]") == [
-        {"type": "share", "data": {"title": "震惊,小伙睡觉前居然...", "url": "http://baidu.com/?a=1&b=2"}}]
+        {"type": "share", "data": {"title": "震惊,小伙睡觉前居然...", "url": "http://baidu.com/?a=1&b=2"}}
+    ]
     assert parse_cq("[CQ:shake]") == [{"type": "shake", "data": {}}]
 
 
@@ -44,8 +46,11 @@ def test_what_is_not_a_cq_code_stays_text():
 
 
 def test_printing_a_message():
-    segments = [{"type": "text", "data": {"text": "a[1],&"}}, {"type": "at", "data": {"qq": 10001000}},
-                {"type": "share", "data": {"url": "http://x/?a=1&b=2", "title": "t,t", "content": None}}]
+    segments = [
+        {"type": "text", "data": {"text": "a[1],&"}},
+        {"type": "at", "data": {"qq": 10001000}},
+        {"type": "share", "data": {"url": "http://x/?a=1&b=2", "title": "t,t", "content": None}},
+    ]
     assert to_cq(segments) == "a&#91;1&#93;,&amp;[CQ:at,qq=10001000][CQ:share,url=http://x/?a=1&amp;b=2,title=t&#44;t]"
 
 

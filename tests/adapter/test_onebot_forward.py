@@ -12,10 +12,10 @@ import websockets
 from websockets.asyncio.server import serve
 
 from core.adapter.onebot import ActionFailed, OneBotAdapter
-from core.utils.backoff import backoff_delay
 from core.chat import Group, MessageChain, Session
 from core.chat.message_elements import At, Record, Reply, Text
 from core.testing import ScriptedProvider
+from core.utils.backoff import backoff_delay
 from tests.adapter.conftest import GatedProvider, recorder, running_bot
 from tests.adapter.napcat import BOT_ID, FRIEND_ID, GROUP_ID, MockPeer
 
@@ -42,8 +42,11 @@ async def test_a_private_message_is_answered_with_send_msg(mock_peer: MockPeer):
     assert message.message_id == "777" and message.sender.user_id == FRIEND_ID and message.self_id == BOT_ID
     assert message.is_mentioned and not message.is_notice  # a private chat is always "to me"
     assert message.chain == MessageChain([Text("hello bot")])
-    assert sent == {"message_type": "private", "user_id": int(FRIEND_ID),
-                    "message": [{"type": "text", "data": {"text": "Hello!"}}]}
+    assert sent == {
+        "message_type": "private",
+        "user_id": int(FRIEND_ID),
+        "message": [{"type": "text", "data": {"text": "Hello!"}}],
+    }
     history = mock_peer.server.get_call_history()
     assert [call["action"] for call in history] == ["get_login_info", "send_msg"]
     assert len({call["echo"] for call in history}) == 2 and all(isinstance(c["echo"], str) for c in history)
@@ -57,8 +60,11 @@ async def test_in_a_group_only_a_message_to_the_bot_gets_a_turn(mock_peer: MockP
         with anyio.fail_after(10):
             await adapter.wait_connected()
             await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, "chatting among ourselves")
-            await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, [
-                {"type": "at", "data": {"qq": BOT_ID}}, {"type": "text", "data": {"text": " are you there?"}}])
+            await mock_peer.server.inject_group_message(
+                GROUP_ID,
+                FRIEND_ID,
+                [{"type": "at", "data": {"qq": BOT_ID}}, {"type": "text", "data": {"text": " are you there?"}}],
+            )
             sent = await mock_peer.next_sent()
             aside, to_bot = await inbox.get(), await inbox.get()
     assert aside.sid == to_bot.sid == f"qq:gm:{GROUP_ID}" and to_bot.group.group_id == GROUP_ID
@@ -81,8 +87,11 @@ async def test_a_reply_to_the_bot_is_to_me_whether_or_not_this_run_sent_it(mock_
             session = Session("qq", "gm", GROUP_ID)
             receipt = await adapter.send(session, MessageChain([Text("sent in this run")]))
             for quoted in (receipt.message_id, earlier_by_bot, by_friend):
-                await mock_peer.server.inject_group_message(GROUP_ID, FRIEND_ID, [
-                    {"type": "reply", "data": {"id": quoted}}, {"type": "text", "data": {"text": "this one"}}])
+                await mock_peer.server.inject_group_message(
+                    GROUP_ID,
+                    FRIEND_ID,
+                    [{"type": "reply", "data": {"id": quoted}}, {"type": "text", "data": {"text": "this one"}}],
+                )
             events = [await inbox.get() for _ in range(3)]
     assert receipt.ok and receipt.message_id  # the platform's id, from send_msg's answer
     assert [e.is_mentioned for e in events] == [True, True, False]
@@ -97,11 +106,22 @@ async def test_the_bots_own_messages_never_start_a_turn(mock_peer: MockPeer):
         with anyio.fail_after(10):
             await adapter.wait_connected()
             await mock_peer.server.inject_private_message(BOT_ID, "echo of myself")
-            await mock_peer.server.inject_event({
-                "post_type": "message_sent", "message_type": "private", "sub_type": "friend", "message_id": 9,
-                "user_id": int(BOT_ID), "target_id": int(FRIEND_ID), "message": "sent from the phone",
-                "raw_message": "sent from the phone", "font": 0, "sender": {"user_id": int(BOT_ID)},
-                "time": 1, "self_id": int(BOT_ID)})
+            await mock_peer.server.inject_event(
+                {
+                    "post_type": "message_sent",
+                    "message_type": "private",
+                    "sub_type": "friend",
+                    "message_id": 9,
+                    "user_id": int(BOT_ID),
+                    "target_id": int(FRIEND_ID),
+                    "message": "sent from the phone",
+                    "raw_message": "sent from the phone",
+                    "font": 0,
+                    "sender": {"user_id": int(BOT_ID)},
+                    "time": 1,
+                    "self_id": int(BOT_ID),
+                }
+            )
             await mock_peer.server.inject_private_message(FRIEND_ID, "a real question")
             await mock_peer.next_sent()
     assert len(provider.requests) == 1
@@ -110,8 +130,10 @@ async def test_the_bots_own_messages_never_start_a_turn(mock_peer: MockPeer):
 
 async def test_a_refused_send_reports_the_platforms_words_and_logs_session_and_action(mock_peer: MockPeer, caplog):
     adapter = adapter_for(mock_peer)
-    mock_peer.server.set_response("send_msg", {"status": "failed", "retcode": 1200, "data": None,
-                                               "message": "禁言中", "wording": "the bot is muted"})
+    mock_peer.server.set_response(
+        "send_msg",
+        {"status": "failed", "retcode": 1200, "data": None, "message": "禁言中", "wording": "the bot is muted"},
+    )
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(10):
             await adapter.wait_connected()
@@ -132,8 +154,9 @@ async def test_actions_by_name_and_a_recall_by_the_receipts_id(mock_peer: MockPe
             # `name` is an ordinary parameter: the action's name is positional-only
             await adapter.call_action("upload_group_file", group_id=int(GROUP_ID), file="base64://aGk=", name="a.txt")
             receipt = await app.send(Session("qq", "dm", FRIEND_ID), MessageChain([Text("oops")]))
-            assert (await adapter.get_msg(receipt.message_id))["message"] == [{"type": "text",
-                                                                               "data": {"text": "oops"}}]
+            assert (await adapter.get_msg(receipt.message_id))["message"] == [
+                {"type": "text", "data": {"text": "oops"}}
+            ]
             await adapter.delete_msg(receipt.message_id)
             with pytest.raises(ActionFailed) as failed:
                 await adapter.get_msg(receipt.message_id)
@@ -214,8 +237,9 @@ async def test_the_access_token_goes_in_the_header_or_the_query(mock_peer: MockP
 
     async with serve(gatekeeper, "127.0.0.1", 0) as front:
         port = front.sockets[0].getsockname()[1]
-        adapter = OneBotAdapter("qq", url=f"ws://127.0.0.1:{port}/", token_env="ONEBOT_TEST_TOKEN",
-                                token_in=token_in, **FAST)
+        adapter = OneBotAdapter(
+            "qq", url=f"ws://127.0.0.1:{port}/", token_env="ONEBOT_TEST_TOKEN", token_in=token_in, **FAST
+        )
         async with running_bot(adapter, ScriptedProvider()):
             with anyio.fail_after(10):
                 await adapter.wait_connected()
@@ -239,7 +263,7 @@ async def test_an_implementation_that_is_down_at_start_is_dialled_until_it_is_up
 def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
     delays = [[backoff_delay(failures, 1.0, 60.0) for _ in range(200)] for failures in range(8)]
     for failures, sample in enumerate(delays):
-        ceiling = min(60.0, 2.0 ** failures)
+        ceiling = min(60.0, 2.0**failures)
         assert all(ceiling / 2 <= d <= ceiling for d in sample)
         assert len(set(sample)) > 1  # jittered: bots restarting together do not reconnect in step
     assert max(delays[7]) <= 60.0 and backoff_delay(10_000, 1.0, 60.0) <= 60.0
@@ -247,15 +271,27 @@ def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
 
 async def test_the_account_is_named_by_the_lifecycle_event_or_else_by_get_login_info():
     async def lifecycle_only(ws):  # names itself, then never answers an action
-        await ws.send(json.dumps({"post_type": "meta_event", "meta_event_type": "lifecycle", "sub_type": "connect",
-                                  "time": 1, "self_id": 555}))
+        await ws.send(
+            json.dumps(
+                {
+                    "post_type": "meta_event",
+                    "meta_event_type": "lifecycle",
+                    "sub_type": "connect",
+                    "time": 1,
+                    "self_id": 555,
+                }
+            )
+        )
         await ws.wait_closed()
 
     async def login_info_only(ws):  # no lifecycle event: the adapter has to ask
         async for frame in ws:
             call = json.loads(frame)
-            await ws.send(json.dumps({"status": "ok", "retcode": 0, "echo": call["echo"],
-                                      "data": {"user_id": 777, "nickname": "Quiet"}}))
+            await ws.send(
+                json.dumps(
+                    {"status": "ok", "retcode": 0, "echo": call["echo"], "data": {"user_id": 777, "nickname": "Quiet"}}
+                )
+            )
 
     for handler, expected in ((lifecycle_only, "555"), (login_info_only, "777")):
         async with serve(handler, "127.0.0.1", 0) as implementation:
@@ -307,8 +343,9 @@ async def test_a_group_is_named_by_get_group_info_once_for_all_its_messages(mock
 
 async def test_a_group_the_implementation_cannot_name_stays_unnamed_and_is_not_asked_each_time(mock_peer: MockPeer):
     adapter = adapter_for(mock_peer)
-    mock_peer.server.set_response("get_group_info", {"status": "failed", "retcode": 100, "data": None,
-                                                     "message": "", "wording": "unsupported"})
+    mock_peer.server.set_response(
+        "get_group_info", {"status": "failed", "retcode": 100, "data": None, "message": "", "wording": "unsupported"}
+    )
     first, second = await two_group_messages(adapter, mock_peer)
     assert first.message.group.name == second.message.group.name == ""
     assert len(mock_peer.calls("get_group_info")) == 1  # the failure is remembered for a while too
@@ -330,8 +367,9 @@ async def test_a_send_qq_takes_as_two_messages_carries_both_ids_and_a_recall_del
     async with running_bot(adapter, ScriptedProvider()) as app:
         with anyio.fail_after(10):
             await adapter.wait_connected()
-            receipt = await app.send(Session("qq", "dm", FRIEND_ID),
-                                     MessageChain([Text("listen:"), Record(url="https://example.com/a.mp3")]))
+            receipt = await app.send(
+                Session("qq", "dm", FRIEND_ID), MessageChain([Text("listen:"), Record(url="https://example.com/a.mp3")])
+            )
             await adapter.recall(receipt)
             for message_id in receipt.message_ids:
                 with pytest.raises(ActionFailed):
@@ -350,18 +388,33 @@ async def test_a_reply_in_a_temporary_chat_names_the_group_it_came_from(mock_pee
     async with running_bot(adapter, ScriptedProvider(["Hi, stranger.", "Hi, friend."]), plugins=[Recorder]):
         with anyio.fail_after(10):
             await adapter.wait_connected()
-            await mock_peer.server.inject_event({
-                "post_type": "message", "message_type": "private", "sub_type": "group", "message_id": 31,
-                "user_id": int(stranger), "group_id": int(GROUP_ID), "temp_source": 0,
-                "message": [{"type": "text", "data": {"text": "hello from the group"}}],
-                "raw_message": "hello from the group", "font": 0,
-                "sender": {"user_id": int(stranger), "nickname": "someone"}, "time": 1, "self_id": int(BOT_ID)})
+            await mock_peer.server.inject_event(
+                {
+                    "post_type": "message",
+                    "message_type": "private",
+                    "sub_type": "group",
+                    "message_id": 31,
+                    "user_id": int(stranger),
+                    "group_id": int(GROUP_ID),
+                    "temp_source": 0,
+                    "message": [{"type": "text", "data": {"text": "hello from the group"}}],
+                    "raw_message": "hello from the group",
+                    "font": 0,
+                    "sender": {"user_id": int(stranger), "nickname": "someone"},
+                    "time": 1,
+                    "self_id": int(BOT_ID),
+                }
+            )
             temporary = await inbox.get()
             to_temporary = await mock_peer.next_sent()
             await mock_peer.server.inject_private_message(stranger, "now we are friends")
             await inbox.get()
             to_friend = await mock_peer.next_sent()
     assert temporary.sid == f"qq:dm:{stranger}" and temporary.message.group is None  # still a private chat
-    assert to_temporary == {"message_type": "private", "user_id": int(stranger), "group_id": int(GROUP_ID),
-                            "message": [{"type": "text", "data": {"text": "Hi, stranger."}}]}
+    assert to_temporary == {
+        "message_type": "private",
+        "user_id": int(stranger),
+        "group_id": int(GROUP_ID),
+        "message": [{"type": "text", "data": {"text": "Hi, stranger."}}],
+    }
     assert "group_id" not in to_friend and adapter.stats().temporary_chats == 0

@@ -32,8 +32,9 @@ async def test_a_deeply_nested_frame_is_skipped_and_the_connection_stays_up(capl
     Recorder, inbox = recorder()
     async with running_bot(adapter, ScriptedProvider(["fine"]), plugins=[Recorder]):
         with anyio.fail_after(20), caplog.at_level(logging.WARNING, "hookchat.adapter.onebot"):
-            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
-                               proxy=None, max_size=None) as ws:
+            async with connect(
+                url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN), proxy=None, max_size=None
+            ) as ws:
                 await ws.send(nested_event(depth))
                 await ws.send(json.dumps(private_event(FRIEND_ID, "the next one", message_id=8)))
                 event = await inbox.get()

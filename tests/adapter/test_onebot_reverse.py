@@ -37,20 +37,32 @@ def url_of(adapter: OneBotAdapter, path: str = "/onebot/v11/ws") -> str:
 
 
 def private_event(user_id: int | str, text: str, *, message_id: int = 1, self_id: str = BOT_ID) -> dict[str, Any]:
-    return {"post_type": "message", "message_type": "private", "sub_type": "friend", "message_id": message_id,
-            "user_id": int(user_id), "message": [{"type": "text", "data": {"text": text}}], "raw_message": text,
-            "font": 0, "sender": {"user_id": int(user_id), "nickname": f"user{user_id}"}, "time": 1_700_000_000,
-            "self_id": int(self_id)}
+    return {
+        "post_type": "message",
+        "message_type": "private",
+        "sub_type": "friend",
+        "message_id": message_id,
+        "user_id": int(user_id),
+        "message": [{"type": "text", "data": {"text": text}}],
+        "raw_message": text,
+        "font": 0,
+        "sender": {"user_id": int(user_id), "nickname": f"user{user_id}"},
+        "time": 1_700_000_000,
+        "self_id": int(self_id),
+    }
 
 
-@pytest.mark.parametrize(("headers", "path", "status"), [
-    ({"X-Client-Role": "Universal", "Authorization": f"Bearer {TOKEN}"}, "/onebot/v11/ws", 400),  # no X-Self-ID
-    (implementation_headers(BOT_ID, TOKEN, role="API"), "/onebot/v11/ws", 400),
-    (implementation_headers(BOT_ID), "/onebot/v11/ws", 401),
-    (implementation_headers(BOT_ID, "wrong"), "/onebot/v11/ws", 403),
-    (implementation_headers(BOT_ID, TOKEN), "/elsewhere", 404),
-    (implementation_headers("999", TOKEN), "/onebot/v11/ws", 403),  # not in self_ids
-])
+@pytest.mark.parametrize(
+    ("headers", "path", "status"),
+    [
+        ({"X-Client-Role": "Universal", "Authorization": f"Bearer {TOKEN}"}, "/onebot/v11/ws", 400),  # no X-Self-ID
+        (implementation_headers(BOT_ID, TOKEN, role="API"), "/onebot/v11/ws", 400),
+        (implementation_headers(BOT_ID), "/onebot/v11/ws", 401),
+        (implementation_headers(BOT_ID, "wrong"), "/onebot/v11/ws", 403),
+        (implementation_headers(BOT_ID, TOKEN), "/elsewhere", 404),
+        (implementation_headers("999", TOKEN), "/onebot/v11/ws", 403),  # not in self_ids
+    ],
+)
 async def test_the_handshake_refuses_what_it_must(headers, path, status):
     adapter = reverse_adapter(self_ids=[BOT_ID])
     async with running_bot(adapter, ScriptedProvider()):
@@ -64,8 +76,9 @@ async def test_the_token_may_also_come_as_a_query_parameter():
     adapter = reverse_adapter()
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(10):
-            async with connect(f"{url_of(adapter)}?access_token={TOKEN}", proxy=None,
-                               additional_headers=implementation_headers(BOT_ID)):
+            async with connect(
+                f"{url_of(adapter)}?access_token={TOKEN}", proxy=None, additional_headers=implementation_headers(BOT_ID)
+            ):
                 assert await adapter.wait_connected() == BOT_ID
 
 
@@ -77,18 +90,25 @@ async def test_the_mocks_protocol_over_a_reverse_connection_and_a_second_connect
         with anyio.fail_after(10):
             async with peer.reverse_link(url_of(adapter), token=TOKEN):
                 await adapter.wait_connected(BOT_ID)
-                async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
-                                   proxy=None) as second:
+                async with connect(
+                    url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN), proxy=None
+                ) as second:
                     with pytest.raises(ConnectionClosed):
                         await second.recv()
                 assert second.close_code == 1008 and "already connected" in second.close_reason
-                await peer.server.inject_group_message(GROUP_ID, FRIEND_ID, [
-                    {"type": "at", "data": {"qq": BOT_ID}}, {"type": "text", "data": {"text": " hi"}}])
+                await peer.server.inject_group_message(
+                    GROUP_ID,
+                    FRIEND_ID,
+                    [{"type": "at", "data": {"qq": BOT_ID}}, {"type": "text", "data": {"text": " hi"}}],
+                )
                 event = await inbox.get()
                 sent = await peer.next_sent()
     assert event.sid == f"qq:gm:{GROUP_ID}" and event.is_mentioned
-    assert sent == {"message_type": "group", "group_id": int(GROUP_ID),
-                    "message": [{"type": "text", "data": {"text": "Reverse hello."}}]}
+    assert sent == {
+        "message_type": "group",
+        "group_id": int(GROUP_ID),
+        "message": [{"type": "text", "data": {"text": "Reverse hello."}}],
+    }
     assert adapter.stats().accounts == {BOT_ID: False}  # the first connection ended with the block
 
 
@@ -97,13 +117,14 @@ async def test_each_account_answers_the_sessions_it_heard_from():
     first, second = MockPeer("111"), MockPeer("222")
     async with running_bot(adapter, ScriptedProvider(["from 111", "from 222"])):
         with anyio.fail_after(10):
-            async with first.reverse_link(url_of(adapter), token=TOKEN), \
-                    second.reverse_link(url_of(adapter), token=TOKEN):
+            async with (
+                first.reverse_link(url_of(adapter), token=TOKEN),
+                second.reverse_link(url_of(adapter), token=TOKEN),
+            ):
                 await adapter.wait_until(lambda s: s.accounts == {"111": True, "222": True})
                 await first.server.inject_private_message(FRIEND_ID, "to the first bot")
                 one = await first.next_sent()
-                await second.server.inject_group_message(GROUP_ID, FRIEND_ID, [{"type": "at",
-                                                                                 "data": {"qq": "222"}}])
+                await second.server.inject_group_message(GROUP_ID, FRIEND_ID, [{"type": "at", "data": {"qq": "222"}}])
                 two = await second.next_sent()
                 with pytest.raises(OneBotError, match="several bot accounts"):
                     await adapter.call_action("get_login_info")
@@ -117,8 +138,9 @@ async def test_an_unanswered_action_times_out_and_its_late_answer_is_ignored(cap
     adapter = reverse_adapter(action_timeout=0.05)
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(10):
-            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
-                               proxy=None) as ws:
+            async with connect(
+                url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN), proxy=None
+            ) as ws:
                 login = json.loads(await ws.recv())  # the adapter asks who is logged in; nobody answers
                 assert login["action"] == "get_login_info"
                 with pytest.raises(ActionTimeout, match="get_status: no answer"):
@@ -136,8 +158,9 @@ async def test_a_malformed_answer_fails_its_call_at_once():
     adapter = reverse_adapter(action_timeout=300)
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(10):
-            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
-                               proxy=None) as ws:
+            async with connect(
+                url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN), proxy=None
+            ) as ws:
                 await ws.recv()  # get_login_info, left unanswered
                 call = asyncio.ensure_future(adapter.call_action("get_status"))
                 status = json.loads(await ws.recv())
@@ -150,8 +173,9 @@ async def test_pending_actions_are_bounded():
     adapter = reverse_adapter(max_pending_actions=1)
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(10):
-            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
-                               proxy=None) as ws:
+            async with connect(
+                url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN), proxy=None
+            ) as ws:
                 await ws.recv()  # get_login_info, left unanswered: the one pending action
                 with pytest.raises(OneBotError, match="1 actions are already waiting"):
                     await adapter.call_action("get_status")
@@ -162,8 +186,9 @@ async def test_malformed_frames_are_logged_and_skipped(caplog):
     Recorder, inbox = recorder()
     async with running_bot(adapter, ScriptedProvider(["fine"]), plugins=[Recorder]):
         with anyio.fail_after(10), caplog.at_level(logging.WARNING, "hookchat.adapter.onebot"):
-            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
-                               proxy=None) as ws:
+            async with connect(
+                url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN), proxy=None
+            ) as ws:
                 for frame in ("not json", "[1, 2]", b"\xff\xfe", json.dumps({"post_type": "notice"})):
                     await ws.send(frame)
                 await ws.send(json.dumps(private_event(FRIEND_ID, "the valid one")))
@@ -192,16 +217,25 @@ async def test_an_oversized_frame_closes_the_connection_with_1009_and_the_accoun
 
 def heartbeat(interval_ms: int) -> str:
     """A OneBot v11 heartbeat meta event announcing the next one within `interval_ms`."""
-    return json.dumps({"post_type": "meta_event", "meta_event_type": "heartbeat", "interval": interval_ms,
-                       "status": {"online": True, "good": True}, "time": 1, "self_id": int(BOT_ID)})
+    return json.dumps(
+        {
+            "post_type": "meta_event",
+            "meta_event_type": "heartbeat",
+            "interval": interval_ms,
+            "status": {"online": True, "good": True},
+            "time": 1,
+            "self_id": int(BOT_ID),
+        }
+    )
 
 
 async def test_a_silent_connection_after_heartbeats_is_closed():
     adapter = reverse_adapter()
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(10):
-            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
-                               proxy=None) as ws:
+            async with connect(
+                url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN), proxy=None
+            ) as ws:
                 await ws.send(heartbeat(20))
                 await ws.wait_closed()  # three intervals without a frame
     assert ws.close_code == 1001 and ws.close_reason == "no heartbeat"
@@ -212,8 +246,9 @@ async def test_a_connection_whose_frames_keep_coming_outlives_its_heartbeat_dead
     adapter = reverse_adapter()
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(10):
-            async with connect(url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN),
-                               proxy=None) as ws:
+            async with connect(
+                url_of(adapter), additional_headers=implementation_headers(BOT_ID, TOKEN), proxy=None
+            ) as ws:
                 beat = heartbeat(100)
                 for _ in range(16):  # 0.8 s of frames every 50 ms: more than two deadlines of 300 ms each
                     await ws.send(beat)

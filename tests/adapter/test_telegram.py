@@ -88,8 +88,10 @@ async def test_receipts_carry_telegram_ids_and_recall_deletes_every_part(telegra
     long = "word " * 1500  # 7,500 characters: two messages
     async with running_bot(adapter, ScriptedProvider()):
         with anyio.fail_after(15):
-            receipt = await adapter.send(Session("tg", "dm", "102"), MessageChain([
-                Reply("7"), Text("hi "), At("@ann"), Text(" and "), At("55", "Bob"), Text(" " + long)]))
+            receipt = await adapter.send(
+                Session("tg", "dm", "102"),
+                MessageChain([Reply("7"), Text("hi "), At("@ann"), Text(" and "), At("55", "Bob"), Text(" " + long)]),
+            )
             sent = await bot_messages(telegram_api, 102, 2)
             before = {m["messageId"] for m in await anyio.to_thread.run_sync(telegram_api.history)}
             await adapter.recall(receipt)
@@ -101,8 +103,9 @@ async def test_receipts_carry_telegram_ids_and_recall_deletes_every_part(telegra
     assert (first["text"] + " " + second["text"]).split() == ("hi @ann and Bob " + long).split()
     assert first["text"].startswith("hi @ann and Bob word") and not first["text"].endswith("wor")
     assert '"message_id":7' in first["reply_parameters"].replace(" ", "")
-    assert first["entities"] == [{"type": "text_mention", "offset": 12, "length": 3,
-                                  "user": {"id": 55, "is_bot": False, "first_name": "Bob"}}]
+    assert first["entities"] == [
+        {"type": "text_mention", "offset": 12, "length": 3, "user": {"id": 55, "is_bot": False, "first_name": "Bob"}}
+    ]
     assert "reply_parameters" not in second
     assert {int(i) for i in receipt.message_ids} <= before and not {int(i) for i in receipt.message_ids} & after
 
@@ -142,8 +145,13 @@ async def test_a_refused_send_is_a_failed_receipt_not_an_exception(telegram_api,
 
 async def test_the_webhook_delivers_updates_with_the_secret_token(telegram_api: TelegramTestApi, token):
     port = free_port()
-    adapter = adapter_class("telegram")("tg", api_url=telegram_api.api_url, mode="webhook", port=port,
-                                        webhook_url=f"http://127.0.0.1:{port}/telegram/webhook")
+    adapter = adapter_class("telegram")(
+        "tg",
+        api_url=telegram_api.api_url,
+        mode="webhook",
+        port=port,
+        webhook_url=f"http://127.0.0.1:{port}/telegram/webhook",
+    )
     try:
         async with running_bot(adapter, ScriptedProvider(["Hooked!"])):
             with anyio.fail_after(15):
@@ -160,17 +168,26 @@ async def test_the_webhook_delivers_updates_with_the_secret_token(telegram_api: 
 
 async def test_the_webhook_listener_refuses_what_is_not_telegram(token):
     port = free_port()
-    adapter = adapter_class("telegram")("tg", api_url="http://127.0.0.1:9", mode="webhook", port=port,
-                                        webhook_url="https://bot.example/hook", max_body_bytes=2048)
+    adapter = adapter_class("telegram")(
+        "tg",
+        api_url="http://127.0.0.1:9",
+        mode="webhook",
+        port=port,
+        webhook_url="https://bot.example/hook",
+        max_body_bytes=2048,
+    )
     url = f"http://127.0.0.1:{port}/telegram/webhook"
-    update = {"update_id": 1, "message": {"message_id": 1, "date": 1700000000, "text": "x",
-                                          "chat": {"id": 1, "type": "private"}}}
+    update = {
+        "update_id": 1,
+        "message": {"message_id": 1, "date": 1700000000, "text": "x", "chat": {"id": 1, "type": "private"}},
+    }
     async with running_bot(adapter, ScriptedProvider()):
         async with httpx.AsyncClient(timeout=10) as http:
             nothing = await http.post(url, json=update)
             wrong = await http.post(url, json=update, headers={SECRET_HEADER: "guess"})
-            browser = await http.post(url, json=update, headers={SECRET_HEADER: "s3cret-token_1",
-                                                                 "Origin": "https://evil.example"})
+            browser = await http.post(
+                url, json=update, headers={SECRET_HEADER: "s3cret-token_1", "Origin": "https://evil.example"}
+            )
             huge = await http.post(url, content=b"{" + b" " * 4096 + b"}", headers={SECRET_HEADER: "s3cret-token_1"})
             junk = await http.post(url, content=b"[1, 2", headers={SECRET_HEADER: "s3cret-token_1"})
             other_path = await http.post(url + "x", json=update, headers={SECRET_HEADER: "s3cret-token_1"})
@@ -179,20 +196,29 @@ async def test_the_webhook_listener_refuses_what_is_not_telegram(token):
     assert adapter.queued_updates == 0
 
 
-@pytest.mark.parametrize(("options", "env", "message"), [
-    ({}, {}, "the bot token is read from $TELEGRAM_BOT_TOKEN, which is not set"),
-    ({"token_env": "MY_TG"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "read from $MY_TG, which is not set"),
-    ({}, {"TELEGRAM_BOT_TOKEN": "not-a-token"}, "does not hold a bot token"),
-    ({"mode": "webhook"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "webhook mode needs `webhook_url`"),
-    ({"mode": "webhook", "webhook_url": "https://x/y"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN},
-     "needs a secret token in $TELEGRAM_WEBHOOK_SECRET, which is not set"),
-    ({"mode": "webhook", "webhook_url": "https://x/y"},
-     {"TELEGRAM_BOT_TOKEN": BOT_TOKEN, "TELEGRAM_WEBHOOK_SECRET": "has space"}, "must be 1-256 characters"),
-    ({"webhook_url": "https://x/y"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "`webhook_url` is for mode = \"webhook\""),
-    ({"api_url": "ftp://x"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "is not an http(s) URL"),
-    ({"token": "123:abc"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "options.token: unknown option"),
-    ({"max_queued_updates": 0}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "options.max_queued_updates: Input should be"),
-])
+@pytest.mark.parametrize(
+    ("options", "env", "message"),
+    [
+        ({}, {}, "the bot token is read from $TELEGRAM_BOT_TOKEN, which is not set"),
+        ({"token_env": "MY_TG"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "read from $MY_TG, which is not set"),
+        ({}, {"TELEGRAM_BOT_TOKEN": "not-a-token"}, "does not hold a bot token"),
+        ({"mode": "webhook"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "webhook mode needs `webhook_url`"),
+        (
+            {"mode": "webhook", "webhook_url": "https://x/y"},
+            {"TELEGRAM_BOT_TOKEN": BOT_TOKEN},
+            "needs a secret token in $TELEGRAM_WEBHOOK_SECRET, which is not set",
+        ),
+        (
+            {"mode": "webhook", "webhook_url": "https://x/y"},
+            {"TELEGRAM_BOT_TOKEN": BOT_TOKEN, "TELEGRAM_WEBHOOK_SECRET": "has space"},
+            "must be 1-256 characters",
+        ),
+        ({"webhook_url": "https://x/y"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, '`webhook_url` is for mode = "webhook"'),
+        ({"api_url": "ftp://x"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "is not an http(s) URL"),
+        ({"token": "123:abc"}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "options.token: unknown option"),
+        ({"max_queued_updates": 0}, {"TELEGRAM_BOT_TOKEN": BOT_TOKEN}, "options.max_queued_updates: Input should be"),
+    ],
+)
 def test_each_refused_config_says_why(options, env, message, monkeypatch):
     for name in ("TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET", "MY_TG"):
         monkeypatch.delenv(name, raising=False)
@@ -227,8 +253,14 @@ async def test_a_token_telegram_rejects_stops_the_start(monkeypatch):
 
 
 def test_telegram_is_built_from_the_config_and_names_its_extra_when_missing(monkeypatch, token):
-    config = HookchatConfig.model_validate({"adapters": {"console": False, "instances": [
-        {"type": "telegram", "name": "tg", "options": {"poll_timeout": 10}}]}})
+    config = HookchatConfig.model_validate(
+        {
+            "adapters": {
+                "console": False,
+                "instances": [{"type": "telegram", "name": "tg", "options": {"poll_timeout": 10}}],
+            }
+        }
+    )
     (adapter,) = build_adapters(config)
     assert adapter.name == "tg" and adapter.settings.poll_timeout == 10 and "sticker" in adapter.capabilities
     for module in [m for m in sys.modules if m.startswith("core.adapter.telegram")]:

@@ -17,16 +17,17 @@ from typing import Any
 
 import anyio
 import pytest
-from aiogram.types import Chat, Document, Message, MessageEntity, PhotoSize, Sticker as TgSticker, Update, User, Voice
+from aiogram.types import Chat, Document, Message, MessageEntity, PhotoSize, Update, User, Voice
+from aiogram.types import Sticker as TgSticker
 from aiogram_test_framework import RequestType
 from aiogram_test_framework import TestClient as AiogramTestClient
 
+from core.adapter.telegram import TelegramAdapter
 from core.app import HookChat
 from core.chat import KiraMessageEvent, MessageChain, Session
 from core.chat.message_elements import At, File, Image, Record, Reply, Sticker, Text
 from core.plugin import BasePlugin, Priority, on
 from core.testing import ScriptedProvider
-from core.adapter.telegram import TelegramAdapter
 from tests.adapter.conftest import GatedProvider, running_bot
 
 pytestmark = pytest.mark.anyio
@@ -49,15 +50,17 @@ def recorder(seen: list[KiraMessageEvent]) -> type[BasePlugin]:
 class Offline:
     """A bot (a real `HookChat`) whose Telegram adapter is attached to aiogram-test-framework's client."""
 
-    def __init__(self, client: AiogramTestClient, adapter: TelegramAdapter, app: HookChat,
-                 seen: list[KiraMessageEvent]) -> None:
+    def __init__(
+        self, client: AiogramTestClient, adapter: TelegramAdapter, app: HookChat, seen: list[KiraMessageEvent]
+    ) -> None:
         self.client, self.adapter, self.app, self.seen = client, adapter, app, seen
 
     async def deliver(self, chat: Chat = GROUP, **fields: Any) -> KiraMessageEvent:
         """Feed one message update through the dispatcher and wait for its `im_message` event."""
         count = len(self.seen)
-        message = Message(message_id=next(_ids), date=datetime.now(), chat=chat, from_user=fields.pop("author", ANN),
-                          **fields)
+        message = Message(
+            message_id=next(_ids), date=datetime.now(), chat=chat, from_user=fields.pop("author", ANN), **fields
+        )
         await self.client.dispatcher.feed_update(self.client.bot, Update(update_id=next(_ids), message=message))
         with anyio.fail_after(10):
             while len(self.seen) == count:
@@ -73,8 +76,13 @@ class Offline:
 async def offline(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Offline]:
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "4242:offline-token")
     adapter = TelegramAdapter("tg", download_media=False)
-    client = await AiogramTestClient.create(bot_token="4242:offline-token", bot_id=BOT.id, bot_username=BOT.username,
-                                     bot_first_name=BOT.first_name, setup_dispatcher_func=adapter.attach)
+    client = await AiogramTestClient.create(
+        bot_token="4242:offline-token",
+        bot_id=BOT.id,
+        bot_username=BOT.username,
+        bot_first_name=BOT.first_name,
+        setup_dispatcher_func=adapter.attach,
+    )
     seen: list[KiraMessageEvent] = []
     async with running_bot(adapter, ScriptedProvider(), plugins=[recorder(seen)]) as app:
         yield Offline(client, adapter, app, seen)
@@ -82,12 +90,19 @@ async def offline(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Offline]:
 
 
 async def test_in_a_group_a_mention_of_the_bot_is_to_the_bot_and_other_messages_are_not(offline: Offline):
-    mention = await offline.deliver(text="hey @hook_bot and @bob", entities=[
-        MessageEntity(type="mention", offset=4, length=9), MessageEntity(type="mention", offset=18, length=4)])
-    chatter = await offline.deliver(text="just chatting with @bob",
-                                    entities=[MessageEntity(type="mention", offset=19, length=4)])
-    command = await offline.deliver(text="/help@hook_bot", entities=[
-        MessageEntity(type="bot_command", offset=0, length=14)])
+    mention = await offline.deliver(
+        text="hey @hook_bot and @bob",
+        entities=[
+            MessageEntity(type="mention", offset=4, length=9),
+            MessageEntity(type="mention", offset=18, length=4),
+        ],
+    )
+    chatter = await offline.deliver(
+        text="just chatting with @bob", entities=[MessageEntity(type="mention", offset=19, length=4)]
+    )
+    command = await offline.deliver(
+        text="/help@hook_bot", entities=[MessageEntity(type="bot_command", offset=0, length=14)]
+    )
     assert mention.message.session.sid == "tg:gm:-1001" and mention.message.group.name == "Friends"
     assert mention.message.chain == MessageChain([Text("hey "), At("4242", "hook_bot"), Text(" and "), At("@bob")])
     assert mention.message.is_mentioned and not chatter.message.is_mentioned and command.message.is_mentioned
@@ -119,17 +134,34 @@ async def test_the_bots_own_messages_and_edits_are_not_delivered(offline: Offlin
 
 
 async def test_photos_voice_documents_and_stickers_arrive_as_elements(offline: Offline):
-    photo = await offline.deliver(chat=Chat(id=7, type="private"), caption="look @hook_bot",
-                                  caption_entities=[MessageEntity(type="mention", offset=5, length=9)],
-                                  photo=[PhotoSize(file_id="small", file_unique_id="s", width=90, height=90),
-                                         PhotoSize(file_id="big", file_unique_id="b", width=900, height=900)])
+    photo = await offline.deliver(
+        chat=Chat(id=7, type="private"),
+        caption="look @hook_bot",
+        caption_entities=[MessageEntity(type="mention", offset=5, length=9)],
+        photo=[
+            PhotoSize(file_id="small", file_unique_id="s", width=90, height=90),
+            PhotoSize(file_id="big", file_unique_id="b", width=900, height=900),
+        ],
+    )
     voice = await offline.deliver(voice=Voice(file_id="v1", file_unique_id="v", duration=3, mime_type="audio/ogg"))
-    document = await offline.deliver(document=Document(file_id="d1", file_unique_id="d", file_name="notes.pdf",
-                                                       mime_type="application/pdf"))
-    sticker = await offline.deliver(sticker=TgSticker(file_id="st1", file_unique_id="st", type="regular", width=512,
-                                                      height=512, is_animated=False, is_video=False, emoji="👍"))
-    assert photo.message.chain == MessageChain([Image(name="big", mime="image/jpeg"), Text("look "),
-                                                At("4242", "hook_bot")])
+    document = await offline.deliver(
+        document=Document(file_id="d1", file_unique_id="d", file_name="notes.pdf", mime_type="application/pdf")
+    )
+    sticker = await offline.deliver(
+        sticker=TgSticker(
+            file_id="st1",
+            file_unique_id="st",
+            type="regular",
+            width=512,
+            height=512,
+            is_animated=False,
+            is_video=False,
+            emoji="👍",
+        )
+    )
+    assert photo.message.chain == MessageChain(
+        [Image(name="big", mime="image/jpeg"), Text("look "), At("4242", "hook_bot")]
+    )
     assert photo.message.session.sid == "tg:dm:7" and photo.message.is_mentioned
     assert voice.message.chain == MessageChain([Record(name="v1", mime="audio/ogg")])
     assert document.message.chain == MessageChain([File(name="notes.pdf", mime="application/pdf")])
@@ -139,9 +171,17 @@ async def test_photos_voice_documents_and_stickers_arrive_as_elements(offline: O
 async def test_media_go_out_with_their_own_methods_and_a_reply_quotes_the_first(offline: Offline, tmp_path):
     picture = tmp_path / "cat.png"
     picture.write_bytes(b"\x89PNG fake")
-    chain = MessageChain([Reply("55"), Text("here you go"), Image(path=str(picture)),
-                          Record(base64=base64.b64encode(b"OggS").decode()), File(url="https://example.org/a.pdf"),
-                          Sticker(url="https://example.org/s.webp"), Text("that's all")])
+    chain = MessageChain(
+        [
+            Reply("55"),
+            Text("here you go"),
+            Image(path=str(picture)),
+            Record(base64=base64.b64encode(b"OggS").decode()),
+            File(url="https://example.org/a.pdf"),
+            Sticker(url="https://example.org/s.webp"),
+            Text("that's all"),
+        ]
+    )
     receipt = await offline.adapter.send(Session("tg", "gm", "-1001"), chain)
     texts = offline.requests(RequestType.SEND_MESSAGE)
     photos, voices = offline.requests(RequestType.SEND_PHOTO), offline.requests(RequestType.SEND_VOICE)
@@ -165,12 +205,18 @@ async def test_recall_deletes_every_message_of_a_send(offline: Offline):
 async def test_typing_shows_while_the_model_writes(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "4242:offline-token")
     adapter = TelegramAdapter("tg", download_media=False)
-    client = await AiogramTestClient.create(bot_token="4242:offline-token", bot_id=BOT.id, bot_username=BOT.username,
-                                            bot_first_name=BOT.first_name, setup_dispatcher_func=adapter.attach)
+    client = await AiogramTestClient.create(
+        bot_token="4242:offline-token",
+        bot_id=BOT.id,
+        bot_username=BOT.username,
+        bot_first_name=BOT.first_name,
+        setup_dispatcher_func=adapter.attach,
+    )
     provider = GatedProvider(["done"])
     async with running_bot(adapter, provider):
-        message = Message(message_id=1, date=datetime.now(), chat=Chat(id=7, type="private"), from_user=ANN,
-                          text="write something")
+        message = Message(
+            message_id=1, date=datetime.now(), chat=Chat(id=7, type="private"), from_user=ANN, text="write something"
+        )
         await client.dispatcher.feed_update(client.bot, Update(update_id=1, message=message))
         with anyio.fail_after(10):
             await provider.called.wait()

@@ -66,8 +66,11 @@ def recorder(log: list, stop_at: str | None = None):
         async def h(self, event, chain, *_):
             await self._seen("final_result", event)
 
-        @register.tool("echo", "Echo the text", {"type": "object", "properties": {"text": {"type": "string"}},
-                                                  "required": ["text"]})
+        @register.tool(
+            "echo",
+            "Echo the text",
+            {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        )
         async def echo(self, event, *_, text: str) -> str:
             log.append("tool")
             return text
@@ -84,8 +87,16 @@ async def test_stages_run_in_pipeline_order_and_text_beside_tool_calls_goes_out_
         chains = await bot.send("hi")
     assert [c.plain_text for c in chains] == ["Let me check.", "Done."]
     step = ["llm_request", "llm_response", "after_xml_parse", "message_sent"]
-    assert log == ["im_batch_message", *step, "tool", "tool_result", "step_result", *step, "step_result",
-                   "final_result"]
+    assert log == [
+        "im_batch_message",
+        *step,
+        "tool",
+        "tool_result",
+        "step_result",
+        *step,
+        "step_result",
+        "final_result",
+    ]
 
 
 @pytest.mark.parametrize("stage", ["im_message", "message_buffered", *STAGES])
@@ -167,8 +178,12 @@ async def test_unknown_tool_broken_json_raising_and_slow_tools_become_error_resu
         async def seen(self, event, result, *_):
             results.append(result)
 
-    calls = [ToolCall("missing", {}), ToolCall("boom", {}), ToolCall("slow", {}),
-             ToolCall("boom", {}, raw_arguments="{not json")]
+    calls = [
+        ToolCall("missing", {}),
+        ToolCall("boom", {}),
+        ToolCall("slow", {}),
+        ToolCall("boom", {}, raw_arguments="{not json"),
+    ]
     async with ChatHarness(plugins=[Tools], provider=ScriptedProvider([calls, "ok"])) as bot:
         assert [c.plain_text for c in await bot.send("hi")] == ["ok"]
     assert all(r.is_error for r in results)

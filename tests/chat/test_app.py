@@ -5,8 +5,8 @@ import asyncio
 
 import pytest
 
-from core.app import HookChat
 from core.adapter import Adapter
+from core.app import HookChat
 from core.chat.message_elements import Image
 from core.config import HookchatConfig
 from core.history import HistoryError
@@ -28,8 +28,13 @@ async def test_a_failed_start_stops_everything_that_had_started(tmp_path):
             raise AssertionError("never")
 
     config = HookchatConfig.model_validate({"data": {"dir": str(tmp_path)}, "plugins": {"dirs": []}})
-    app = HookChat(config, provider=ScriptedProvider(), adapters=[Broken()], plugins=[BUILTIN_PLUGINS_DIR / "chat"],
-                   entry_points=False)
+    app = HookChat(
+        config,
+        provider=ScriptedProvider(),
+        adapters=[Broken()],
+        plugins=[BUILTIN_PLUGINS_DIR / "chat"],
+        entry_points=False,
+    )
     with pytest.raises(ConnectionError):
         await app.start()
     assert app.plugins.loaded_ids() == [] and app.plugins.hook_chains() == {}, "plugins were stopped"

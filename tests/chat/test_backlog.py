@@ -51,8 +51,9 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-async def _flood(bot: ChatHarness, model: GatedModel, first: int, count: int, release_every: int,
-                 sizes: list[tuple[int, int]]) -> None:
+async def _flood(
+    bot: ChatHarness, model: GatedModel, first: int, count: int, release_every: int, sizes: list[tuple[int, int]]
+) -> None:
     app = bot.app
     for i in range(first, first + count):
         await app.receive(bot.message(f"m{i}", user_id=f"u{i % 7}", group_id=GROUP, mentioned=True))

@@ -16,7 +16,9 @@ async def test_buffer_flushes_when_it_reaches_flush_messages():
         first = await bot.app.receive(bot.message("a"))
         second = await bot.app.receive(bot.message("b"))
         third = await bot.app.receive(bot.message("c"))
-        assert [first.strategy, second.strategy, third.strategy] == [MessageStrategy.BUFFER] * 2 + [MessageStrategy.FLUSH]
+        assert [first.strategy, second.strategy, third.strategy] == [MessageStrategy.BUFFER] * 2 + [
+            MessageStrategy.FLUSH
+        ]
         result = await third.turn
     assert result.chains[0].plain_text == "all three"
     assert [m.message_repr for m in result.batch.messages] == ["a", "b", "c"]
@@ -71,8 +73,9 @@ async def test_a_later_hook_overriding_the_flush_does_not_strand_the_buffered_me
 
     config = {"plugins": {"config": {"chat": {"flush_messages": 2, "quiet_seconds": 0.05}}}}
     clock = ManualClock()
-    async with ChatHarness(plugins=[DropSpam], provider=ScriptedProvider(["answer"]), config=config,
-                           clock=clock) as bot:
+    async with ChatHarness(
+        plugins=[DropSpam], provider=ScriptedProvider(["answer"]), config=config, clock=clock
+    ) as bot:
         await bot.app.receive(bot.message("hello"))
         assert (await bot.app.receive(bot.message("spam"))).strategy is MessageStrategy.DISCARD
         await clock.advance(0.05)  # the quiet timer of "hello" still flushes it
@@ -82,8 +85,7 @@ async def test_a_later_hook_overriding_the_flush_does_not_strand_the_buffered_me
 
 
 async def test_the_chat_plugin_evicts_buffers_nobody_flushed():
-    config = {"plugins": {"config": {"chat": {"flush_messages": 100, "quiet_seconds": 3600,
-                                               "idle_evict_seconds": 60}}}}
+    config = {"plugins": {"config": {"chat": {"flush_messages": 100, "quiet_seconds": 3600, "idle_evict_seconds": 60}}}}
     clock = ManualClock()
     async with ChatHarness(provider=ScriptedProvider([]), config=config, clock=clock) as bot:
         await bot.app.receive(bot.message("lingering"))
@@ -95,8 +97,10 @@ async def test_the_chat_plugin_evicts_buffers_nobody_flushed():
 
 
 async def test_at_most_max_buffered_sessions_hold_a_buffer():
-    config = {"limits": {"max_buffered_sessions": 2},
-              "plugins": {"config": {"chat": {"flush_messages": 100, "quiet_seconds": 3600}}}}
+    config = {
+        "limits": {"max_buffered_sessions": 2},
+        "plugins": {"config": {"chat": {"flush_messages": 100, "quiet_seconds": 3600}}},
+    }
     async with ChatHarness(provider=ScriptedProvider([]), config=config) as bot:
         for user in ("a", "b", "c"):
             await bot.app.receive(bot.message("hi", user_id=user))

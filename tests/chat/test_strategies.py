@@ -28,8 +28,9 @@ def strategy_plugin(first: str, first_force: bool, second: str):
 @pytest.mark.parametrize("second", STRATEGIES)
 @pytest.mark.parametrize("force", [True, False])
 async def test_a_forced_strategy_is_locked_and_an_unforced_one_is_overridden(first, second, force):
-    async with ChatHarness(plugins=[strategy_plugin(first, force, second)], builtins=(),
-                           provider=ScriptedProvider(["ok"] * 3)) as bot:
+    async with ChatHarness(
+        plugins=[strategy_plugin(first, force, second)], builtins=(), provider=ScriptedProvider(["ok"] * 3)
+    ) as bot:
         received = await bot.app.receive(bot.message("hello"))
         assert received.strategy is MessageStrategy(first if force else second)
 

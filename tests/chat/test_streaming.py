@@ -54,8 +54,13 @@ async def test_an_llm_response_hook_sees_the_whole_answer_before_anything_is_sen
     async with ChatHarness(plugins=[Filter], provider=model) as bot:
         assert await bot.send("hi") == []
         await bot.send("again")
-    assert order == [("llm_response", "<msg>the secret</msg>"), ("llm_response", ANSWER),
-                     ("sent", "first & foremost"), ("sent", "second <3"), ("sent", "tail")]
+    assert order == [
+        ("llm_response", "<msg>the secret</msg>"),
+        ("llm_response", ANSWER),
+        ("sent", "first & foremost"),
+        ("sent", "second <3"),
+        ("sent", "tail"),
+    ]
 
 
 async def test_a_stream_that_breaks_after_a_message_keeps_it_in_history_and_final_result():

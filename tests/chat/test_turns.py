@@ -44,8 +44,9 @@ class TriggerEverything(BasePlugin):
 
 async def test_interleaved_sessions_lose_nothing_keep_order_and_never_overlap():
     model = EchoModel()
-    async with ChatHarness(plugins=[TriggerEverything], builtins=(), provider=model,
-                           config={"limits": {"max_concurrent_turns": 32}}) as bot:
+    async with ChatHarness(
+        plugins=[TriggerEverything], builtins=(), provider=model, config={"limits": {"max_concurrent_turns": 32}}
+    ) as bot:
         turns = []
         for i in range(MESSAGES):
             for s in range(SESSIONS):

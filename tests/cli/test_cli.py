@@ -26,7 +26,7 @@ def hookchat(*args: str, cwd: Path, stdin: str = "", timeout: float = 120) -> su
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A bot folder with a config of its own; the framework's plugins come with the package."""
-    (tmp_path / "hookchat.toml").write_text('[plugins.config.chat]\nquiet_seconds = 0.5\n', encoding="utf-8")
+    (tmp_path / "hookchat.toml").write_text("[plugins.config.chat]\nquiet_seconds = 0.5\n", encoding="utf-8")
     return tmp_path
 
 
@@ -34,18 +34,24 @@ def test_hooks_prints_the_resolved_order_per_event(project):
     out = hookchat("hooks", "--json", cwd=project)
     assert out.returncode == 0, out.stderr
     chains = json.loads(out.stdout)
-    assert chains["im_message"][1] == {"plugin_id": "chat", "function": "choose_strategy", "priority": 100,
-                                       "deadline": 10.0}
+    assert chains["im_message"][1] == {
+        "plugin_id": "chat",
+        "function": "choose_strategy",
+        "priority": 100,
+        "deadline": 10.0,
+    }
     text = hookchat("hooks", cwd=project).stdout
-    assert "im_message\n   1. 110              commands.command  (deadline 10 s)\n" \
-           "   2. SYS_HIGH (100)   chat.choose_strategy  (deadline 10 s)" in text
+    assert (
+        "im_message\n   1. 110              commands.command  (deadline 10 s)\n"
+        "   2. SYS_HIGH (100)   chat.choose_strategy  (deadline 10 s)" in text
+    )
     events = [line for line in text.splitlines() if line and not line.startswith(" ") and not line.endswith(":")]
     assert events == ["im_message", "message_buffered", "llm_request"], "pipeline order, not alphabetical"
     assert "builtin_tags: tags: <at>, <embed>, <emoji>, <file>, <img>" in text
 
 
 def test_global_options_work_before_and_after_the_subcommand(project):
-    (project / "other.toml").write_text("[plugins]\ndisabled = [\"chat\", \"commands\"]\n", encoding="utf-8")
+    (project / "other.toml").write_text('[plugins]\ndisabled = ["chat", "commands"]\n', encoding="utf-8")
     before = hookchat("-c", "other.toml", "hooks", "--json", cwd=project)
     after = hookchat("hooks", "--json", "-c", "other.toml", "-v", cwd=project)
     assert before.returncode == after.returncode == 0, before.stderr + after.stderr
@@ -70,8 +76,13 @@ def test_new_plugin_creates_a_skeleton_whose_test_passes(project):
     assert out.returncode == 0, out.stderr
     folder = project / "data" / "plugins" / "greeter"
     assert {p.name for p in folder.iterdir()} >= {"manifest.json", "schema.json", "main.py", "tests"}
-    test = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "tests")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    test = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder / "tests")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert test.returncode == 0, test.stdout + test.stderr
     listed = hookchat("plugins", "--json", cwd=project)
     greeter = next(p for p in json.loads(listed.stdout) if p["plugin_id"] == "greeter")
@@ -106,9 +117,15 @@ def test_run_refuses_an_unknown_adapter_type_by_name(project):
 def test_ctrl_c_at_the_chat_prompt_ends_the_process(project):
     """The terminal's input stays open (nobody typed anything): Ctrl-C must still end `hookchat chat`."""
     pytest.importorskip("xllamacpp")
-    chat = subprocess.Popen([sys.executable, "-m", "core.cli", "chat"], cwd=project, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(project)})
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "core.cli", "chat"],
+        cwd=project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(project)},
+    )
     try:
         assert chat.stdout.read(len("you> ")) == "you> ", "the prompt is shown"
         chat.send_signal(signal.SIGINT)

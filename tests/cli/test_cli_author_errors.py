@@ -34,7 +34,9 @@ def test_plugins_and_hooks_need_no_api_key_and_a_folder_without_manifest_fails_b
     assert "im_message" in json.loads(hooks.stdout)
 
     run = hookchat("run", cwd=tmp_path, timeout=60)
-    assert run.returncode == 2 and "HOOKCHAT_TEST_UNSET_KEY" in run.stderr, "a command that calls the model still refuses"
+    assert run.returncode == 2 and "HOOKCHAT_TEST_UNSET_KEY" in run.stderr, (
+        "a command that calls the model still refuses"
+    )
 
 
 def test_a_bad_setting_of_a_builtin_plugin_stops_the_bot_at_start_naming_the_key(tmp_path: Path):

@@ -42,9 +42,14 @@ token = "t"
 [web]
 port = {ports["web"]}
 """)
-    done = subprocess.run([sys.executable, "-m", "core.cli", *command], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT),
-                                                       "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-m", "core.cli", *command],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+    )
 
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr

@@ -18,19 +18,19 @@ SHUTDOWN_TIMEOUT = 4.0
 
 PLUGINS = {
     # Loaded first, so stopped last: after the stuck one below.
-    "a_marker": '''
+    "a_marker": """
 from pathlib import Path
 from core.plugin import BasePlugin
 
 class Marker(BasePlugin):
     async def terminate(self):
         Path("terminated.txt").write_text("terminated")
-''',
-    "m_import_hangs": '''
+""",
+    "m_import_hangs": """
 import threading
 threading.Event().wait()  # an import that never returns
-''',
-    "z_terminate_hangs": '''
+""",
+    "z_terminate_hangs": """
 import asyncio
 from core.plugin import BasePlugin
 
@@ -41,7 +41,7 @@ class Stuck(BasePlugin):
                 await asyncio.sleep(3600)
             except asyncio.CancelledError:
                 pass  # ignores its cancellation
-''',
+""",
 }
 
 
@@ -76,17 +76,26 @@ shutdown_timeout = {SHUTDOWN_TIMEOUT}
     return config
 
 
-@pytest.mark.parametrize(("command", "sig", "code"), [
-    ("run", signal.SIGTERM, 0),
-    ("run", signal.SIGINT, 130),
-    ("web", signal.SIGTERM, 0),
-])
+@pytest.mark.parametrize(
+    ("command", "sig", "code"),
+    [
+        ("run", signal.SIGTERM, 0),
+        ("run", signal.SIGINT, 130),
+        ("web", signal.SIGTERM, 0),
+    ],
+)
 def test_a_signal_stops_hookchat_in_bounded_time_after_terminate_and_closing_history(tmp_path, command, sig, code):
     config = _project(tmp_path)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "core.cli", command, "-c", str(config)], cwd=tmp_path,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "core.cli", command, "-c", str(config)],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     ready = "tool registry on" if command == "run" else "web console on"
     try:
         said = []

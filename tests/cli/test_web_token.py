@@ -24,9 +24,14 @@ models = ["m"]
 
 
 def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "core.cli", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(cwd)})
+    return subprocess.Popen(
+        [sys.executable, "-m", "core.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(cwd)},
+    )
 
 
 def test_hookchat_web_prints_its_token_url_once_and_keeps_the_token_private(tmp_path: Path) -> None:
@@ -58,7 +63,9 @@ def test_hookchat_web_prints_its_token_url_once_and_keeps_the_token_private(tmp_
 
 
 def test_hookchat_run_refuses_a_public_onebot_listener_without_a_token_in_one_line(tmp_path: Path) -> None:
-    (tmp_path / "hookchat.toml").write_text(CONFIG + """
+    (tmp_path / "hookchat.toml").write_text(
+        CONFIG
+        + """
 [adapters]
 console = false
 
@@ -66,9 +73,17 @@ console = false
 type = "onebot"
 name = "qq"
 options = { mode = "reverse", host = "0.0.0.0", port = 0 }
-""", encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "core.cli", "run"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+""",
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "core.cli", "run"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+    )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert "options.token_env" in done.stderr and "'qq'" in done.stderr

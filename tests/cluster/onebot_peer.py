@@ -43,11 +43,23 @@ class Implementation:
     async def send(self, user: int, text: str, message_id: int) -> None:
         """A private message from `user` (its platform id `message_id`)."""
         assert self._ws is not None
-        await self._ws.send(json.dumps({
-            "post_type": "message", "message_type": "private", "sub_type": "friend", "message_id": message_id,
-            "user_id": user, "message": [{"type": "text", "data": {"text": text}}], "raw_message": text, "font": 0,
-            "sender": {"user_id": user, "nickname": f"user{user}"}, "time": 1_700_000_000, "self_id": int(BOT_ID),
-        }))
+        await self._ws.send(
+            json.dumps(
+                {
+                    "post_type": "message",
+                    "message_type": "private",
+                    "sub_type": "friend",
+                    "message_id": message_id,
+                    "user_id": user,
+                    "message": [{"type": "text", "data": {"text": text}}],
+                    "raw_message": text,
+                    "font": 0,
+                    "sender": {"user_id": user, "nickname": f"user{user}"},
+                    "time": 1_700_000_000,
+                    "self_id": int(BOT_ID),
+                }
+            )
+        )
 
     async def _read(self) -> None:
         assert self._ws is not None

@@ -25,11 +25,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
 
 def in_process_config(tmp_path, url: str, role: str) -> HookchatConfig:
-    return HookchatConfig.model_validate({
-        "data": {"dir": str(tmp_path / role)}, "trace": {"enabled": False},
-        "cluster": {"url": url, "partitions": 8, "receipt_timeout": 0},
-        "plugins": {"config": {"chat": {"flush_messages": 1}}},
-    })
+    return HookchatConfig.model_validate(
+        {
+            "data": {"dir": str(tmp_path / role)},
+            "trace": {"enabled": False},
+            "cluster": {"url": url, "partitions": 8, "receipt_timeout": 0},
+            "plugins": {"config": {"chat": {"flush_messages": 1}}},
+        }
+    )
 
 
 async def test_a_worker_restarted_under_its_name_takes_its_partitions_back_at_once(tmp_path, nats_server, workers):
@@ -45,14 +48,18 @@ async def test_a_worker_restarted_under_its_name_takes_its_partitions_back_at_on
         await wait_for(lambda: len(adapter.sent) >= 3, 60, "the first answers")
         killed.kill()  # SIGKILL while it holds a message on most partitions
         workers(config, "w", slow=True).wait_ready()  # at once, under the same name
-        await wait_for(lambda: all(answered(adapter).get(s) == [0, 1, 2] for s in range(20)), 90,
-                       "every message answered, well before ack_wait")
+        await wait_for(
+            lambda: all(answered(adapter).get(s) == [0, 1, 2] for s in range(20)),
+            90,
+            "every message answered, well before ack_wait",
+        )
     log = killed.log.read_text()
     assert "back from its earlier run" in log and "held by its earlier run comes again now" in log
 
 
-async def test_a_worker_stalled_past_its_lease_loses_its_partitions_and_answers_nothing_twice(tmp_path, nats_server,
-                                                                                             workers):
+async def test_a_worker_stalled_past_its_lease_loses_its_partitions_and_answers_nothing_twice(
+    tmp_path, nats_server, workers
+):
     config = write_config(tmp_path, nats_server.url, "worker", ack_wait=6.0, lease_seconds=3.0)
     stalled, other = workers(config, "a"), workers(config, "b")
     stalled.wait_ready()
@@ -70,18 +77,19 @@ async def test_a_worker_stalled_past_its_lease_loses_its_partitions_and_answers_
             await settled(config_of(config), ["b"])  # the other worker took every partition
         finally:
             stalled.proc.send_signal(signal.SIGCONT)  # it resumes, finds its leases gone, and stops
-        await wait_for(lambda: all(len(answered(adapter).get(s, [])) >= 5 for s in range(40)), 90,
-                       "every message answered")
+        await wait_for(
+            lambda: all(len(answered(adapter).get(s, [])) >= 5 for s in range(40)), 90, "every message answered"
+        )
         await asyncio.sleep(3)  # anything answered twice would arrive by now
     wrong = {s: a for s, a in answered(adapter).items() if a != [0, 1, 2, 3, 4]}
     assert not wrong, f"answered out of order or twice: {list(wrong.items())[:3]}"
     assert "lost partition" in stalled.log.read_text()
 
 
-async def test_a_gateway_stopped_while_the_server_is_away_publishes_its_spool_at_its_next_start(tmp_path,
-                                                                                                nats_server):
-    async with Worker(in_process_config(tmp_path, nats_server.url, "w"), provider=EchoProvider(), name="w",
-                      entry_points=False):
+async def test_a_gateway_stopped_while_the_server_is_away_publishes_its_spool_at_its_next_start(tmp_path, nats_server):
+    async with Worker(
+        in_process_config(tmp_path, nats_server.url, "w"), provider=EchoProvider(), name="w", entry_points=False
+    ):
         first = RecordingAdapter("test")
         gateway = Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [first], name="gw")
         await gateway.start()
@@ -97,15 +105,20 @@ async def test_a_gateway_stopped_while_the_server_is_away_publishes_its_spool_at
         await asyncio.to_thread(nats_server.start)
         second = RecordingAdapter("test")
         async with Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [second], name="gw"):
-            await wait_for(lambda: all(answered(second).get(s) == list(range(5)) for s in range(4)), 60,
-                           "the spooled messages answered, in order")
+            await wait_for(
+                lambda: all(answered(second).get(s) == list(range(5)) for s in range(4)),
+                60,
+                "the spooled messages answered, in order",
+            )
 
 
 async def test_a_malformed_message_is_dropped_and_its_partition_goes_on(tmp_path, nats_server):
     config = in_process_config(tmp_path, nats_server.url, "w")
     adapter = RecordingAdapter("test")
-    async with Worker(config, provider=EchoProvider(), name="w", entry_points=False), \
-            Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [adapter], name="gw") as gw:
+    async with (
+        Worker(config, provider=EchoProvider(), name="w", entry_points=False),
+        Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [adapter], name="gw") as gw,
+    ):
         partition = partition_of("test:dm:u7", 8)
         nc = await nats.connect(nats_server.url)
         try:
@@ -121,8 +134,9 @@ async def test_a_malformed_message_is_dropped_and_its_partition_goes_on(tmp_path
 async def test_a_message_the_stream_refuses_for_good_is_told_to_its_sender(tmp_path, nats_server):
     adapter = RecordingAdapter("test")
     async with Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [adapter], name="gw") as gw:
-        huge = KiraIMMessage(MessageChain([Text("x" * 2_000_000)]), User("u1"), Session("test", "dm", "u1"),
-                             message_id="huge")  # above the server's 1 MiB payload limit
+        huge = KiraIMMessage(
+            MessageChain([Text("x" * 2_000_000)]), User("u1"), Session("test", "dm", "u1"), message_id="huge"
+        )  # above the server's 1 MiB payload limit
         await gw.receive(huge)
         await gw.receive(message(1, 0))  # the session's next message is not held up behind it
         await wait_for(lambda: adapter.sent, 30, "the sender to be told")

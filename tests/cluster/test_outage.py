@@ -71,11 +71,14 @@ def two_workers(server, cluster_dir):
 
 
 def gateway_config(directory: Path, url: str) -> HookchatConfig:
-    return HookchatConfig.model_validate({
-        "data": {"dir": str(directory)}, "trace": {"enabled": False},
-        # A small spool and publish timeout, so that a 3 s outage fills the spool and the adapter is held back.
-        "cluster": {"url": url, **CLUSTER, "receipt_timeout": 0, "spool_messages": 100, "publish_timeout": 1.0},
-    })
+    return HookchatConfig.model_validate(
+        {
+            "data": {"dir": str(directory)},
+            "trace": {"enabled": False},
+            # A small spool and publish timeout, so that a 3 s outage fills the spool and the adapter is held back.
+            "cluster": {"url": url, **CLUSTER, "receipt_timeout": 0, "spool_messages": 100, "publish_timeout": 1.0},
+        }
+    )
 
 
 def log_lines(procs: list[WorkerProcess]) -> dict[str, int]:
@@ -83,14 +86,18 @@ def log_lines(procs: list[WorkerProcess]) -> dict[str, int]:
 
 
 def new_lines(procs: list[WorkerProcess], since: dict[str, int]) -> list[str]:
-    return [line for p in procs for line in p.log.read_text(errors="replace").splitlines()[since[p.name]:]]
+    return [line for p in procs for line in p.log.read_text(errors="replace").splitlines()[since[p.name] :]]
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("kill", "outage"), [(False, 0.2), (True, 0.2), (False, 3.0), (True, 3.0), (True, 10.0)],
-                         ids=["sigterm-0.2s", "sigkill-0.2s", "sigterm-3s", "sigkill-3s", "sigkill-10s"])
-async def test_a_broker_outage_mid_burst_loses_nothing_and_answers_nothing_twice(server, two_workers, cluster_dir,
-                                                                                 kill, outage):
+@pytest.mark.parametrize(
+    ("kill", "outage"),
+    [(False, 0.2), (True, 0.2), (False, 3.0), (True, 3.0), (True, 10.0)],
+    ids=["sigterm-0.2s", "sigkill-0.2s", "sigterm-3s", "sigkill-3s", "sigkill-10s"],
+)
+async def test_a_broker_outage_mid_burst_loses_nothing_and_answers_nothing_twice(
+    server, two_workers, cluster_dir, kill, outage
+):
     base = 100_000 * (1 + int(kill) + 2 * int(outage > 1) + 4 * int(outage > LEASE))  # each case its own senders
     users = [base + s for s in range(SESSIONS)]
     since = log_lines(two_workers)
@@ -129,8 +136,9 @@ async def test_a_broker_outage_mid_burst_loses_nothing_and_answers_nothing_twice
             except AssertionError:
                 answered, told = outcome()
                 missing = {u: sorted(set(range(PER_SESSION)) - set(answered[u]) - set(told[u])) for u in users}
-                raise AssertionError(f"never answered nor told: {[(u, m) for u, m in missing.items() if m][:5]}; "
-                                     f"logs in {cluster_dir}") from None
+                raise AssertionError(
+                    f"never answered nor told: {[(u, m) for u, m in missing.items() if m][:5]}; logs in {cluster_dir}"
+                ) from None
             await asyncio.sleep(2)  # anything sent twice would arrive by now
             answered, told = outcome()
     finally:

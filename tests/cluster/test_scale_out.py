@@ -45,8 +45,12 @@ def config_of(path) -> HookchatConfig:
 
 
 def message(session: int, number: int) -> KiraIMMessage:
-    return KiraIMMessage(MessageChain([Text(f"s{session}m{number}")]), User(f"u{session}"),
-                         Session("test", "dm", f"u{session}"), message_id=f"{session}-{number}")
+    return KiraIMMessage(
+        MessageChain([Text(f"s{session}m{number}")]),
+        User(f"u{session}"),
+        Session("test", "dm", f"u{session}"),
+        message_id=f"{session}-{number}",
+    )
 
 
 def answered(adapter: RecordingAdapter) -> dict[int, list[int]]:
@@ -114,8 +118,11 @@ async def run_burst(tmp_path, nats_server, workers, *, kill: bool, restart: bool
         rng = random.Random(15)
         total = sessions * per_session
         order = [(s, n) for n in range(per_session) for s in range(sessions)]
-        kills = {rng.randrange(total // 5, total // 3): procs[0],
-                 rng.randrange(total // 2, 2 * total // 3): procs[1]} if kill else {}
+        kills = (
+            {rng.randrange(total // 5, total // 3): procs[0], rng.randrange(total // 2, 2 * total // 3): procs[1]}
+            if kill
+            else {}
+        )
         restart_at = rng.randrange(total // 2, 4 * total // 5) if restart else -1
         for i, (s, n) in enumerate(order):
             if i in kills:
@@ -134,15 +141,22 @@ async def run_burst(tmp_path, nats_server, workers, *, kill: bool, restart: bool
             await wait_for_progress(answers, total, 45, "every message to be answered")
         except AssertionError:
             seen = answered(adapter)
-            missing = {s: sorted(set(range(per_session)) - set(seen[s])) for s in range(sessions)
-                       if len(set(seen[s])) < per_session}
-            raise AssertionError(f"{len(missing)} sessions never got answers, e.g. {list(missing.items())[:3]}; "
-                                 f"the workers' logs are in {tmp_path}") from None
+            missing = {
+                s: sorted(set(range(per_session)) - set(seen[s]))
+                for s in range(sessions)
+                if len(set(seen[s])) < per_session
+            }
+            raise AssertionError(
+                f"{len(missing)} sessions never got answers, e.g. {list(missing.items())[:3]}; "
+                f"the workers' logs are in {tmp_path}"
+            ) from None
         await asyncio.sleep(3)  # anything sent twice would arrive by now
         seen = answered(adapter)
         wrong = {s: seen[s] for s in range(sessions) if seen[s] != list(range(per_session))}
-        assert not wrong, (f"{len(wrong)} sessions answered out of order or not exactly once, "
-                           f"e.g. {list(wrong.items())[:3]}; the workers' logs are in {tmp_path}")
+        assert not wrong, (
+            f"{len(wrong)} sessions answered out of order or not exactly once, "
+            f"e.g. {list(wrong.items())[:3]}; the workers' logs are in {tmp_path}"
+        )
         history = await stored(config_of(worker_config), sessions)
         wrong = {s: history[s] for s in range(sessions) if history[s] != list(range(per_session))}
         assert not wrong, f"{len(wrong)} sessions' history lost or duplicated entries, e.g. {list(wrong.items())[:3]}"
@@ -190,12 +204,18 @@ async def test_a_hung_plugin_stalls_only_its_own_workers_partitions(tmp_path, na
         for n in range(5):
             for s in range(200):
                 await gateway.receive(message(s, n))
-        await wait_for(lambda: all(answered(adapter).get(s) == list(range(5)) for s in on_healthy), 120,
-                       "the healthy worker's sessions")
+        await wait_for(
+            lambda: all(answered(adapter).get(s) == list(range(5)) for s in on_healthy),
+            120,
+            "the healthy worker's sessions",
+        )
         assert not any(answered(adapter).get(s) for s in on_hung)  # stuck behind the hung hook, not lost
         hung.kill()  # its partitions move, and their messages are redelivered to the healthy worker
-        await wait_for(lambda: all(answered(adapter).get(s) == list(range(5)) for s in on_hung), 120,
-                       "the hung worker's sessions, after it was killed")
+        await wait_for(
+            lambda: all(answered(adapter).get(s) == list(range(5)) for s in on_hung),
+            120,
+            "the hung worker's sessions, after it was killed",
+        )
     finally:
         await gateway.aclose()
 
@@ -203,19 +223,22 @@ async def test_a_hung_plugin_stalls_only_its_own_workers_partitions(tmp_path, na
 def test_hookchat_status_shows_a_worker_started_by_the_command_and_gone_after_sigterm(tmp_path, nats_server):
     config = write_config(tmp_path, nats_server.url, "cli", name="cli-worker")
     hookchat = [sys.executable, "-m", "core.cli"]
-    worker = subprocess.Popen([*hookchat, "run", "--role", "worker", "-c", str(config)], stderr=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+    worker = subprocess.Popen(
+        [*hookchat, "run", "--role", "worker", "-c", str(config)],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
     try:
         assert b"worker cli-worker on" in worker.stderr.readline()  # type: ignore[union-attr]
-        status = subprocess.run([*hookchat, "status", "-c", str(config)], capture_output=True, text=True,
-                                timeout=60)
+        status = subprocess.run([*hookchat, "status", "-c", str(config)], capture_output=True, text=True, timeout=60)
         assert status.returncode == 0, status.stderr
         assert "0 gateway(s), 1 worker(s)" in status.stdout
         assert "worker cli-worker pid" in status.stdout
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(60) == 0  # it left cleanly: partitions handed over, registration removed
-        status = subprocess.run([*hookchat, "status", "-c", str(config), "--json"], capture_output=True,
-                                text=True, timeout=60)
+        status = subprocess.run(
+            [*hookchat, "status", "-c", str(config), "--json"], capture_output=True, text=True, timeout=60
+        )
         assert json.loads(status.stdout)["workers"] == []
     finally:
         if worker.poll() is None:
@@ -225,7 +248,12 @@ def test_hookchat_status_shows_a_worker_started_by_the_command_and_gone_after_si
 def test_hookchat_status_without_a_server_says_where_it_looked(tmp_path):
     config = tmp_path / "hookchat.toml"
     config.write_text('[cluster]\nurl = "nats://127.0.0.1:1"\n')
-    status = subprocess.run([sys.executable, "-m", "core.cli", "status", "-c", str(config)], capture_output=True,
-                            text=True, timeout=60, cwd=Path(__file__).parents[2])
+    status = subprocess.run(
+        [sys.executable, "-m", "core.cli", "status", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
     assert status.returncode == 2
     assert "cannot reach the NATS server at nats://127.0.0.1:1 ([cluster] url)" in status.stderr

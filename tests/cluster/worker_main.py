@@ -32,8 +32,7 @@ class Slow(BasePlugin):
 
 async def main(config_path: str, name: str, hang: bool, slow: bool) -> None:
     plugins = ([Hang] if hang else []) + ([Slow] if slow else [])
-    worker = Worker(load_config(config_path), provider=EchoProvider(), name=name, entry_points=False,
-                    plugins=plugins)
+    worker = Worker(load_config(config_path), provider=EchoProvider(), name=name, entry_points=False, plugins=plugins)
     async with worker:
         print("ready", flush=True)
         await asyncio.Event().wait()

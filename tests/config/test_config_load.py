@@ -88,12 +88,21 @@ def test_relative_paths_resolve_against_the_file_directory(tmp_path, monkeypatch
         ("[[providers]]\nname = 'a'\ntype = 'gpt'\n", "providers[0].type", "Input should be 'openai' or 'local'"),
         ("[[providers]]\nname = 'a'\ntype = 'openai'\n", "providers[0].models", "needs at least one model"),
         ("[[providers]]\nname = 'a'\ntype = 'local'\nbase_url = 'localhost'\n", "providers[0].base_url", "http"),
-        ("[[providers]]\nname = 'a'\ntype = 'local'\n[[providers]]\nname = 'a'\ntype = 'local'\n", "providers",
-         "unique"),
-        ("[[providers]]\nname = 'a'\ntype = 'local'\napi_key_env = 'sk-123'\n", "providers[0].api_key_env",
-         "should match pattern"),
-        ("default_provider = 'b'\n[[providers]]\nname = 'a'\ntype = 'local'\n", "default_provider",
-         "'b' is not the name of a [[providers]] entry"),
+        (
+            "[[providers]]\nname = 'a'\ntype = 'local'\n[[providers]]\nname = 'a'\ntype = 'local'\n",
+            "providers",
+            "unique",
+        ),
+        (
+            "[[providers]]\nname = 'a'\ntype = 'local'\napi_key_env = 'sk-123'\n",
+            "providers[0].api_key_env",
+            "should match pattern",
+        ),
+        (
+            "default_provider = 'b'\n[[providers]]\nname = 'a'\ntype = 'local'\n",
+            "default_provider",
+            "'b' is not the name of a [[providers]] entry",
+        ),
         ("[[adapters.instances]]\ntype = 'x'\n[[adapters.instances]]\ntype = 'x'\n", "adapters.instances", "unique"),
     ],
 )
@@ -109,8 +118,11 @@ def test_invalid_values_name_the_file_key_and_reason(tmp_path, toml, key, reason
 
 @pytest.mark.parametrize(
     ("toml", "key"),
-    [("[limits]\nmax_stepz = 3\n", "limits.max_stepz"), ("colour = 'blue'\n", "colour"),
-     ("[[providers]]\nname = 'a'\ntype = 'local'\nmodel = 'x'\n", "providers[0].model")],
+    [
+        ("[limits]\nmax_stepz = 3\n", "limits.max_stepz"),
+        ("colour = 'blue'\n", "colour"),
+        ("[[providers]]\nname = 'a'\ntype = 'local'\nmodel = 'x'\n", "providers[0].model"),
+    ],
 )
 def test_unknown_keys_are_rejected(tmp_path, toml, key):
     with pytest.raises(ConfigError, match=re.escape(f"{key}: unknown key")):

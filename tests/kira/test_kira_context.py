@@ -15,7 +15,9 @@ from core.testing import ChatHarness, ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 
-PROVIDERS = {"providers": [{"name": "main", "type": "openai", "base_url": "http://127.0.0.1:9", "models": ["m1", "m2"]}]}
+PROVIDERS = {
+    "providers": [{"name": "main", "type": "openai", "base_url": "http://127.0.0.1:9", "models": ["m1", "m2"]}]
+}
 
 
 class Probe(BasePlugin):
@@ -242,9 +244,15 @@ async def test_event_bus_publishes_custom_and_message_events():
 async def test_every_manager_without_an_application_names_the_method_it_cannot_do():
     ctx = PluginContext("lonely")
 
-    for manager, method in [("message_processor", "flush_session_messages"), ("adapter_mgr", "get_adapter"),
-                            ("session_mgr", "read_memory"), ("provider_mgr", "get_default_llm"),
-                            ("persona_mgr", "get_persona"), ("event_bus", "publish"), ("tool_mgr", "register_tool")]:
+    for manager, method in [
+        ("message_processor", "flush_session_messages"),
+        ("adapter_mgr", "get_adapter"),
+        ("session_mgr", "read_memory"),
+        ("provider_mgr", "get_default_llm"),
+        ("persona_mgr", "get_persona"),
+        ("event_bus", "publish"),
+        ("tool_mgr", "register_tool"),
+    ]:
         with pytest.raises(NotSupportedHere, match=f"not supported here: {manager}.{method}"):
             getattr(getattr(ctx, manager), method)
     with pytest.raises(NotSupportedHere, match="provider_mgr.get_default_llm"):

@@ -38,7 +38,11 @@ PIXEL = base64.b64decode(
 def kira_message(group: Group | None = None, **fields) -> KiraIMMessage:
     """A message built the way KiraAI's adapters build one: keywords, no session (the event derives it)."""
     return KiraIMMessage(
-        chain=MessageChain([Text("hi")]), sender=User("u1", "Ann"), group=group, message_id="m1", timestamp=1.0,
+        chain=MessageChain([Text("hi")]),
+        sender=User("u1", "Ann"),
+        group=group,
+        message_id="m1",
+        timestamp=1.0,
         **fields,
     )
 
@@ -73,15 +77,17 @@ def test_kira_im_message_self_id_and_is_notice_keywords():
 
 def test_event_keywords_adapter_and_message_types_derive_the_session_as_kiraai_does():
     info = AdapterInfo(True, "qq-1", "qq", "QQ", "", {"self_id": "10001"})
-    group_event = KiraMessageEvent(kira_message(Group("g1"), self_id="10001"), adapter=info,
-                                   message_types=["text", "img"], timestamp=5)
+    group_event = KiraMessageEvent(
+        kira_message(Group("g1"), self_id="10001"), adapter=info, message_types=["text", "img"], timestamp=5
+    )
     direct_event = KiraMessageEvent(kira_message(), adapter=info)
 
     assert group_event.session.sid == "qq:gm:g1" and direct_event.session.sid == "qq:dm:u1"
     assert group_event.adapter.platform == "QQ" and group_event.message_types == ["text", "img"]
     assert group_event.timestamp == 5 and group_event.self_id == "10001"
-    batch = KiraMessageBatchEvent(message_types=["text"], timestamp=6, adapter=info, session=group_event.session,
-                                  messages=[group_event.message])
+    batch = KiraMessageBatchEvent(
+        message_types=["text"], timestamp=6, adapter=info, session=group_event.session, messages=[group_event.message]
+    )
     assert batch.messages[0].chain == group_event.message.chain and batch.self_id == "10001"
     assert batch.message_types == ["text"] and batch.adapter is info
     with pytest.raises(TypeError, match="needs the event's adapter="):
@@ -188,13 +194,17 @@ def test_at_pid_is_the_user_id():
 
 
 def test_message_str_on_the_messages_of_a_batch_is_what_the_model_reads():
-    events = [KiraMessageEvent(KiraIMMessage(MessageChain([Text(t)]), User("u"), Session("t", "dm", "u")))
-              for t in ("one", "two")]
+    events = [
+        KiraMessageEvent(KiraIMMessage(MessageChain([Text(t)]), User("u"), Session("t", "dm", "u")))
+        for t in ("one", "two")
+    ]
     batch = KiraMessageBatchEvent(events)
 
     assert [m.message_str for m in batch.messages] == ["one", "two"]
     batch.messages[0].message_str = "one, rewritten"
-    assert batch.messages[0].message_str == "one, rewritten" and batch.messages[0].message.message_str == "one, rewritten"
+    assert (
+        batch.messages[0].message_str == "one, rewritten" and batch.messages[0].message.message_str == "one, rewritten"
+    )
 
 
 def test_tag_set_get_all_and_get_all_root():

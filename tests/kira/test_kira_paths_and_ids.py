@@ -24,8 +24,11 @@ def test_core_agent_message_openai_message():
     from core.agent.message import OpenAIMessage
     from core.provider import LLMRequest
 
-    message = OpenAIMessage(role="assistant", content="hi", tool_calls=[{"id": "c1", "type": "function",
-                                                                          "function": {"name": "f", "arguments": "{}"}}])
+    message = OpenAIMessage(
+        role="assistant",
+        content="hi",
+        tool_calls=[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+    )
     assert message["content"] == "hi" and message.to_dict()["tool_calls"][0]["id"] == "c1"
     message["content"] = "changed"
     assert message.content == "changed"
@@ -111,7 +114,10 @@ def test_plugin_page_factories():
 
 def test_page_menu_validates_like_kiraai():
     assert PageMenu({"zh": "仪表盘", "en": "Dashboard"}, order=10).dict() == {
-        "label": {"zh": "仪表盘", "en": "Dashboard"}, "icon": None, "order": 10}
+        "label": {"zh": "仪表盘", "en": "Dashboard"},
+        "icon": None,
+        "order": 10,
+    }
     with pytest.raises(ValueError):
         PageMenu("   ")
     with pytest.raises(TypeError):
@@ -142,7 +148,8 @@ def write(root: Path, folder: str, plugin_id: str, answer: str) -> None:
     (root / folder).mkdir(parents=True)
     (root / folder / "manifest.json").write_text(json.dumps({"plugin_id": plugin_id}), encoding="utf-8")
     (root / folder / "main.py").write_text(
-        f"from core.plugin import BasePlugin\n\nclass P(BasePlugin):\n    answer = {answer!r}\n", encoding="utf-8")
+        f"from core.plugin import BasePlugin\n\nclass P(BasePlugin):\n    answer = {answer!r}\n", encoding="utf-8"
+    )
 
 
 async def test_an_id_spelt_like_another_plugins_hashed_module_name_loads_beside_it(tmp_path):
@@ -165,7 +172,10 @@ async def test_unicode_ids_load_side_by_side_and_show_as_written(tmp_path):
     loader = PluginLoader(plugin_dirs=[tmp_path / "plugins"], data_dir=tmp_path / "data", entry_points=False)
     try:
         await loader.load_all()
-        assert loader.get_plugin("default-chat（z）").answer == "z" and loader.get_plugin("default-chat（y）").answer == "y"
+        assert (
+            loader.get_plugin("default-chat（z）").answer == "z"
+            and loader.get_plugin("default-chat（y）").answer == "y"
+        )
         assert sorted(loader.loaded_ids()) == ["default-chat（y）", "default-chat（z）"]
         assert loader.get_plugin("default-chat（z）").ctx.get_plugin_data_dir().name == "default-chat（z）"
         refused = loader.status("three")

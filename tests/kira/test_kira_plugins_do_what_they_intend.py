@@ -38,12 +38,16 @@ async def test_plain_session_manager_calls_trim_condense_count_and_delete_histor
             await bot.send(f"m{n}")
         assert user_texts(bot.requests[3]) == ["m2", "m3", "m4"], "the model read the trimmed history"
         assert [[m.content for m in t.messages] for t in await bot.app.history.list_turns(SID)] == [
-            ["m3", "<msg>reply 3</msg>"], ["m4", "<msg>reply 4</msg>"]]
+            ["m3", "<msg>reply 3</msg>"],
+            ["m4", "<msg>reply 4</msg>"],
+        ]
 
         assert await bot.send("/condense") == []
         await bot.send("m5")
         assert [(m.role, m.content) for m in bot.requests[4].messages[:2]] == [
-            ("user", "(summary of earlier chat)"), ("assistant", "the user said: m3 / m4")]
+            ("user", "(summary of earlier chat)"),
+            ("assistant", "the user said: m3 / m4"),
+        ]
         assert user_texts(bot.requests[4]) == ["(summary of earlier chat)", "m5"]
 
         await bot.send("/count")
@@ -83,11 +87,13 @@ async def test_napcat_client_from_get_client_carries_the_plugins_action_to_the_o
     peer = MockPeer()
     await peer.start()
     adapter = OneBotAdapter("qq", url=peer.url, reconnect_initial=0.01, reconnect_max=0.05)
-    provider = ScriptedProvider([
-        [ToolCall("set_card", {"group_id": GROUP_ID, "user_id": FRIEND_ID, "card": "Captain"})],
-        [ToolCall("set_card", {"group_id": "999", "user_id": FRIEND_ID, "card": "Nobody"})],
-        "<msg>done</msg>",
-    ])
+    provider = ScriptedProvider(
+        [
+            [ToolCall("set_card", {"group_id": GROUP_ID, "user_id": FRIEND_ID, "card": "Captain"})],
+            [ToolCall("set_card", {"group_id": "999", "user_id": FRIEND_ID, "card": "Nobody"})],
+            "<msg>done</msg>",
+        ]
+    )
     try:
         async with running_bot(adapter, provider, plugins=[PLUGINS / "qq"]):
             with anyio.fail_after(10):
@@ -134,10 +140,12 @@ async def test_assigning_event_session_reroutes_the_message_and_its_reply():
 
 
 async def test_message_sent_and_tool_execute_get_the_shapes_kiraai_calls_them_with():
-    provider = ScriptedProvider([
-        [ToolCall("where_am_i", {"prefix": "you are in"}), ToolCall("lookup", {"query": "hook"})],
-        "<msg>found</msg>",
-    ])
+    provider = ScriptedProvider(
+        [
+            [ToolCall("where_am_i", {"prefix": "you are in"}), ToolCall("lookup", {"query": "hook"})],
+            "<msg>found</msg>",
+        ]
+    )
 
     async with ChatHarness([PLUGINS / "shapes"], provider) as bot:
         await bot.send("where?")
@@ -160,8 +168,19 @@ async def test_handle_im_message_injects_a_synthetic_message_into_the_pipeline()
     assert [r.session.sid for r in bot.adapter.sent] == ["test:dm:relay"]
 
 
-KIRA_SECTIONS = ["role", "persona", "attention", "output", "format", "accounts", "sessions", "chat_env", "memory",
-                 "tools", "time"]
+KIRA_SECTIONS = [
+    "role",
+    "persona",
+    "attention",
+    "output",
+    "format",
+    "accounts",
+    "sessions",
+    "chat_env",
+    "memory",
+    "tools",
+    "time",
+]
 
 
 async def test_a_plugin_finds_kiraais_sections_by_name_and_chat_env_describes_the_chat():
@@ -169,7 +188,7 @@ async def test_a_plugin_finds_kiraais_sections_by_name_and_chat_env_describes_th
         await bot.app.respond(bot.message("hi all", group_id="g7", user_id="u1", nickname="Alice", mentioned=True))
         rules = bot.plugin("kira_prompt")
 
-    assert rules.names[:len(KIRA_SECTIONS)] == KIRA_SECTIONS
+    assert rules.names[: len(KIRA_SECTIONS)] == KIRA_SECTIONS
     env = rules.chat_env
     assert "`test`" in env and "GroupMessage" in env and "g7" in env and "Alice (id `u1`)" in env
     system = bot.requests[0].render_system()
@@ -177,8 +196,10 @@ async def test_a_plugin_finds_kiraais_sections_by_name_and_chat_env_describes_th
     assert system.index("Chat environment") < system.index("no spoilers") < system.index("Current time")
 
 
-PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-                    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082")
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+)
 
 
 def sticker_folder(data: Path) -> Path:
@@ -186,15 +207,17 @@ def sticker_folder(data: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "cat.png").write_bytes(PNG)
     (folder / "dog.png").write_bytes(PNG)
-    (folder / "stickers.json").write_text(json.dumps({"1": {"desc": "a happy cat", "path": "cat.png"},
-                                                      "2": {"desc": "escape", "path": "../secret.png"}}))
+    (folder / "stickers.json").write_text(
+        json.dumps({"1": {"desc": "a happy cat", "path": "cat.png"}, "2": {"desc": "escape", "path": "../secret.png"}})
+    )
     return folder
 
 
 async def test_the_sticker_tag_sends_a_sticker_of_the_folder_and_an_unknown_id_as_text(tmp_path):
     folder = sticker_folder(tmp_path)
-    provider = ScriptedProvider(["<msg><sticker>1</sticker></msg><msg><sticker>99</sticker></msg>"
-                                 "<msg><sticker>2</sticker></msg>"])
+    provider = ScriptedProvider(
+        ["<msg><sticker>1</sticker></msg><msg><sticker>99</sticker></msg><msg><sticker>2</sticker></msg>"]
+    )
 
     async with ChatHarness(provider=provider, config={"data": {"dir": str(tmp_path)}}) as bot:
         chains = await bot.send("show me a cat")
@@ -208,14 +231,20 @@ async def test_the_sticker_tag_sends_a_sticker_of_the_folder_and_an_unknown_id_a
 
 async def test_kiraai_module_paths_and_the_plugin_manager_do_what_kiraai_does(tmp_path, caplog):
     sticker_folder(tmp_path)
-    provider = ScriptedProvider([
-        [ToolCall("plugins", {})], [ToolCall("switch_off", {"plugin_id": "kira_prompt"})],
-        [ToolCall("add_sticker", {})], "<msg>done</msg>", "<msg>again</msg>",
-    ])
+    provider = ScriptedProvider(
+        [
+            [ToolCall("plugins", {})],
+            [ToolCall("switch_off", {"plugin_id": "kira_prompt"})],
+            [ToolCall("add_sticker", {})],
+            "<msg>done</msg>",
+            "<msg>again</msg>",
+        ]
+    )
     caplog.set_level("INFO", logger="hookchat.kira_managers")
 
-    async with ChatHarness([PLUGINS / "managers", PLUGINS / "prompt"], provider,
-                           {"data": {"dir": str(tmp_path)}}) as bot:
+    async with ChatHarness(
+        [PLUGINS / "managers", PLUGINS / "prompt"], provider, {"data": {"dir": str(tmp_path)}}
+    ) as bot:
         managers = bot.plugin("kira_managers")
         assert managers.checks == {"persona model": True, "persona manager": True, "sticker manager": True}
         await bot.send("tidy up")

@@ -93,13 +93,15 @@ async def test_kiraai_style_after_xml_parse_gets_every_chain_at_once_and_seed_ho
 
 
 async def test_session_plugin_sends_through_an_adapter_edits_history_and_publishes_a_notice():
-    provider = ScriptedProvider([
-        [ToolCall("tell_group", {"group_id": "g1", "text": "hello group"})],
-        "<msg>told them</msg>",
-        [ToolCall("count_turns", {})],
-        "<msg>counted</msg>",
-        "<msg>stand up!</msg>",
-    ])
+    provider = ScriptedProvider(
+        [
+            [ToolCall("tell_group", {"group_id": "g1", "text": "hello group"})],
+            "<msg>told them</msg>",
+            [ToolCall("count_turns", {})],
+            "<msg>counted</msg>",
+            "<msg>stand up!</msg>",
+        ]
+    )
 
     async with ChatHarness([PLUGINS / "sessions"], provider, {"limits": {"history_turns": 10}}) as bot:
         tools = bot.plugin("kira_sessions")

@@ -23,15 +23,23 @@ TEXT = {"type": "object", "properties": {"text": {"type": "string"}}, "required"
 
 def time_server(**extra: Any) -> dict[str, Any]:
     """`mcp-server-time` (PyPI), the reference time server, as a `[[mcp.servers]]` entry."""
-    return {"name": "time", "command": sys.executable, "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
-            **extra}
+    return {
+        "name": "time",
+        "command": sys.executable,
+        "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+        **extra,
+    }
 
 
 def stdio_test_server(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     """The tests' own stdio server, writing its pids under `tmp_path`."""
-    return {"name": "box", "command": sys.executable, "args": [str(STDIO_SERVER)],
-            "env": {"HOLD_PID_FILE": str(tmp_path / "hold.pid"), "CHILD_PID_FILE": str(tmp_path / "child.pid")},
-            **extra}
+    return {
+        "name": "box",
+        "command": sys.executable,
+        "args": [str(STDIO_SERVER)],
+        "env": {"HOLD_PID_FILE": str(tmp_path / "hold.pid"), "CHILD_PID_FILE": str(tmp_path / "child.pid")},
+        **extra,
+    }
 
 
 @dataclass
@@ -48,8 +56,11 @@ def hostile_tools() -> list[types.Tool]:
     """A remote `$ref` schema, a 1 MB description, a name a plugin also uses, one that hangs (the 50 MB result is
     `stdio_server.py`'s: a server in this process would block the loop while making it)."""
     return [
-        types.Tool(name="fetch_ref", description="remote ref",
-                   input_schema={"type": "object", "properties": {"x": {"$ref": "https://example.invalid/s.json"}}}),
+        types.Tool(
+            name="fetch_ref",
+            description="remote ref",
+            input_schema={"type": "object", "properties": {"x": {"$ref": "https://example.invalid/s.json"}}},
+        ),
         types.Tool(name="chatty", description="x" * 1_000_000, input_schema=TEXT),
         types.Tool(name="weather", description="the hostile server's weather", input_schema=TEXT),
         types.Tool(name="hang", description="never answers", input_schema={"type": "object", "properties": {}}),
@@ -81,10 +92,10 @@ def hostile_server(state: Hostile) -> Server[Any]:
         if params.name == "fail":
             return types.CallToolResult(content=[types.TextContent(text="the disk is full")], is_error=True)
         if params.name == "picture":
-            png = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5E"
-                   "rkJggg==")
-            return types.CallToolResult(content=[types.TextContent(text="a dot"),
-                                                 types.ImageContent(data=png, mime_type="image/png")])
+            png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+            return types.CallToolResult(
+                content=[types.TextContent(text="a dot"), types.ImageContent(data=png, mime_type="image/png")]
+            )
         text = (params.arguments or {}).get("text", "")
         return types.CallToolResult(content=[types.TextContent(text=f"{params.name}: {text}")])
 

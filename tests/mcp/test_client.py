@@ -16,14 +16,13 @@ from pathlib import Path
 import anyio
 import pytest
 
+from core.config import HookchatConfig
 from core.mcp import MAX_RESULT_CHARS, McpConfigError, McpManager, read_servers_file
 from core.plugin import BasePlugin, on, register
 from core.provider import ToolCall
 from core.testing import ChatHarness, ScriptedProvider
 from core.trace import render_trace
 from core.utils.registry import OwnedRegistry
-from core.config import HookchatConfig
-
 from tests.mcp.servers import Hostile, hostile_server, hostile_tools, serve_http, stdio_test_server, time_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # they start MCP servers: real processes
@@ -101,8 +100,15 @@ async def test_the_git_server_reads_a_temporary_repository(tmp_path):
 
 async def test_a_server_killed_mid_call_is_an_error_for_the_model_and_is_started_again_and_50_mb_are_cut(tmp_path):
     pid_file = tmp_path / "hold.pid"
-    provider = ScriptedProvider([[ToolCall("hold", {"seconds": 60})], "it broke", [ToolCall("echo", {"text": "hi"})],
-                                 [ToolCall("huge", {"megabytes": 50}), ToolCall("huge", {"megabytes": 1})], "fine"])
+    provider = ScriptedProvider(
+        [
+            [ToolCall("hold", {"seconds": 60})],
+            "it broke",
+            [ToolCall("echo", {"text": "hi"})],
+            [ToolCall("huge", {"megabytes": 50}), ToolCall("huge", {"megabytes": 1})],
+            "fine",
+        ]
+    )
     async with ChatHarness(provider=provider, config=mcp_config(stdio_test_server(tmp_path))) as bot:
         connection = bot.app.mcp.get("box")
         assert connection.state == "ready"
@@ -128,12 +134,14 @@ async def test_a_server_killed_mid_call_is_an_error_for_the_model_and_is_started
 async def test_a_hostile_server_cannot_hijack_a_name_smuggle_a_ref_or_hang_the_bot():
     Results.seen = []
     state = Hostile(tools=hostile_tools())
-    provider = ScriptedProvider([
-        [ToolCall("hostile_weather", {"text": "x"}), ToolCall("weather", {"text": "y"}), ToolCall("fail", {})],
-        "survived",
-        [ToolCall("hang", {})],
-        "went on",
-    ])
+    provider = ScriptedProvider(
+        [
+            [ToolCall("hostile_weather", {"text": "x"}), ToolCall("weather", {"text": "y"}), ToolCall("fail", {})],
+            "survived",
+            [ToolCall("hang", {})],
+            "went on",
+        ]
+    )
     async with serve_http(hostile_server(state)) as url:
         server = {"name": "hostile", "url": url, "timeout": 1}
         async with ChatHarness([Results], provider=provider, config=mcp_config(server)) as bot:
@@ -202,11 +210,27 @@ async def test_an_unreachable_server_does_not_stop_the_app_and_says_why(tmp_path
 
 def test_a_claude_desktop_or_kiraai_servers_file_is_read_as_it_is(tmp_path):
     file = tmp_path / "mcp.json"
-    file.write_text(json.dumps({"mcpServers": {
-        "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}},
-        "kira": {"type": "sse", "url": "http://127.0.0.1:9/sse", "enabled": False, "name": "Kira", "description": "d"},
-        "web": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}, "disabled": True},
-    }}))
+    file.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "UTC"}},
+                    "kira": {
+                        "type": "sse",
+                        "url": "http://127.0.0.1:9/sse",
+                        "enabled": False,
+                        "name": "Kira",
+                        "description": "d",
+                    },
+                    "web": {
+                        "url": "http://127.0.0.1:9/mcp",
+                        "headers": {"Authorization": "Bearer ${TOKEN}"},
+                        "disabled": True,
+                    },
+                }
+            }
+        )
+    )
     servers = {s.name: s for s in read_servers_file(file)}
     assert servers["time"].type == "stdio" and servers["time"].args == ["mcp-server-time"] and servers["time"].enabled
     assert servers["kira"].type == "sse" and not servers["kira"].enabled
@@ -214,8 +238,9 @@ def test_a_claude_desktop_or_kiraai_servers_file_is_read_as_it_is(tmp_path):
     file.write_text(json.dumps({"mcpServers": {"bad name!": {"command": "x"}}}))
     with pytest.raises(McpConfigError, match=r"mcp\.json: mcpServers\.bad name!: name"):
         read_servers_file(file)
-    config = HookchatConfig.model_validate({"mcp": {"servers": [{"name": "time", "command": "x"}],
-                                                    "servers_file": str(tmp_path / "twice.json")}})
+    config = HookchatConfig.model_validate(
+        {"mcp": {"servers": [{"name": "time", "command": "x"}], "servers_file": str(tmp_path / "twice.json")}}
+    )
     (tmp_path / "twice.json").write_text(json.dumps({"mcpServers": {"time": {"command": "y"}}}))
     with pytest.raises(McpConfigError, match="twice.json: MCP server.s. time are also in"):
         McpManager(config, OwnedRegistry("tool")).configured()
@@ -225,12 +250,17 @@ async def test_a_header_secret_comes_from_the_environment_and_a_missing_one_is_n
     state = Hostile(tools=hostile_tools())
     monkeypatch.delenv("HOOKCHAT_TEST_MISSING", raising=False)
     async with serve_http(hostile_server(state)) as url:
-        server = {"name": "h", "url": url, "headers": {"Authorization": "Bearer ${HOOKCHAT_TEST_MISSING}"},
-                  "connect_timeout": 2}
+        server = {
+            "name": "h",
+            "url": url,
+            "headers": {"Authorization": "Bearer ${HOOKCHAT_TEST_MISSING}"},
+            "connect_timeout": 2,
+        }
         async with ChatHarness(config=mcp_config(server)) as bot:
             [status] = bot.app.mcp.status()
-    assert "headers.Authorization" in status["last_error"] and "HOOKCHAT_TEST_MISSING is not set" in \
-        status["last_error"]
+    assert (
+        "headers.Authorization" in status["last_error"] and "HOOKCHAT_TEST_MISSING is not set" in status["last_error"]
+    )
 
 
 KILL9_SCRIPT = """
@@ -259,8 +289,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="checks Linux's PR_SET_PDEATHSIG path")
 def test_kill_9_of_hookchat_leaves_no_server_process_behind(tmp_path):
     script = KILL9_SCRIPT % (stdio_test_server(tmp_path),)
-    bot = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                           cwd=Path(__file__).resolve().parents[2])
+    bot = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2]
+    )
     try:
         assert bot.stdout.readline().strip() == "ready"
         server_pid, child_pid = map(int, (tmp_path / "child.pid").read_text().split())
@@ -312,11 +343,18 @@ async def test_an_sse_server_made_with_the_sdk_is_a_tool_source_too():
 
 def test_hookchat_mcp_list_prints_each_server_and_its_tools(tmp_path):
     config = tmp_path / "hookchat.toml"
-    config.write_text(f'[data]\ndir = "{tmp_path / "data"}"\n[adapters]\nconsole = false\n'
-                      f'[[mcp.servers]]\nname = "time"\ncommand = "{sys.executable}"\nargs = ["-m", "mcp_server_time"]\n'
-                      '[[mcp.servers]]\nname = "off"\ncommand = "nothing"\nenabled = false\n')
-    run = subprocess.run([sys.executable, "-m", "core.cli", "-c", str(config), "mcp", "list", "--json"],
-                         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    config.write_text(
+        f'[data]\ndir = "{tmp_path / "data"}"\n[adapters]\nconsole = false\n'
+        f'[[mcp.servers]]\nname = "time"\ncommand = "{sys.executable}"\nargs = ["-m", "mcp_server_time"]\n'
+        '[[mcp.servers]]\nname = "off"\ncommand = "nothing"\nenabled = false\n'
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "core.cli", "-c", str(config), "mcp", "list", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert run.returncode == 0, run.stderr
     servers = {s["name"]: s for s in json.loads(run.stdout)}
     assert servers["time"]["state"] == "ready" and servers["off"]["state"] == "disabled"

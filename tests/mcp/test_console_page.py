@@ -18,14 +18,17 @@ async def test_the_mcp_page_shows_servers_and_skills_and_steers_servers(tmp_path
     state = Hostile(tools=hostile_tools())
     skills = make_skills(tmp_path)
     async with serve_http(hostile_server(state)) as url:
-        config = {"mcp": {"servers": [{"name": "hostile", "url": url}]},
-                  "skills": {"dir": str(skills), "scope": {"weather": {"allow": ["web:dm:s1"]}}}}
+        config = {
+            "mcp": {"servers": [{"name": "hostile", "url": url}]},
+            "skills": {"dir": str(skills), "scope": {"weather": {"allow": ["web:dm:s1"]}}},
+        }
         async with ChatHarness(config=config) as bot:
             console = WebConsole(bot.app, port=0)
             await console.start()
             try:
-                async with httpx.AsyncClient(base_url=console.url, trust_env=False,
-                                             headers={"Authorization": f"Bearer {console.token}"}) as http:
+                async with httpx.AsyncClient(
+                    base_url=console.url, trust_env=False, headers={"Authorization": f"Bearer {console.token}"}
+                ) as http:
                     page = (await http.get("/")).text
                     data = (await http.get("/api/mcp")).json()
                     disabled = (await http.post("/api/mcp/hostile/disable")).json()

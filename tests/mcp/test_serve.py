@@ -4,15 +4,14 @@ the SDK's own client, over stdio (the real command) and streamable HTTP (behind 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import httpx
+import httpx2
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-import httpx2
 
 from core.mcp import McpServeError, McpToolServer
 from core.testing import ChatHarness
@@ -20,7 +19,7 @@ from core.testing import ChatHarness
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-PLUGIN = '''
+PLUGIN = """
 from core.plugin import BasePlugin, register
 from plugin.sdk.plugin import llm_tool
 
@@ -41,15 +40,24 @@ class Tools(BasePlugin):
                    role="alice")
     async def persona_only(self, event, *args, **kwargs):
         return "secret"
-'''
+"""
 
 
 def plugin_folder(root: Path) -> Path:
     folder = root / "plugins" / "served_tools"
     folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({
-        "plugin_id": "served_tools", "display_name": "Served tools", "version": "1.0", "author": "tests",
-        "description": "tools served over MCP", "core_version": ">=0.1"}))
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "plugin_id": "served_tools",
+                "display_name": "Served tools",
+                "version": "1.0",
+                "author": "tests",
+                "description": "tools served over MCP",
+                "core_version": ">=0.1",
+            }
+        )
+    )
     (folder / "main.py").write_text(PLUGIN)
     return folder.parent
 
@@ -57,11 +65,17 @@ def plugin_folder(root: Path) -> Path:
 async def test_serve_over_stdio_is_driven_by_the_sdk_client(tmp_path):
     plugins = plugin_folder(tmp_path)
     config = tmp_path / "hookchat.toml"
-    config.write_text(f'[plugins]\ndirs = ["{plugins}"]\n[data]\ndir = "{tmp_path / "data"}"\n'
-                      '[adapters]\nconsole = false\n'
-                      '[[mcp.servers]]\nname = "loop"\ncommand = "must-not-be-started"\n')
-    params = StdioServerParameters(command=sys.executable, args=["-m", "core.cli", "-c", str(config), "mcp", "serve"],
-                                   cwd=str(REPO), env={"PYTHONPATH": str(REPO)})
+    config.write_text(
+        f'[plugins]\ndirs = ["{plugins}"]\n[data]\ndir = "{tmp_path / "data"}"\n'
+        "[adapters]\nconsole = false\n"
+        '[[mcp.servers]]\nname = "loop"\ncommand = "must-not-be-started"\n'
+    )
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "core.cli", "-c", str(config), "mcp", "serve"],
+        cwd=str(REPO),
+        env={"PYTHONPATH": str(REPO)},
+    )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         tools = {t.name: t for t in (await session.list_tools()).tools}
@@ -86,17 +100,26 @@ async def test_serve_over_http_needs_the_token_and_checks_the_host(tmp_path):
                         await session.initialize()
                         result = await session.call_tool("shout", {"text": "over http"})
             assert result.content[0].text == "OVER HTTP"
-            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                    "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                               "clientInfo": {"name": "attacker", "version": "0"}}}
+            init = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "attacker", "version": "0"},
+                },
+            }
             accept = {"Accept": "application/json, text/event-stream"}
             async with httpx.AsyncClient(trust_env=False) as raw:
                 no_token = await raw.post(listener.url, json=init, headers=accept)
                 wrong = await raw.post(listener.url, json=init, headers={**accept, "Authorization": "Bearer nope"})
-                other_host = await raw.post(listener.url, json=init,
-                                            headers={**accept, **headers, "Host": "evil.example"})
-                other_origin = await raw.post(listener.url, json=init,
-                                              headers={**accept, **headers, "Origin": "http://evil.example"})
+                other_host = await raw.post(
+                    listener.url, json=init, headers={**accept, **headers, "Host": "evil.example"}
+                )
+                other_origin = await raw.post(
+                    listener.url, json=init, headers={**accept, **headers, "Origin": "http://evil.example"}
+                )
     assert no_token.status_code == 401 and wrong.status_code == 401
     assert other_host.status_code in (400, 421)  # the SDK's DNS-rebinding protection
     assert other_origin.status_code in (400, 403)

@@ -20,7 +20,8 @@ def make_skills(root: Path) -> Path:
     (skills / "weather" / "notes").mkdir(parents=True)
     (skills / "weather" / "SKILL.md").write_text(
         "---\nname: weather\ndescription: >\n  Use when the user asks about the weather.\n---\n\n"
-        "# Weather\nRead notes/cities.md for the list of cities.\n")
+        "# Weather\nRead notes/cities.md for the list of cities.\n"
+    )
     (skills / "weather" / "notes" / "cities.md").write_text("Paris, Tokyo\n")
     (root / "secret.txt").write_text("the operator's secret\n")
     (skills / "weather" / "leak.md").symlink_to(root / "secret.txt")
@@ -60,13 +61,19 @@ def test_scope_allows_or_denies_sessions_as_kiraais(tmp_path):
 
 async def test_the_model_sees_the_section_and_reads_inside_the_skill_folder_only(tmp_path):
     skills = make_skills(tmp_path)
-    provider = ScriptedProvider([
-        [ToolCall("read_skill_file", {"skill": "weather"}),
-         ToolCall("read_skill_file", {"skill": "weather", "path": "notes/cities.md"}),
-         ToolCall("read_skill_file", {"skill": "weather", "path": "../../secret.txt"}),
-         ToolCall("read_skill_file", {"skill": "weather", "path": str(tmp_path / "secret.txt")}),
-         ToolCall("read_skill_file", {"skill": "weather", "path": "leak.md"})],
-        "done", "second"])
+    provider = ScriptedProvider(
+        [
+            [
+                ToolCall("read_skill_file", {"skill": "weather"}),
+                ToolCall("read_skill_file", {"skill": "weather", "path": "notes/cities.md"}),
+                ToolCall("read_skill_file", {"skill": "weather", "path": "../../secret.txt"}),
+                ToolCall("read_skill_file", {"skill": "weather", "path": str(tmp_path / "secret.txt")}),
+                ToolCall("read_skill_file", {"skill": "weather", "path": "leak.md"}),
+            ],
+            "done",
+            "second",
+        ]
+    )
     config = {"skills": {"dir": str(skills), "scope": {"weather": {"deny": ["test:dm:bob"]}}}}
     async with ChatHarness(provider=provider, config=config) as bot:
         await bot.send("weather?")

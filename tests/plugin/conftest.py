@@ -80,8 +80,14 @@ def write_plugin(plugins_root: Path) -> WritePlugin:
     ) -> Path:
         path = plugins_root / folder
         path.mkdir(exist_ok=True)
-        data = {"plugin_id": folder, "display_name": folder.title(), "version": "1.0.0", "author": "tests",
-                "description": f"the {folder} test plugin", "core_version": ">=0.1"}
+        data = {
+            "plugin_id": folder,
+            "display_name": folder.title(),
+            "version": "1.0.0",
+            "author": "tests",
+            "description": f"the {folder} test plugin",
+            "core_version": ">=0.1",
+        }
         data.update(manifest or {})
         (path / "manifest.json").write_text(json.dumps(data), encoding="utf-8")
         if schema is not None:

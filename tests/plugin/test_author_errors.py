@@ -59,10 +59,13 @@ class Fits(BasePlugin):
         return city
 
 
-@pytest.mark.parametrize(("plugin", "plugin_id", "says"), [
-    (WrongName, "wrong_name", ["the schema's property 'city' has no parameter", "add city to the function"]),
-    (NotInSchema, "not_in_schema", ["'country' is not in its \"properties\"", "give the parameter a default"]),
-])
+@pytest.mark.parametrize(
+    ("plugin", "plugin_id", "says"),
+    [
+        (WrongName, "wrong_name", ["the schema's property 'city' has no parameter", "add city to the function"]),
+        (NotInSchema, "not_in_schema", ["'country' is not in its \"properties\"", "give the parameter a default"]),
+    ],
+)
 async def test_a_tool_whose_function_does_not_fit_its_schema_fails_at_load(plugin, plugin_id, says):
     async with ChatHarness(plugins=[plugin], allow_failed=True) as bot:
         status = bot.app.plugins.status(plugin_id)

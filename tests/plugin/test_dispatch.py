@@ -47,9 +47,7 @@ async def test_custom_event_hooks_listen_to_one_event_name(engine: HookEngine) -
 
     engine.register(Listener(), name="listener")
 
-    assert [(e.hook_name, e.priority, e.deadline) for e in engine.chain("custom_event:score")] == [
-        ("on_score", 7, 0.5)
-    ]
+    assert [(e.hook_name, e.priority, e.deadline) for e in engine.chain("custom_event:score")] == [("on_score", 7, 0.5)]
     assert engine.chain("custom_event:other") == ()
 
 

@@ -56,9 +56,22 @@ def installed_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (project / "demo_pkg" / "words.py").write_text('GREETING = "hello from an installed package"\n', encoding="utf-8")
     target = tmp_path_factory.mktemp("site-packages")
     pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--no-build-isolation",
-         "--target", str(target), str(project)],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(project),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert pip.returncode == 0, f"pip could not build and install the demo (needs setuptools, wheel):\n{pip.stderr}"
     return target

@@ -16,14 +16,17 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_misspelt_event_names_the_line_and_the_event_meant(manager, write_plugin):
-    folder = write_plugin("typo", """
+    folder = write_plugin(
+        "typo",
+        """
         from core.plugin import BasePlugin, on
 
         class Typo(BasePlugin):
             @on.im_mesage()
             async def hello(self, event, *args, **kwargs):
                 pass
-    """)
+    """,
+    )
     status = await manager.load_all()
     reason = next(s for s in status if s.plugin_id == "typo").reason
     assert f"{folder / 'main.py'}:5: '@on.im_mesage()'" in reason
@@ -31,12 +34,15 @@ async def test_a_misspelt_event_names_the_line_and_the_event_meant(manager, writ
 
 
 async def test_a_syntax_error_names_the_file_line_and_source(manager, write_plugin):
-    folder = write_plugin("broken", """
+    folder = write_plugin(
+        "broken",
+        """
         from core.plugin import BasePlugin
 
         class Broken(BasePlugin)
             pass
-    """)
+    """,
+    )
     (status,) = await manager.load_all()
     assert status.state == "error"
     assert f"{folder / 'main.py'}:4: 'class Broken(BasePlugin)'" in status.reason
@@ -44,14 +50,17 @@ async def test_a_syntax_error_names_the_file_line_and_source(manager, write_plug
 
 
 async def test_a_hook_that_cannot_take_its_events_arguments_is_refused_at_load(manager, write_plugin):
-    write_plugin("narrow", """
+    write_plugin(
+        "narrow",
+        """
         from core.plugin import BasePlugin, on
 
         class Narrow(BasePlugin):
             @on.llm_request()
             async def inject(self, event):
                 pass
-    """)
+    """,
+    )
     (status,) = await manager.load_all()
     assert status.state == "error"
     assert "cannot take the arguments of llm_request" in status.reason
@@ -76,8 +85,11 @@ async def test_a_second_plugin_with_the_same_id_is_refused_naming_both_folders(m
 
 
 async def test_an_unknown_manifest_key_is_a_warning_with_the_nearest_key(manager, write_plugin):
-    folder = write_plugin("sloppy", "from core.plugin import BasePlugin\nclass Sloppy(BasePlugin):\n    pass\n",
-                          manifest={"core_versoin": ">=99"})
+    folder = write_plugin(
+        "sloppy",
+        "from core.plugin import BasePlugin\nclass Sloppy(BasePlugin):\n    pass\n",
+        manifest={"core_versoin": ">=99"},
+    )
     (status,) = await manager.load_all()
     assert status.state == "loaded"
     assert status.warnings == [

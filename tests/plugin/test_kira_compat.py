@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 import core
-from core.plugin import PluginLoader
-from core.plugin import KIRA_API_VERSION
+from core.plugin import KIRA_API_VERSION, PluginLoader
 
 pytestmark = pytest.mark.anyio
 
 # A plugin as KiraAI plugins are written: `__init__(ctx, cfg)` reads its settings, sections as nested dicts.
-KIRA_PLUGIN = '''
+KIRA_PLUGIN = """
     from core.plugin import BasePlugin, Priority, on
     from core.chat.message_utils import KiraMessageEvent
 
@@ -37,7 +36,7 @@ KIRA_PLUGIN = '''
         @on.im_message(priority=Priority.HIGH)
         async def watch(self, event: KiraMessageEvent, *args, **kwargs):
             pass
-'''
+"""
 
 # The manifest keys KiraAI plugins carry, with a core_version in KiraAI's numbering.
 KIRA_MANIFEST = {
@@ -55,10 +54,19 @@ KIRA_MANIFEST = {
 
 # KiraAI's field types, with the WebUI keys (name, hint, locales, collapsed, model_type, level) they come with.
 KIRA_SCHEMA: dict[str, Any] = {
-    "trusted_users": {"name": "Trusted users", "type": "list", "default": [], "hint": "one adapter:user id per line",
-                      "locales": {"zh": {"name": "授权用户", "hint": "一行一个"}}},
-    "create_policy": {"name": "Who may create reminders", "type": "enum",
-                      "options": ["admins", "mentioned", "everyone"], "default": "admins"},
+    "trusted_users": {
+        "name": "Trusted users",
+        "type": "list",
+        "default": [],
+        "hint": "one adapter:user id per line",
+        "locales": {"zh": {"name": "授权用户", "hint": "一行一个"}},
+    },
+    "create_policy": {
+        "name": "Who may create reminders",
+        "type": "enum",
+        "options": ["admins", "mentioned", "everyone"],
+        "default": "admins",
+    },
     "enabled": {"name": "Enabled", "type": "switch", "default": True},
     "daily_count": {"name": "Checks per day", "type": "integer", "default": 1, "minimum": 0},
     "probability": {"name": "Probability", "type": "float", "default": 0.25},
@@ -73,8 +81,12 @@ KIRA_SCHEMA: dict[str, Any] = {
         "hint": "rarely needed",
         "locales": {"zh": {"name": "高级配置"}},
         "fields": {
-            "autonomy_mode": {"name": "Mode", "type": "enum", "options": ["off", "observe", "plan_only"],
-                              "default": "plan_only"},
+            "autonomy_mode": {
+                "name": "Mode",
+                "type": "enum",
+                "options": ["off", "observe", "plan_only"],
+                "default": "plan_only",
+            },
             "reflection_hour": {"name": "Hour", "type": "integer", "default": 10},
             "usage_prompt": {"name": "Prompt", "type": "markdown", "default": "Use the reminder tools when asked."},
             "allowed_tools": {"name": "Tools", "type": "list", "default": ["set_reminder", "list_reminders"]},
@@ -104,8 +116,9 @@ def write_kira_plugin(write_plugin, folder: str = "reminder_like", **manifest: A
     write_plugin(folder, KIRA_PLUGIN, manifest={**KIRA_MANIFEST, "plugin_id": folder, **manifest}, schema=KIRA_SCHEMA)
 
 
-async def test_a_kiraai_plugin_loads_and_gets_the_defaults_as_kiraai_builds_them(manager: PluginLoader,
-                                                                              write_plugin) -> None:
+async def test_a_kiraai_plugin_loads_and_gets_the_defaults_as_kiraai_builds_them(
+    manager: PluginLoader, write_plugin
+) -> None:
     write_kira_plugin(write_plugin)
 
     await manager.load_all()
@@ -119,8 +132,9 @@ async def test_a_kiraai_plugin_loads_and_gets_the_defaults_as_kiraai_builds_them
     assert plugin.ctx.metadata["tags"] == ["reminder", "schedule"] and plugin.ctx.metadata["repo"]
 
 
-async def test_the_operators_values_overlay_the_defaults_inside_a_section_field_by_field(make_manager,
-                                                                                     write_plugin) -> None:
+async def test_the_operators_values_overlay_the_defaults_inside_a_section_field_by_field(
+    make_manager, write_plugin
+) -> None:
     write_kira_plugin(write_plugin)
     values = {"daily_count": 3, "trusted_users": ["qq:42"], "advanced_config": {"autonomy_mode": "observe"}}
     manager = make_manager(plugin_config={"reminder_like": values})
@@ -133,24 +147,35 @@ async def test_the_operators_values_overlay_the_defaults_inside_a_section_field_
     assert plugin.mode == "observe"
 
 
-async def test_defaults_follow_kiraais_rules_for_missing_and_unfitting_defaults(manager: PluginLoader,
-                                                                             write_plugin) -> None:
-    write_plugin("rules", KIRA_PLUGIN, schema={
-        "quiet": {"type": "switch"},                                  # no default: False
-        "words": {"type": "list", "default": "hello"},                # not a list: []
-        "level": {"type": "enum", "options": ["low", "high"], "default": "medium"},  # not an option: the first
-        "style": {"type": "string", "options": ["plain", "fancy"]},   # a dropdown without default: the first
-        "headers": {"type": "json"},                                  # no default: {}
-        "limit": {"type": "integer"},                                 # no default: None
-        "skills_dir": {"type": "string", "default": None},            # None is "not set", whatever the type
-        "untyped": {"default": "kept"},                               # no type: a string
-    })
+async def test_defaults_follow_kiraais_rules_for_missing_and_unfitting_defaults(
+    manager: PluginLoader, write_plugin
+) -> None:
+    write_plugin(
+        "rules",
+        KIRA_PLUGIN,
+        schema={
+            "quiet": {"type": "switch"},  # no default: False
+            "words": {"type": "list", "default": "hello"},  # not a list: []
+            "level": {"type": "enum", "options": ["low", "high"], "default": "medium"},  # not an option: the first
+            "style": {"type": "string", "options": ["plain", "fancy"]},  # a dropdown without default: the first
+            "headers": {"type": "json"},  # no default: {}
+            "limit": {"type": "integer"},  # no default: None
+            "skills_dir": {"type": "string", "default": None},  # None is "not set", whatever the type
+            "untyped": {"default": "kept"},  # no type: a string
+        },
+    )
 
     await manager.load_all()
 
     assert manager.get_plugin("rules").cfg == {
-        "quiet": False, "words": [], "level": "low", "style": "plain", "headers": {}, "limit": None,
-        "skills_dir": None, "untyped": "kept",
+        "quiet": False,
+        "words": [],
+        "level": "low",
+        "style": "plain",
+        "headers": {},
+        "limit": None,
+        "skills_dir": None,
+        "untyped": "kept",
     }
 
 
@@ -168,8 +193,18 @@ async def test_defaults_follow_kiraais_rules_for_missing_and_unfitting_defaults(
         ({"advanced_config": {"autonomy": "off"}}, "'advanced_config.autonomy'"),
         ({"enable": True}, "'enable'"),
     ],
-    ids=["switch", "integer", "minimum", "float", "enum", "list", "enum in a section", "section not a table",
-         "unknown field in a section", "unknown field"],
+    ids=[
+        "switch",
+        "integer",
+        "minimum",
+        "float",
+        "enum",
+        "list",
+        "enum in a section",
+        "section not a table",
+        "unknown field in a section",
+        "unknown field",
+    ],
 )
 async def test_a_bad_value_is_an_error_naming_the_plugin_and_the_field(
     make_manager, write_plugin, values: dict[str, Any], field: str
@@ -189,10 +224,14 @@ async def test_a_bad_value_is_an_error_naming_the_plugin_and_the_field(
 async def test_a_field_of_an_unknown_type_loads_with_a_warning_naming_the_plugin_and_the_field(
     make_manager, write_plugin, caplog: pytest.LogCaptureFixture
 ) -> None:
-    write_plugin("palette", KIRA_PLUGIN, schema={
-        "accent": {"name": "Accent colour", "type": "color_picker", "default": "#ffcc00"},
-        "size": {"type": "integer", "default": 1},
-    })
+    write_plugin(
+        "palette",
+        KIRA_PLUGIN,
+        schema={
+            "accent": {"name": "Accent colour", "type": "color_picker", "default": "#ffcc00"},
+            "size": {"type": "integer", "default": 1},
+        },
+    )
     manager = make_manager(plugin_config={"palette": {"accent": [255, 204, 0]}})
 
     with caplog.at_level(logging.WARNING, logger="hookchat"):

@@ -13,16 +13,16 @@ from core.plugin import BasePlugin, PluginContext, PluginLoader, Priority, on, s
 
 pytestmark = pytest.mark.anyio
 
-VERSIONED = '''
+VERSIONED = """
     from core.plugin import BasePlugin, on
 
     class Versioned(BasePlugin):
         @on.custom_event(event_name="ping")
         async def pong(self, event):
             event.data.append("{version}")
-'''
+"""
 
-SEARCHER = '''
+SEARCHER = """
     import asyncio
 
     from core.plugin import BasePlugin, on, register
@@ -43,7 +43,7 @@ SEARCHER = '''
         @register.tag(name="shout", description="<shout>text</shout> says it loudly")
         async def shout(self, value: str, **attrs) -> list:
             return []
-'''
+"""
 
 
 async def ping(manager: PluginLoader) -> list[str]:
@@ -126,7 +126,10 @@ async def test_disable_stops_a_plugin_and_enable_brings_it_back(
     await manager.load_all()
     before = manager.status("searcher_a")
     assert (before.hooks, before.tools, before.tags, before.tasks) == (
-        ["custom_event:ping:pong"], ["search"], ["shout"], 1
+        ["custom_event:ping:pong"],
+        ["search"],
+        ["shout"],
+        1,
     )
     unloaded, loaded = record_signal(signals.plugin_unloaded), record_signal(signals.plugin_loaded)
 
@@ -141,7 +144,10 @@ async def test_disable_stops_a_plugin_and_enable_brings_it_back(
     status = await manager.enable("searcher_a")
 
     assert (status.state, status.hooks, status.tools, status.tags) == (
-        "loaded", ["custom_event:ping:pong"], ["search"], ["shout"]
+        "loaded",
+        ["custom_event:ping:pong"],
+        ["search"],
+        ["shout"],
     )
     assert await ping(manager) == ["searcher_a"]
     assert loaded == [{"plugin_id": "searcher_a"}]

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.anyio
 
 def answering(name: str, answer: str = "", *, extra: str = "") -> str:
     """The code of a plugin whose hook answers the custom event "ping" with `answer` (default: its name)."""
-    return f'''
+    return f"""
         from core.plugin import BasePlugin, on
         {extra}
 
@@ -23,7 +23,7 @@ def answering(name: str, answer: str = "", *, extra: str = "") -> str:
             @on.custom_event(event_name="ping")
             async def pong(self, event):
                 event.data.append({answer or repr(name)})
-    '''
+    """
 
 
 async def ping(manager: PluginLoader) -> list[Any]:
@@ -135,16 +135,22 @@ async def test_broken_plugins_are_skipped_with_their_reason_and_the_others_load(
     loaded = record_signal(signals.plugin_loaded)
     write_plugin("a_missing_dependency", answering("x", extra="import hookchat_no_such_module"))
     write_plugin("b_too_new", answering("x"), manifest={"core_version": ">=99.0"})
-    write_plugin("c_refuses", answering("x") + "\n            async def initialize(self):\n"
-                 "                raise RuntimeError('no API key configured')\n")
-    write_plugin("d_sync_hook", '''
+    write_plugin(
+        "c_refuses",
+        answering("x") + "\n            async def initialize(self):\n"
+        "                raise RuntimeError('no API key configured')\n",
+    )
+    write_plugin(
+        "d_sync_hook",
+        """
         from core.plugin import BasePlugin, on
 
         class SyncHook(BasePlugin):
             @on.im_message()
             def on_message(self, event):
                 pass
-    ''')
+    """,
+    )
     write_plugin("e_bad_manifest", answering("x"), manifest={"plugin_id": "../outside"})
     write_plugin("echo", answering("echo"))
 

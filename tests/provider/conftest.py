@@ -81,7 +81,11 @@ def model_server(embedded_model: Path) -> Iterator[ModelServer]:
     key = "sk-xllamacpp-test-5f0c1e"
     proc = subprocess.Popen(
         [sys.executable, "-c", _SERVER, str(embedded_model), "smollm2", key],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 120)
@@ -104,9 +108,17 @@ def weather_request() -> LLMRequest:
     """A request offering a `get_weather(city)` tool that the 135M model reliably calls, for Paris, with greedy
     decoding: the history shows it three such calls (a few-shot prompt; on its own it rarely calls tools)."""
     req = LLMRequest(user_prompt="What is the weather in Paris?", max_tokens=40, temperature=0.0)
-    req.tool_set.add(FunctionTool("get_weather", "Weather in a city", {
-        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}, _weather))
+    req.tool_set.add(
+        FunctionTool(
+            "get_weather",
+            "Weather in a city",
+            {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            _weather,
+        )
+    )
     for city in ("Rome", "Oslo", "Lima"):
-        req.messages += [ChatMessage("user", f"What is the weather in {city}?"),
-                         ChatMessage("assistant", tool_calls=[ToolCall("get_weather", {"city": city})])]
+        req.messages += [
+            ChatMessage("user", f"What is the weather in {city}?"),
+            ChatMessage("assistant", tool_calls=[ToolCall("get_weather", {"city": city})]),
+        ]
     return req

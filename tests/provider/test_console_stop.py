@@ -26,13 +26,15 @@ class Terminal:
 
     def __init__(self, command: str, cwd: Path) -> None:
         self.name = f"hookchat-test-{uuid.uuid4().hex[:8]}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "50", "-c", str(cwd),
-                        command], check=True)
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "50", "-c", str(cwd), command], check=True
+        )
         subprocess.run(["tmux", "set-option", "-t", self.name, "remain-on-exit", "on"], check=True)
 
     def screen(self) -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-S", "-200", "-t", self.name], capture_output=True,
-                              text=True, check=True).stdout
+        return subprocess.run(
+            ["tmux", "capture-pane", "-p", "-S", "-200", "-t", self.name], capture_output=True, text=True, check=True
+        ).stdout
 
     def keys(self, *keys: str) -> None:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
@@ -49,8 +51,9 @@ class Terminal:
     def exited(self, timeout: float = 60) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            dead = subprocess.run(["tmux", "display-message", "-p", "-t", self.name, "#{pane_dead}"],
-                                  capture_output=True, text=True).stdout.strip()
+            dead = subprocess.run(
+                ["tmux", "display-message", "-p", "-t", self.name, "#{pane_dead}"], capture_output=True, text=True
+            ).stdout.strip()
             if dead == "1":
                 return True
             time.sleep(0.1)

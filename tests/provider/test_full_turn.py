@@ -13,8 +13,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 @pytest.mark.parametrize("stream", [True, False])
 async def test_a_full_turn_with_the_bot(model_server, stream):
-    provider = OpenAIProvider(model_server.base_url, [model_server.model], api_key=model_server.api_key,
-                              timeout=120, max_tokens=24, temperature=0.0)
+    provider = OpenAIProvider(
+        model_server.base_url,
+        [model_server.model],
+        api_key=model_server.api_key,
+        timeout=120,
+        max_tokens=24,
+        temperature=0.0,
+    )
     config = {"limits": {"max_steps": 2}}
     async with ChatHarness(provider=provider, config=config) as bot:
         bot.app.agent.settings.stream = stream

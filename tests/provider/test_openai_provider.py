@@ -56,17 +56,30 @@ class Recorded:
 def completion(text: str | None = "hello", *, model: str = "m", **message: Any) -> dict[str, Any]:
     """A chat.completion body; `message` adds fields to the assistant message (tool_calls, reasoning_content)."""
     return {
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, **message},
-                     "finish_reason": "tool_calls" if "tool_calls" in message else "stop"}],
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, **message},
+                "finish_reason": "tool_calls" if "tool_calls" in message else "stop",
+            }
+        ],
         "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
     }
 
 
 def chunk(finish_reason: str | None = None, **delta: Any) -> dict[str, Any]:
     """A chat.completion.chunk body carrying one delta."""
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
 
 
 class FakeOpenAI:
@@ -215,8 +228,12 @@ async def test_tools_are_offered_and_tool_calls_parsed(fake, make):
     assert (sent["temperature"], sent["max_tokens"]) == (0.0, 9)
     assert resp.text_response == "" and resp.finish_reason == "tool_calls"
     good, bad = resp.tool_calls
-    assert (good.id, good.name, good.arguments, good.raw_arguments) == ("call_1", "weather", {"city": "Oslo"},
-                                                                        '{"city": "Oslo"}')
+    assert (good.id, good.name, good.arguments, good.raw_arguments) == (
+        "call_1",
+        "weather",
+        {"city": "Oslo"},
+        '{"city": "Oslo"}',
+    )
     # Invalid JSON arguments: kept raw for the agent loop's validation to report, parsed as {}.
     assert (bad.id, bad.arguments, bad.raw_arguments) == ("call_2", {}, '{"city": ')
 
@@ -245,9 +262,11 @@ async def test_retries_5xx_with_exponential_backoff_then_succeeds(fake, make):
 
 
 async def test_429_honours_retry_after_in_seconds(fake, make):
-    fake.script(Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "0"}),
-                Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "3"}),
-                Reply(json=completion("ok")))
+    fake.script(
+        Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "0"}),
+        Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "3"}),
+        Reply(json=completion("ok")),
+    )
     provider = make(max_retries=2)
 
     assert (await provider.complete(request())).text_response == "ok"
@@ -266,8 +285,9 @@ async def test_429_honours_retry_after_as_an_http_date(fake, make):
 
 
 async def test_retry_after_beyond_the_cap_fails_over_without_waiting(fake, make):
-    fake.respond = lambda body: (Reply(429, headers={"Retry-After": "3600"}) if body["model"] == "a"
-                                 else Reply(json=completion("from b")))
+    fake.respond = lambda body: (
+        Reply(429, headers={"Retry-After": "3600"}) if body["model"] == "a" else Reply(json=completion("from b"))
+    )
     provider = make(["a", "b"], max_retry_after=30)
 
     assert (await provider.complete(request())).text_response == "from b"
@@ -327,8 +347,11 @@ async def test_request_model_is_tried_before_the_configured_list(fake, make):
 
 
 async def test_client_errors_are_not_retried_but_fail_over(fake, make):
-    fake.respond = lambda body: (Reply(404, {"error": {"message": f"no model {body['model']}"}}) if body["model"] == "a"
-                                 else Reply(json=completion("fine")))
+    fake.respond = lambda body: (
+        Reply(404, {"error": {"message": f"no model {body['model']}"}})
+        if body["model"] == "a"
+        else Reply(json=completion("fine"))
+    )
     provider = make(["a", "b"])
 
     assert (await provider.complete(request())).text_response == "fine"
@@ -349,14 +372,18 @@ async def test_every_model_failing_names_each_failure(fake, make):
 # --- malformed replies ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reply", [
-    Reply(raw='{"choices": [{"message": {"content": "I am brok'),
-    Reply(raw="<html>502 Bad Gateway</html>"),
-    Reply(json={"object": "list", "data": []}),
-    Reply(json={"choices": []}),
-    Reply(json={"choices": [{"message": {"content": 42}}]}),
-    Reply(json={"error": {"message": "model crashed"}}),
-], ids=["truncated-json", "html", "no-choices", "empty-choices", "content-not-text", "error-with-200"])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(raw='{"choices": [{"message": {"content": "I am brok'),
+        Reply(raw="<html>502 Bad Gateway</html>"),
+        Reply(json={"object": "list", "data": []}),
+        Reply(json={"choices": []}),
+        Reply(json={"choices": [{"message": {"content": 42}}]}),
+        Reply(json={"error": {"message": "model crashed"}}),
+    ],
+    ids=["truncated-json", "html", "no-choices", "empty-choices", "content-not-text", "error-with-200"],
+)
 async def test_malformed_replies_raise_and_never_become_text(fake, make, reply):
     fake.script(reply)
     provider = make(["a", "b"])
@@ -396,8 +423,17 @@ async def test_missing_api_key_variable_is_named():
 
 
 async def test_stream_yields_deltas_then_the_complete_response(fake, make):
-    fake.script(Reply(events=[chunk(role="assistant"), chunk(reasoning_content="hm"), chunk(content="Hel"),
-                              chunk(content="lo"), chunk("stop")]))
+    fake.script(
+        Reply(
+            events=[
+                chunk(role="assistant"),
+                chunk(reasoning_content="hm"),
+                chunk(content="Hel"),
+                chunk(content="lo"),
+                chunk("stop"),
+            ]
+        )
+    )
     provider = make()
 
     events = await collect(provider.stream(request()))
@@ -424,15 +460,23 @@ async def test_stream_reassembles_tool_calls_from_deltas(fake, make):
     def call(index: int, **fields: Any) -> dict[str, Any]:
         return {"index": index, **fields}
 
-    fake.script(Reply(events=[
-        chunk(role="assistant", content=None),
-        chunk(tool_calls=[call(0, id="call_a", type="function", function={"name": "weather", "arguments": ""})]),
-        chunk(tool_calls=[call(0, function={"arguments": '{"ci'})]),
-        chunk(tool_calls=[call(1, id="call_b", type="function", function={"name": "weather", "arguments": '{"c'})]),
-        chunk(tool_calls=[call(0, function={"arguments": 'ty": "Oslo"}'})]),
-        chunk(tool_calls=[call(1, function={"arguments": 'ity": "Rome"}'})]),
-        chunk("tool_calls"),
-    ]))
+    fake.script(
+        Reply(
+            events=[
+                chunk(role="assistant", content=None),
+                chunk(
+                    tool_calls=[call(0, id="call_a", type="function", function={"name": "weather", "arguments": ""})]
+                ),
+                chunk(tool_calls=[call(0, function={"arguments": '{"ci'})]),
+                chunk(
+                    tool_calls=[call(1, id="call_b", type="function", function={"name": "weather", "arguments": '{"c'})]
+                ),
+                chunk(tool_calls=[call(0, function={"arguments": 'ty": "Oslo"}'})]),
+                chunk(tool_calls=[call(1, function={"arguments": 'ity": "Rome"}'})]),
+                chunk("tool_calls"),
+            ]
+        )
+    )
     req = request()
     req.tool_set.add(Weather())
 
@@ -442,7 +486,9 @@ async def test_stream_reassembles_tool_calls_from_deltas(fake, make):
     resp = events[0].response
     assert resp.finish_reason == "tool_calls"
     assert [(c.id, c.name, c.arguments) for c in resp.tool_calls] == [
-        ("call_a", "weather", {"city": "Oslo"}), ("call_b", "weather", {"city": "Rome"})]
+        ("call_a", "weather", {"city": "Oslo"}),
+        ("call_b", "weather", {"city": "Rome"}),
+    ]
     assert resp.tool_calls[1].raw_arguments == '{"city": "Rome"}'
 
 
@@ -480,8 +526,9 @@ async def test_stream_breaking_after_output_raises_without_retrying(fake, make):
 
 
 async def test_stream_fails_over_before_output(fake, make):
-    fake.respond = lambda body: (Reply(503) if body["model"] == "a"
-                                 else Reply(events=[chunk(content="from b"), chunk("stop")]))
+    fake.respond = lambda body: (
+        Reply(503) if body["model"] == "a" else Reply(events=[chunk(content="from b"), chunk("stop")])
+    )
     provider = make(["a", "b"], max_retries=0)
 
     events = await collect(provider.stream(request()))
@@ -491,20 +538,42 @@ async def test_stream_fails_over_before_output(fake, make):
 
 
 async def test_parallel_calls_sent_whole_at_one_index_stay_apart(fake, make):
-    fake.script(Reply(events=[
-        chunk(tool_calls=[{"index": 0, "id": "call_0", "type": "function",
-                           "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}]),
-        chunk(tool_calls=[{"index": 0, "id": "call_1", "type": "function",
-                           "function": {"name": "weather", "arguments": '{"city": "Rome"}'}}]),
-        chunk("tool_calls"),
-    ]))
+    fake.script(
+        Reply(
+            events=[
+                chunk(
+                    tool_calls=[
+                        {
+                            "index": 0,
+                            "id": "call_0",
+                            "type": "function",
+                            "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                        }
+                    ]
+                ),
+                chunk(
+                    tool_calls=[
+                        {
+                            "index": 0,
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "weather", "arguments": '{"city": "Rome"}'},
+                        }
+                    ]
+                ),
+                chunk("tool_calls"),
+            ]
+        )
+    )
     req = request()
     req.tool_set.add(Weather())
 
     resp = (await collect(make().stream(req)))[-1].response
 
-    assert [(c.id, c.arguments) for c in resp.tool_calls] == [("call_0", {"city": "Oslo"}),
-                                                               ("call_1", {"city": "Rome"})]
+    assert [(c.id, c.arguments) for c in resp.tool_calls] == [
+        ("call_0", {"city": "Oslo"}),
+        ("call_1", {"city": "Rome"}),
+    ]
 
 
 async def test_a_server_that_sends_keep_alives_but_never_answers_times_out():

@@ -24,7 +24,9 @@ def load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> Hookch
 
 
 def test_the_embedded_model_takes_its_keys_and_the_sampling_keys(tmp_path):
-    config = load(tmp_path, """
+    config = load(
+        tmp_path,
+        """
 [[providers]]
 name = "tiny"
 type = "local"
@@ -35,7 +37,8 @@ temperature = 0.2
 top_p = 0.9
 max_tokens = 100
 stop = ["\\n\\n", "User:"]
-""")
+""",
+    )
     provider = build_provider(config)
     assert isinstance(provider, LocalLlamaProvider) and provider.name == "tiny"
     assert provider.model_path == tmp_path / "models" / "other.gguf"  # relative to the config file
@@ -49,12 +52,19 @@ def test_unset_keys_keep_the_providers_defaults(tmp_path):
     embedded = build_provider(load(tmp_path, '[[providers]]\nname = "local"\ntype = "local"\n'))
     default = LocalLlamaProvider()
     assert (embedded.context_tokens, embedded.threads, embedded.temperature, embedded.max_tokens, embedded.stop) == (
-        default.context_tokens, default.threads, default.temperature, default.max_tokens, default.stop)
+        default.context_tokens,
+        default.threads,
+        default.temperature,
+        default.max_tokens,
+        default.stop,
+    )
     assert isinstance(build_provider(HookchatConfig()), LocalLlamaProvider)  # no [[providers]] at all
 
 
 def test_an_openai_endpoint_takes_the_sampling_keys(tmp_path):
-    config = load(tmp_path, """
+    config = load(
+        tmp_path,
+        """
 [[providers]]
 name = "api"
 type = "openai"
@@ -64,26 +74,39 @@ temperature = 0.3
 max_tokens = 50
 top_p = 0.8
 stop = ["END"]
-""")
+""",
+    )
     provider = build_provider(config)
     assert isinstance(provider, OpenAIProvider)
     assert (provider.temperature, provider.max_tokens) == (0.3, 50)
     assert provider.extra_body == {"top_p": 0.8, "stop": ["END"]}
 
 
-@pytest.mark.parametrize("table, key, reason", [
-    ('type = "openai"\nmodels = ["m"]\ncontext_tokens = 4096', "providers[0]",
-     'context_tokens: only for the embedded model (type = "local" without base_url)'),
-    ('type = "local"\nbase_url = "http://127.0.0.1:8080/v1"\nthreads = 2\nmodel_path = "m.gguf"', "providers[0]",
-     "threads, model_path: only for the embedded model"),
-    ('type = "local"\ncontext_tokens = 512\nmax_tokens = 512', "providers[0]",
-     "max_tokens (512) must be less than context_tokens (512)"),
-    ('type = "local"\ntemperature = 3', "providers[0].temperature", "less than or equal to 2"),
-    ('type = "local"\ntop_p = 0', "providers[0].top_p", "greater than 0"),
-    ('type = "local"\nthreads = 0', "providers[0].threads", "greater than 0"),
-    ('type = "local"\nstop = [""]', "providers[0].stop[0]", "at least 1 character"),
-    ('type = "local"\ncontext_size = 4096', "providers[0].context_size", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "table, key, reason",
+    [
+        (
+            'type = "openai"\nmodels = ["m"]\ncontext_tokens = 4096',
+            "providers[0]",
+            'context_tokens: only for the embedded model (type = "local" without base_url)',
+        ),
+        (
+            'type = "local"\nbase_url = "http://127.0.0.1:8080/v1"\nthreads = 2\nmodel_path = "m.gguf"',
+            "providers[0]",
+            "threads, model_path: only for the embedded model",
+        ),
+        (
+            'type = "local"\ncontext_tokens = 512\nmax_tokens = 512',
+            "providers[0]",
+            "max_tokens (512) must be less than context_tokens (512)",
+        ),
+        ('type = "local"\ntemperature = 3', "providers[0].temperature", "less than or equal to 2"),
+        ('type = "local"\ntop_p = 0', "providers[0].top_p", "greater than 0"),
+        ('type = "local"\nthreads = 0', "providers[0].threads", "greater than 0"),
+        ('type = "local"\nstop = [""]', "providers[0].stop[0]", "at least 1 character"),
+        ('type = "local"\ncontext_size = 4096', "providers[0].context_size", "unknown key"),
+    ],
+)
 def test_keys_that_cannot_apply_are_refused_by_name(tmp_path, table, key, reason):
     with pytest.raises(ConfigError) as caught:
         load(tmp_path, f'[[providers]]\nname = "p"\n{table}\n')
@@ -129,7 +152,9 @@ async def test_stop_sequences_reach_the_embedded_model(tmp_path, embedded_model)
 
 @pytest.mark.slow
 async def test_stop_sequences_reach_an_openai_compatible_server(tmp_path, model_server):
-    config = load(tmp_path, f"""
+    config = load(
+        tmp_path,
+        f"""
 [[providers]]
 name = "server"
 type = "local"
@@ -138,7 +163,9 @@ models = ["{model_server.model}"]
 api_key_env = "SERVER_KEY"
 stop = [" "]
 temperature = 0
-""", {"SERVER_KEY": model_server.api_key})
+""",
+        {"SERVER_KEY": model_server.api_key},
+    )
     provider = build_provider(config)
     try:
         resp = await provider.complete(LLMRequest(user_prompt="Write a long sentence about the sea."))

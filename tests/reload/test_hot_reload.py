@@ -15,7 +15,7 @@ from core.testing import ChatHarness, ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 
-PLUGIN = '''
+PLUGIN = """
 from core.plugin import BasePlugin, on
 
 
@@ -23,7 +23,7 @@ class Tagger(BasePlugin):
     @on.after_xml_parse()
     async def mark(self, event, chain, *_):
         chain.text(" [{version}]")
-'''
+"""
 
 
 def write_plugin(root: Path, version: str) -> Path:

@@ -25,7 +25,7 @@ def snippet(first: str, last: str, seed: Path = SEED_002, *, occurrence: int = 0
     lines = seed.read_text(encoding="utf-8").splitlines()
     start = [i for i, line in enumerate(lines) if line.startswith(first)][occurrence]
     end = next(i for i in range(start, len(lines)) if lines[i].startswith(last))
-    return "\n".join(lines[start:end + 1])
+    return "\n".join(lines[start : end + 1])
 
 
 def method(name: str, *parts: str, returns: str = "locals()") -> str:
@@ -34,13 +34,15 @@ def method(name: str, *parts: str, returns: str = "locals()") -> str:
     return f"async def {name}(self, **_):\n{textwrap.indent(body, '    ')}"
 
 
-def write_plugin(root: Path, plugin_id: str, class_name: str, members: list[str], *, files: dict[str, str] = (),
-                 header: str = "") -> Path:
+def write_plugin(
+    root: Path, plugin_id: str, class_name: str, members: list[str], *, files: dict[str, str] = (), header: str = ""
+) -> Path:
     """A plugin folder whose `main.py` defines `class_name(NekoPluginBase)` with `members` (methods as source)."""
     folder = root / plugin_id
     folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({"plugin_id": plugin_id, "version": "1.2.3",
-                                                      "display_name": class_name}))
+    (folder / "manifest.json").write_text(
+        json.dumps({"plugin_id": plugin_id, "version": "1.2.3", "display_name": class_name})
+    )
     body = "\n".join(textwrap.indent(m, "    ") for m in members) or "    pass"
     source = f"from plugin.sdk.plugin import *\n{header}\n\n@neko_plugin\nclass {class_name}(NekoPluginBase):\n{body}\n"
     (folder / "main.py").write_text(source)

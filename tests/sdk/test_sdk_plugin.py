@@ -72,7 +72,8 @@ async def test_saved_config_updates_come_back_when_the_plugin_loads_again(tmp_pa
     (folder / "manifest.json").write_text(json.dumps({"plugin_id": "tunable"}))
     (folder / "schema.json").write_text(json.dumps({"level": {"type": "integer", "default": 1}}))
     (folder / "main.py").write_text(
-        "from plugin.sdk.plugin import NekoPluginBase\n\nclass Tunable(NekoPluginBase):\n    pass\n")
+        "from plugin.sdk.plugin import NekoPluginBase\n\nclass Tunable(NekoPluginBase):\n    pass\n"
+    )
     async with ChatHarness(plugins=[folder], builtins=(), config={"data": {"dir": str(tmp_path / "d")}}) as bot:
         await bot.plugin("tunable").ctx.update_own_config({"level": 5})
         await bot.app.plugins.reload("tunable")

@@ -1,7 +1,6 @@
 """Seed 000: the `@llm_tool` example runs unmodified as a plugin folder, the model calls it, and the imperative API
 and the tool rules behave as the seed says."""
 
-
 import pytest
 
 from core.provider import ToolCall
@@ -37,11 +36,13 @@ async def test_the_model_calls_get_weather_of_the_seed_example():
 async def test_the_imperative_api_of_the_seed(tmp_path):
     register = snippet("self.register_llm_tool(", ")", SEED_000).replace("{...}", '{"q": {"type": "string"}}')
     members = [
-        method("use_api",
-               "async def my_callable(**kwargs):\n    return {'custom': kwargs}",
-               register,
-               "listed = " + snippet("self.list_llm_tools()", "self.list_llm_tools()", SEED_000).split("#")[0],
-               snippet('self.unregister_llm_tool("custom")', 'self.unregister_llm_tool("custom")', SEED_000)),
+        method(
+            "use_api",
+            "async def my_callable(**kwargs):\n    return {'custom': kwargs}",
+            register,
+            "listed = " + snippet("self.list_llm_tools()", "self.list_llm_tools()", SEED_000).split("#")[0],
+            snippet('self.unregister_llm_tool("custom")', 'self.unregister_llm_tool("custom")', SEED_000),
+        ),
     ]
     folder = write_plugin(tmp_path / "plugins", "imperative", "ImperativePlugin", members)
     async with ChatHarness(plugins=[folder], builtins=()) as bot:
@@ -49,9 +50,16 @@ async def test_the_imperative_api_of_the_seed(tmp_path):
         assert "custom" not in bot.app.plugins.tools, "unregister_llm_tool removed it"
         assert bot.plugin("imperative").list_llm_tools() == []
     [listed] = result["listed"]  # what list_llm_tools() said while it was registered
-    assert listed == {"name": "custom", "description": "...", "timeout": 30.0, "role": None, "owner": "imperative",
-                      "remote": False, "active": True,
-                      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    assert listed == {
+        "name": "custom",
+        "description": "...",
+        "timeout": 30.0,
+        "role": None,
+        "owner": "imperative",
+        "remote": False,
+        "active": True,
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
 
 
 async def test_a_tool_registered_imperatively_is_called_by_the_model():
@@ -60,8 +68,14 @@ async def test_a_tool_registered_imperatively_is_called_by_the_model():
             async def my_callable(**kwargs):
                 return {"custom": kwargs}
 
-            self.register_llm_tool(name="custom", description="...", handler=my_callable, timeout=30.0, role=None,
-                                   parameters={"type": "object", "properties": {"q": {"type": "string"}}})
+            self.register_llm_tool(
+                name="custom",
+                description="...",
+                handler=my_callable,
+                timeout=30.0,
+                role=None,
+                parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+            )
 
     provider = ScriptedProvider([[ToolCall("custom", {"q": "x"})], "done"])
     async with ChatHarness(plugins=[Runtime], provider=provider) as bot:

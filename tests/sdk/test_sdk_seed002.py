@@ -50,65 +50,107 @@ class DependencyPlugin(NekoPluginBase):
     pass
 
 
-SCHEMA = {"my_settings": {"type": "object", "default": {"timeout": 45},
-                          "properties": {"timeout": {"type": "integer"}}}}
+SCHEMA = {"my_settings": {"type": "object", "default": {"timeout": 45}, "properties": {"timeout": {"type": "integer"}}}}
 
 MEMBERS = [
     method("everyday", 'request_id = "req-1"', snippet("self.logger.info(", "timeout = await self.config.get_int(")),
-    method("storage", snippet("unwrap(await self.store.set(", "    await session.commit()"),
-           "rows = []",
-           "async with unwrap(await self.db.session()) as s:\n"
-           "    rows = (await s.execute(\"SELECT name FROM sqlite_master\")).fetchall()"),
+    method(
+        "storage",
+        snippet("unwrap(await self.store.set(", "    await session.commit()"),
+        "rows = []",
+        "async with unwrap(await self.db.session()) as s:\n"
+        '    rows = (await s.execute("SELECT name FROM sqlite_master")).fetchall()',
+    ),
     method("translate", snippet('message = self.i18n.t("greeting"', 'message = self.i18n.t("greeting"')),
     method("status", snippet("self.report_status({", "})")),
-    method("push", snippet("result = self.push_message(", "    self.logger.warning(\"message submission failed")),
-    method("paths", snippet('db_path = self.data_path("records.db")', 'db_path = self.data_path("records.db")'),
-           snippet('preview_path = self.cache_path("preview.png")', 'preview_path = self.cache_path("preview.png")')),
-    method("dynamic", snippet("self.register_dynamic_entry(", ")"),
-           "async def handler(**_):\n    return await self.finish(data={'summary': 's', 'raw': 1})",
-           snippet("self.register_dynamic_entry(", ")", occurrence=1)),
-    method("finish_reply", snippet('return await self.finish(data={"summary": "Done"}, reply=True)',
-                                   'return await self.finish(data={"summary": "Done"}, reply=True)'),
-           returns="None"),
-    snippet('@plugin_entry(llm_result_fields=["summary"])', '    return await self.finish('),
-    method("results", "from plugin.sdk.plugin import SdkError",
-           snippet('result = await self.plugins.call_entry("other:do_stuff")', '    self.logger.error(f"Call failed'),
-           "first = result",
-           snippet('result = await self.plugins.call_entry("other:do_stuff")',
-                   'result = await self.plugins.call_entry("other:do_stuff")').replace("other:do_stuff", "nope:x"),
-           snippet('if isinstance(result, Ok):', '    self.logger.error(f"Call failed'),
-           snippet("value = unwrap(result)", "value = unwrap(result)").replace("result", "first"),
-           snippet("value = unwrap_or(result, None)", "value = unwrap_or(result, None)"),
-           "failed = Err(SdkError('something went wrong'))"),
-    method("cross_plugin", *(snippet(line, line) for line in [
-        "result = await self.plugins.list()", "result = await self.plugins.list(enabled=True)"]),
+    method("push", snippet("result = self.push_message(", '    self.logger.warning("message submission failed')),
+    method(
+        "paths",
+        snippet('db_path = self.data_path("records.db")', 'db_path = self.data_path("records.db")'),
+        snippet('preview_path = self.cache_path("preview.png")', 'preview_path = self.cache_path("preview.png")'),
+    ),
+    method(
+        "dynamic",
+        snippet("self.register_dynamic_entry(", ")"),
+        "async def handler(**_):\n    return await self.finish(data={'summary': 's', 'raw': 1})",
+        snippet("self.register_dynamic_entry(", ")", occurrence=1),
+    ),
+    method(
+        "finish_reply",
+        snippet(
+            'return await self.finish(data={"summary": "Done"}, reply=True)',
+            'return await self.finish(data={"summary": "Done"}, reply=True)',
+        ),
+        returns="None",
+    ),
+    snippet('@plugin_entry(llm_result_fields=["summary"])', "    return await self.finish("),
+    method(
+        "results",
+        "from plugin.sdk.plugin import SdkError",
+        snippet('result = await self.plugins.call_entry("other:do_stuff")', '    self.logger.error(f"Call failed'),
+        "first = result",
+        snippet(
+            'result = await self.plugins.call_entry("other:do_stuff")',
+            'result = await self.plugins.call_entry("other:do_stuff")',
+        ).replace("other:do_stuff", "nope:x"),
+        snippet("if isinstance(result, Ok):", '    self.logger.error(f"Call failed'),
+        snippet("value = unwrap(result)", "value = unwrap(result)").replace("result", "first"),
+        snippet("value = unwrap_or(result, None)", "value = unwrap_or(result, None)"),
+        "failed = Err(SdkError('something went wrong'))",
+    ),
+    method(
+        "cross_plugin",
+        *(
+            snippet(line, line)
+            for line in ["result = await self.plugins.list()", "result = await self.plugins.list(enabled=True)"]
+        ),
         "listed = result",
-        snippet("result = await self.plugins.list_ids()", "result = await self.plugins.list_ids()"), "ids = result",
-        snippet('result = await self.plugins.exists("other_plugin")', 'result = await self.plugins.exists('),
+        snippet("result = await self.plugins.list_ids()", "result = await self.plugins.list_ids()"),
+        "ids = result",
+        snippet('result = await self.plugins.exists("other_plugin")', "result = await self.plugins.exists("),
         "exists = result",
         snippet('result = await self.plugins.call_entry("other_plugin:do_work"', "result = await self.plugins.call"),
         "work = result",
-        snippet('result = await self.plugins.call_entry_json(', "result = await self.plugins.call_entry_json("),
+        snippet("result = await self.plugins.call_entry_json(", "result = await self.plugins.call_entry_json("),
         "data = result",
-        snippet('result = await self.plugins.require_enabled(', "result = await self.plugins.require_enabled(")),
-    method("store_example", snippet('unwrap_or(await self.store.set("key", {"count": 42}), None)',
-                                    'value = unwrap_or(await self.store.get("key"), None)')),
-    method("system", snippet("config = unwrap_or(await self.system_info.get_system_config(), {})",
-                             "python_env = unwrap_or(await self.system_info.get_python_env(), {})")),
-    method("read_bus", snippet("events = await self.bus.events.get(", "records = await self.bus.memory.get("),
-           snippet("frames = await self.bus.frames.get(", "latest = frames.sort(")),
+        snippet("result = await self.plugins.require_enabled(", "result = await self.plugins.require_enabled("),
+    ),
+    method(
+        "store_example",
+        snippet(
+            'unwrap_or(await self.store.set("key", {"count": 42}), None)',
+            'value = unwrap_or(await self.store.get("key"), None)',
+        ),
+    ),
+    method(
+        "system",
+        snippet(
+            "config = unwrap_or(await self.system_info.get_system_config(), {})",
+            "python_env = unwrap_or(await self.system_info.get_python_env(), {})",
+        ),
+    ),
+    method(
+        "read_bus",
+        snippet("events = await self.bus.events.get(", "records = await self.bus.memory.get("),
+        snippet("frames = await self.bus.frames.get(", "latest = frames.sort("),
+    ),
 ]
 
 
 @pytest.fixture
 async def seed_bot(tmp_path):
-    folder = write_plugin(tmp_path / "plugins", "seed_features", "SeedFeatures", MEMBERS,
-                          files={"schema.json": json.dumps(SCHEMA),
-                                 "i18n/en.json": json.dumps({"greeting": "Hello, {name}!"})})
+    folder = write_plugin(
+        tmp_path / "plugins",
+        "seed_features",
+        "SeedFeatures",
+        MEMBERS,
+        files={"schema.json": json.dumps(SCHEMA), "i18n/en.json": json.dumps({"greeting": "Hello, {name}!"})},
+    )
     provider = ScriptedProvider(["Hi there."])
     config = {"data": {"dir": str(tmp_path / "data")}, "server": {"token": "seed-secret"}}
-    async with ChatHarness(plugins=[folder, OtherPlugin, Other, DependencyPlugin], provider=provider,
-                           config=config) as bot:
+    async with ChatHarness(
+        plugins=[folder, OtherPlugin, Other, DependencyPlugin], provider=provider, config=config
+    ) as bot:
         yield bot, bot.plugin("seed_features")
 
 

@@ -23,7 +23,7 @@ class CountingServer:
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:
                 owner.hits.append(self.path)
                 body = b'{"type": "string"}'
                 self.send_response(200)

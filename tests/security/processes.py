@@ -26,24 +26,50 @@ class SlowModel:
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 user = [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
                 time.sleep(owner.delay)
                 text = f"<msg>answer: {user}</msg>"
                 if body.get("stream"):
                     events = [{"content": text, "role": "assistant"}, None]
-                    payload = "".join(
-                        "data: " + json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                                               "choices": [{"index": 0, "delta": d or {},
-                                                            "finish_reason": None if d else "stop"}]}) + "\n\n"
-                        for d in events) + "data: [DONE]\n\n"
+                    payload = (
+                        "".join(
+                            "data: "
+                            + json.dumps(
+                                {
+                                    "id": "c",
+                                    "object": "chat.completion.chunk",
+                                    "created": 1,
+                                    "model": "m",
+                                    "choices": [{"index": 0, "delta": d or {}, "finish_reason": None if d else "stop"}],
+                                }
+                            )
+                            + "\n\n"
+                            for d in events
+                        )
+                        + "data: [DONE]\n\n"
+                    )
                     self._reply(payload.encode(), "text/event-stream")
                 else:
-                    self._reply(json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
-                                            "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                                                "role": "assistant", "content": text}}]}).encode(),
-                                "application/json")
+                    self._reply(
+                        json.dumps(
+                            {
+                                "id": "c",
+                                "object": "chat.completion",
+                                "created": 1,
+                                "model": "m",
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": text},
+                                    }
+                                ],
+                            }
+                        ).encode(),
+                        "application/json",
+                    )
 
             def _reply(self, data: bytes, kind: str) -> None:
                 self.send_response(200)
@@ -68,7 +94,8 @@ def write_config(tmp_path: Path, model_url: str, *, plugin_dirs: list[str] = (),
     """A `hookchat.toml` in `tmp_path`: data in `data/`, the plugin folders `plugin_dirs` (default none), the model
     at `model_url`, a tool registry on a free port; `extra` is appended (more TOML)."""
     config = tmp_path / "hookchat.toml"
-    config.write_text(f"""
+    config.write_text(
+        f"""
 [data]
 dir = "data"
 [plugins]
@@ -82,16 +109,24 @@ max_retries = 0
 [server]
 port = 0
 token = "t"
-""" + extra)
+"""
+        + extra
+    )
     return config
 
 
 def start_hookchat(config: Path) -> subprocess.Popen:
     """`hookchat run -c config` in its own process, its console on pipes (text)."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(config.parent), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "core.cli", "run", "-c", str(config)], cwd=config.parent,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "core.cli", "run", "-c", str(config)],
+        cwd=config.parent,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
 
 
 def read_replies(process: subprocess.Popen, until: int, replies: list[str], timeout: float = 60) -> None:

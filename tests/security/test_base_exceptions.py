@@ -15,13 +15,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from core.chat.message_elements import Text
 from core.plugin import BasePlugin, on, register
 from core.provider import ToolCall
-from core.testing import ChatHarness, ScriptedProvider
 from core.services import timer_interval
-from core.utils.tool_utils import FunctionTool
+from core.testing import ChatHarness, ScriptedProvider
 from core.utils.tasks import ContainedBaseException, TaskOwner, must_propagate
+from core.utils.tool_utils import FunctionTool
 
 pytestmark = pytest.mark.anyio
 
@@ -162,7 +161,7 @@ def test_a_real_ctrl_c_under_asyncio_run_is_told_apart_from_a_plugins_keyboard_i
     assert not must_propagate(SystemExit(1))
 
 
-QUITTER_FOLDER = '''
+QUITTER_FOLDER = """
 import sys
 from core.plugin import BasePlugin, on
 
@@ -170,7 +169,7 @@ class Quitter(BasePlugin):
     @on.im_message()
     async def quit(self, event, *_):
         sys.exit(3)  # a plugin bug, at every message
-'''
+"""
 
 
 @pytest.mark.slow
@@ -197,10 +196,21 @@ max_retries = 0
 port = 0
 token = "t"
 """)
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HOME": str(tmp_path),
-           "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "core.cli", "run"], cwd=tmp_path, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "HOME": str(tmp_path),
+        "PYTHONUNBUFFERED": "1",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "core.cli", "run"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         replies: list[str] = []
         for i, text in enumerate(["hello", "still there?"], 1):

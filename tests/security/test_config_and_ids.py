@@ -15,15 +15,18 @@ from core.plugin import Manifest, PluginLoader
 pytestmark = pytest.mark.anyio
 
 
-@pytest.mark.parametrize("value, reason", [
-    ('""', "must name a directory"),
-    ('"a\\u0000b"', "must name a directory"),
-    ('"taken.txt"', "is a file, not a directory"),
-    ('"taken.txt/data"', "is a file, not a directory"),
-    ("1", "data.dir"),
-    ('"/proc"', "no file can be created in /proc"),  # a directory, and root passes every permission check
-    ('"/proc/hookchat"', "no file can be created in /proc"),
-])
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        ('""', "must name a directory"),
+        ('"a\\u0000b"', "must name a directory"),
+        ('"taken.txt"', "is a file, not a directory"),
+        ('"taken.txt/data"', "is a file, not a directory"),
+        ("1", "data.dir"),
+        ('"/proc"', "no file can be created in /proc"),  # a directory, and root passes every permission check
+        ('"/proc/hookchat"', "no file can be created in /proc"),
+    ],
+)
 def test_an_unusable_data_dir_is_a_config_error(tmp_path: Path, value: str, reason: str) -> None:
     (tmp_path / "taken.txt").write_text("a file")
     (tmp_path / "hookchat.toml").write_text(f"[data]\ndir = {value}\n")

@@ -177,7 +177,7 @@ async def test_a_session_goes_on_to_its_next_turn_after_a_hook_that_swallows_its
     assert any("abandoned" in r.getMessage() and "goes on" in r.getMessage() for r in caplog.records)
 
 
-STUBBORN_FOLDER = '''
+STUBBORN_FOLDER = """
 import asyncio
 from core.plugin import BasePlugin, on
 
@@ -189,7 +189,7 @@ class Stubborn(BasePlugin):
                 await asyncio.sleep(0.05)
             except asyncio.CancelledError:
                 pass
-'''
+"""
 
 
 async def test_hookchat_plugins_shows_a_plugin_faulty_in_an_earlier_run(tmp_path) -> None:
@@ -197,8 +197,9 @@ async def test_hookchat_plugins_shows_a_plugin_faulty_in_an_earlier_run(tmp_path
     folder.mkdir(parents=True)
     (folder / "manifest.json").write_text('{"plugin_id": "stubborn"}')
     (folder / "main.py").write_text(STUBBORN_FOLDER)
-    (tmp_path / "hookchat.toml").write_text('[data]\ndir = "data"\n[plugins]\ndirs = ["plugins"]\n'
-                                           '[adapters]\nconsole = false\n')
+    (tmp_path / "hookchat.toml").write_text(
+        '[data]\ndir = "data"\n[plugins]\ndirs = ["plugins"]\n[adapters]\nconsole = false\n'
+    )
     config = {"data": {"dir": str(tmp_path / "data")}, "plugins": {"dirs": [str(tmp_path / "plugins")]}}
     async with ChatHarness(provider=ScriptedProvider(["<msg>x</msg>"]), config=config) as bot:
         message = bot.message("hello")
@@ -207,16 +208,30 @@ async def test_hookchat_plugins_shows_a_plugin_faulty_in_an_earlier_run(tmp_path
             while bot.app.plugins.status("stubborn").fault is None:
                 await asyncio.sleep(0.05)
 
-    listed = await anyio.to_thread.run_sync(lambda: subprocess.run(
-        [sys.executable, "-m", "core.cli", "plugins"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}))
+    listed = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "core.cli", "plugins"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+    )
 
     assert listed.returncode == 1, listed.stderr
     [line] = [line for line in listed.stdout.splitlines() if "faulty:" in line]
     assert "hook stubborn (im_batch_message) ignored its cancellation" in line
 
     (folder / "main.py").write_text(STUBBORN_FOLDER + "\n# fixed\n")  # a changed plugin starts with a clean slate
-    listed = await anyio.to_thread.run_sync(lambda: subprocess.run(
-        [sys.executable, "-m", "core.cli", "plugins"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}))
+    listed = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "core.cli", "plugins"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+    )
     assert listed.returncode == 0 and "faulty:" not in listed.stdout, listed.stdout

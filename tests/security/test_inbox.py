@@ -25,8 +25,17 @@ SID = "test:dm:user"
 
 
 def _record(text: str) -> dict:
-    return {"text": text, "user_id": "user", "nickname": "", "adapter": "test", "type": "dm", "id": "user",
-            "group_id": None, "message_id": "m1", "is_mentioned": True}
+    return {
+        "text": text,
+        "user_id": "user",
+        "nickname": "",
+        "adapter": "test",
+        "type": "dm",
+        "id": "user",
+        "group_id": None,
+        "message_id": "m1",
+        "is_mentioned": True,
+    }
 
 
 async def _leave_unanswered(data: Path, text: str, age: float) -> None:
@@ -42,8 +51,7 @@ async def test_the_turn_is_stored_before_final_result_hooks_run(tmp_path: Path) 
         @on.final_result()
         async def remember(self, event, chain, *_):
             seen.append([m.content for m in await self.ctx.app.history.get_history(event.sid)])
-            seen.append([text for _, _, _, data in await self.ctx.app.history.unfinished()
-                         for text in [data["text"]]])
+            seen.append([text for _, _, _, data in await self.ctx.app.history.unfinished() for text in [data["text"]]])
 
     async with ChatHarness([Memory], ScriptedProvider(["<msg>hi</msg>"])) as bot:
         await bot.send("hello")
@@ -168,13 +176,16 @@ async def test_recovery_answers_in_arrival_order(tmp_path: Path) -> None:
 async def test_an_inbox_of_an_earlier_version_opens_and_is_recovered_in_arrival_order(tmp_path: Path) -> None:
     db = tmp_path / "history.sqlite3"
     with sqlite3.connect(db) as conn:  # the table as hookchat 0.1 made it: a UUID key, no sequence
-        conn.execute("CREATE TABLE inbox (id TEXT PRIMARY KEY, sid TEXT NOT NULL, received_at REAL NOT NULL, "
-                     "message TEXT NOT NULL)")
+        conn.execute(
+            "CREATE TABLE inbox (id TEXT PRIMARY KEY, sid TEXT NOT NULL, received_at REAL NOT NULL, "
+            "message TEXT NOT NULL)"
+        )
         now = time.time()
         # UUID order is the reverse of arrival here: the ids sort z..., y..., x...
         for n, key in enumerate(["zz", "yy", "xx"]):
-            conn.execute("INSERT INTO inbox VALUES (?, ?, ?, ?)",
-                         (key, SID, now - 10 + n, json.dumps(_record(f"old {n}"))))
+            conn.execute(
+                "INSERT INTO inbox VALUES (?, ?, ?, ?)", (key, SID, now - 10 + n, json.dumps(_record(f"old {n}")))
+            )
     provider = ScriptedProvider(["<msg>ok</msg>", "<msg>again</msg>"])
     async with ChatHarness(provider=provider, config={"data": {"dir": str(tmp_path)}}) as bot:
         await bot.app.scheduler.join()

@@ -64,7 +64,9 @@ async def test_the_tool_registry_beyond_loopback_without_a_token_refuses_to_star
     assert not server.running
 
 
-async def test_the_tool_registry_on_loopback_without_a_token_serves_nothing_but_its_health(tmp_path, monkeypatch) -> None:
+async def test_the_tool_registry_on_loopback_without_a_token_serves_nothing_but_its_health(
+    tmp_path, monkeypatch
+) -> None:
     monkeypatch.delenv("HOOKCHAT_SERVER_TOKEN", raising=False)
     server = ToolRegistryServer(ServerConfig(host="127.0.0.1", port=0), OwnedRegistry("tool"), tmp_path)
     await server.start()

@@ -43,8 +43,11 @@ async def test_a_media_dir_that_contains_the_data_dir_still_hides_it(tmp_path: P
     store.parent.mkdir(parents=True)
     store.write_text('{"secret": 1}')
 
-    sent = await _reply_to("<msg><file>photo.txt</file><file>data/history.sqlite3</file>"
-                           "<file>data/plugin_data/notes/store.json</file></msg>", config)
+    sent = await _reply_to(
+        "<msg><file>photo.txt</file><file>data/history.sqlite3</file>"
+        "<file>data/plugin_data/notes/store.json</file></msg>",
+        config,
+    )
 
     files = [e for e in sent if isinstance(e, File)]
     assert [Path(f.path).name for f in files] == ["photo.txt"]

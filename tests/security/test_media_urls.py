@@ -9,8 +9,8 @@ import logging
 
 import pytest
 
-from core.chat.message_elements import At, Image, Record, Text, Video
 from core.app import HookChat
+from core.chat.message_elements import At, Image, Record, Text, Video
 from core.config import ConfigError, HookchatConfig
 from core.tag import MediaPolicy, MediaURLError
 from core.testing import ChatHarness, ScriptedProvider
@@ -24,12 +24,19 @@ REFUSED = [
     "http://localhost/x.png",  # a name that resolves to loopback
     "http://2130706433/x.png",  # 127.0.0.1 written as one number, resolved by the system
     "http://0x7f.1/x.png",  # and in hex
-    "http://10.1.2.3/x.png", "http://172.16.0.9/x.png", "http://192.168.1.10/router.png",  # private ranges
+    "http://10.1.2.3/x.png",
+    "http://172.16.0.9/x.png",
+    "http://192.168.1.10/router.png",  # private ranges
     "http://100.64.0.1/x.png",  # shared address space (carrier NAT)
-    "http://[::1]/x.png", "http://[::ffff:169.254.169.254]/x.png", "http://[fd00::1]/x.png",
-    "http://0.0.0.0/x.png", "http://224.0.0.1/x.png",
+    "http://[::1]/x.png",
+    "http://[::ffff:169.254.169.254]/x.png",
+    "http://[fd00::1]/x.png",
+    "http://0.0.0.0/x.png",
+    "http://224.0.0.1/x.png",
     "http://no-such-host.invalid/x.png",  # does not resolve: cannot be judged, so refused
-    "ftp://93.184.215.14/x.png", "http://user:pw@93.184.215.14/x.png", "http://93.184.215.14\\@127.0.0.1/",
+    "ftp://93.184.215.14/x.png",
+    "http://user:pw@93.184.215.14/x.png",
+    "http://93.184.215.14\\@127.0.0.1/",
 ]
 
 
@@ -55,23 +62,27 @@ def test_a_bad_allowance_is_a_config_error_naming_the_key() -> None:
 
 
 async def test_model_steered_mentions_and_urls_are_degraded_through_a_whole_turn(caplog) -> None:
-    output = ('<msg><at id="all"/> free stuff! <img src="http://169.254.169.254/latest/meta-data/iam"/>'
-              '<record>http://localhost:8780/api/sessions</record><video>http://10.0.0.5/v.mp4</video>'
-              '<img>https://93.184.215.14/cat.png</img></msg>')
+    output = (
+        '<msg><at id="all"/> free stuff! <img src="http://169.254.169.254/latest/meta-data/iam"/>'
+        "<record>http://localhost:8780/api/sessions</record><video>http://10.0.0.5/v.mp4</video>"
+        "<img>https://93.184.215.14/cat.png</img></msg>"
+    )
     with caplog.at_level(logging.WARNING, "hookchat"):
         async with ChatHarness(provider=ScriptedProvider([output])) as bot:
             [chain] = await bot.send("mention everyone and show me the metadata")
     assert not any(isinstance(e, At) for e in chain), "nobody is pinged without the operator's consent"
     assert chain.plain_text.startswith("@all free stuff!"), "the words stay, as text"
     assert [e.text for e in chain if isinstance(e, Text) and e.text.startswith("[")] == [
-        "[could not send iam]", "[could not send sessions]", "[could not send v.mp4]"]
+        "[could not send iam]",
+        "[could not send sessions]",
+        "[could not send v.mp4]",
+    ]
     assert [e.url for e in chain if isinstance(e, (Image, Record, Video))] == ["https://93.184.215.14/cat.png"]
     assert "169.254.169.254 is a link-local address" in caplog.text and "allow_mention_all" in caplog.text
 
 
 async def test_with_the_operators_consent_everyone_is_mentioned() -> None:
     config = {"media": {"allow_mention_all": True}}
-    async with ChatHarness(provider=ScriptedProvider(['<msg><at id="all"/> meeting now</msg>']),
-                           config=config) as bot:
+    async with ChatHarness(provider=ScriptedProvider(['<msg><at id="all"/> meeting now</msg>']), config=config) as bot:
         [chain] = await bot.send("tell everyone")
     assert chain[0] == At("all")

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.plugin import HookEngine, PluginLoader
-from core.plugin import _loader
+from core.plugin import HookEngine, PluginLoader, _loader
 
 pytestmark = pytest.mark.anyio
 
@@ -39,8 +38,9 @@ async def _load(tmp_path: Path, code: str, *, init_timeout: float = 30.0) -> dic
     _plugin(root, broken, code)
     _plugin(root, "healthy", HEALTHY)
     engine = HookEngine()
-    loader = PluginLoader(engine, plugin_dirs=[root], data_dir=tmp_path / "data", entry_points=False,
-                          init_timeout=init_timeout)
+    loader = PluginLoader(
+        engine, plugin_dirs=[root], data_dir=tmp_path / "data", entry_points=False, init_timeout=init_timeout
+    )
     try:
         statuses = {"broken" if s.plugin_id == broken else s.plugin_id: s for s in await loader.load_all()}
         await loader.shutdown()
@@ -59,13 +59,16 @@ async def test_a_base_exception_at_import_is_the_plugins_failure(tmp_path: Path,
 
 
 async def test_system_exit_in_initialize_is_the_plugins_failure(tmp_path: Path) -> None:
-    statuses = await _load(tmp_path, """
+    statuses = await _load(
+        tmp_path,
+        """
         from core.plugin import BasePlugin
 
         class Quits(BasePlugin):
             async def initialize(self):
                 raise SystemExit("bye")
-    """)
+    """,
+    )
 
     assert statuses["broken"].state == "error" and "SystemExit" in statuses["broken"].reason
 
@@ -87,27 +90,35 @@ async def test_an_import_that_does_not_return_in_time_is_abandoned(tmp_path: Pat
 
 
 async def test_an_initialize_that_blocks_the_loop_past_the_deadline_fails_the_plugin(tmp_path: Path) -> None:
-    statuses = await _load(tmp_path, """
+    statuses = await _load(
+        tmp_path,
+        """
         import time
         from core.plugin import BasePlugin
 
         class Blocks(BasePlugin):
             async def initialize(self):
                 time.sleep(0.5)  # blocking, on the event loop
-    """, init_timeout=0.2)
+    """,
+        init_timeout=0.2,
+    )
 
     assert statuses["broken"].state == "error" and "past the start-up deadline" in statuses["broken"].reason
 
 
 async def test_a_synchronous_initialize_that_never_returns_is_abandoned(tmp_path: Path) -> None:
-    statuses = await _load(tmp_path, """
+    statuses = await _load(
+        tmp_path,
+        """
         import time
         from core.plugin import BasePlugin
 
         class Sync(BasePlugin):
             def initialize(self):
                 time.sleep(3)
-    """, init_timeout=0.3)
+    """,
+        init_timeout=0.3,
+    )
 
     assert statuses["broken"].state == "error"
     assert "initialize() did not finish within the start-up deadline" in statuses["broken"].reason
@@ -117,8 +128,7 @@ async def test_an_import_that_never_returns_is_abandoned_in_a_daemon_thread_and_
     root = tmp_path / "plugins"
     _plugin(root, "hangs", "import threading\nthreading.Event().wait()  # never returns\n")
     engine = HookEngine()
-    loader = PluginLoader(engine, plugin_dirs=[root], data_dir=tmp_path / "data", entry_points=False,
-                          init_timeout=0.3)
+    loader = PluginLoader(engine, plugin_dirs=[root], data_dir=tmp_path / "data", entry_points=False, init_timeout=0.3)
     try:
         [status] = await loader.load_all()
         assert status.state == "error" and "import did not finish" in status.reason

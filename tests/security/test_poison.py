@@ -16,7 +16,7 @@ from tests.security.processes import ROOT, SlowModel, read_replies, start_hookch
 
 pytestmark = pytest.mark.slow
 
-BOMB = '''
+BOMB = """
 import os
 
 from core.plugin import BasePlugin, on
@@ -27,21 +27,35 @@ class Bomb(BasePlugin):
     async def explode(self, event, req, tag_set, *args, **kwargs):
         if any("boom" in m.message_str for m in event.messages):
             os._exit(1)
-'''
+"""
 
 
 def _bomb_plugin(root: Path) -> None:
     folder = root / "plugins" / "bomb"
     folder.mkdir(parents=True)
-    (folder / "manifest.json").write_text(json.dumps({
-        "plugin_id": "bomb", "display_name": "Bomb", "version": "0.1.0", "author": "tests",
-        "description": "ends the process on one message", "core_version": ">=0.1"}))
+    (folder / "manifest.json").write_text(
+        json.dumps(
+            {
+                "plugin_id": "bomb",
+                "display_name": "Bomb",
+                "version": "0.1.0",
+                "author": "tests",
+                "description": "ends the process on one message",
+                "core_version": ">=0.1",
+            }
+        )
+    )
     (folder / "main.py").write_text(BOMB)
 
 
 def _status(config: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "core.cli", "status", "-c", str(config), *args],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "core.cli", "status", "-c", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
 
 
 def test_a_message_that_ends_the_process_is_set_aside_after_its_attempts_and_its_sender_told(tmp_path):

@@ -24,24 +24,30 @@ async def test_malformed_bodies_get_400(tmp_path, counting_server) -> None:
     bodies = {
         "lone surrogate in the name": surrogate,
         "parameters 100 deep": registration("deep", "http://127.0.0.1:9/cb", parameters=_deep(100)),
-        "remote $ref": registration("fetchy", "http://127.0.0.1:9/cb", parameters={
-            "type": "object", "properties": {"a": {"$ref": f"{counting_server.url}/a.json"}}}),
+        "remote $ref": registration(
+            "fetchy",
+            "http://127.0.0.1:9/cb",
+            parameters={"type": "object", "properties": {"a": {"$ref": f"{counting_server.url}/a.json"}}},
+        ),
         "description not a string": registration("typed", "http://127.0.0.1:9/cb", description=["x"]),
     }
-    repaired = (b'{"name": "ok_name", "description": "half \\udc00", "callback_url": "http://127.0.0.1:9/cb", '
-                b'"source": "t"}')
+    repaired = (
+        b'{"name": "ok_name", "description": "half \\udc00", "callback_url": "http://127.0.0.1:9/cb", "source": "t"}'
+    )
     statuses = {}
     async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
         async with httpx.AsyncClient(base_url=server.url) as http:
             for what, body in bodies.items():
                 if isinstance(body, bytes):
-                    r = await http.post("/api/tools/register", content=body,
-                                        headers={**auth(), "Content-Type": "application/json"})
+                    r = await http.post(
+                        "/api/tools/register", content=body, headers={**auth(), "Content-Type": "application/json"}
+                    )
                 else:
                     r = await http.post("/api/tools/register", json=body, headers=auth())
                 statuses[what] = (r.status_code, r.json().get("ok"))
-            fixed = await http.post("/api/tools/register", content=repaired,
-                                    headers={**auth(), "Content-Type": "application/json"})
+            fixed = await http.post(
+                "/api/tools/register", content=repaired, headers={**auth(), "Content-Type": "application/json"}
+            )
             listed = await http.get("/api/tools", headers=auth())
 
     assert statuses == {what: (400, False) for what in bodies}, statuses

@@ -61,8 +61,9 @@ def test_plain_brace_templates_still_format() -> None:
 
 
 async def test_a_model_error_shown_to_the_user_carries_no_server_text_or_url() -> None:
-    error = ProviderError("openai: no model at http://10.0.0.7:8000/v1 could answer: 'm': HTTP 500: "
-                          "internal detail sk-live-123")
+    error = ProviderError(
+        "openai: no model at http://10.0.0.7:8000/v1 could answer: 'm': HTTP 500: internal detail sk-live-123"
+    )
     async with ChatHarness(provider=ScriptedProvider([error])) as bot:
         [chain] = await bot.send("hello")
 
@@ -74,12 +75,14 @@ async def test_a_model_error_shown_to_the_user_carries_no_server_text_or_url() -
 async def test_the_api_key_is_redacted_in_every_form_a_server_may_echo(caplog) -> None:
     key = "sk-test/key+with=odd&chars"
     every_byte = "".join(f"%{b:02X}" for b in key.encode())  # a fully percent-encoded key, as some proxies log it
-    echoed = (f"raw {key} url {quote(key, safe='')} b64 {base64.b64encode(key.encode()).decode()} "
-              f"all {every_byte} lower {every_byte.lower()}")
+    echoed = (
+        f"raw {key} url {quote(key, safe='')} b64 {base64.b64encode(key.encode()).decode()} "
+        f"all {every_byte} lower {every_byte.lower()}"
+    )
     body = json.dumps({"error": {"message": echoed}}).encode()
 
     class Echoes(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             self.send_response(400)
             self.send_header("Content-Type", "application/json")
@@ -93,8 +96,7 @@ async def test_the_api_key_is_redacted_in_every_form_a_server_may_echo(caplog) -
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echoes)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        provider = OpenAIProvider(f"http://127.0.0.1:{server.server_address[1]}/v1", ["m"], api_key=key,
-                                  max_retries=0)
+        provider = OpenAIProvider(f"http://127.0.0.1:{server.server_address[1]}/v1", ["m"], api_key=key, max_retries=0)
         async with ChatHarness(provider=provider) as bot:
             [chain] = await bot.send("hello")
     finally:
@@ -103,7 +105,13 @@ async def test_the_api_key_is_redacted_in_every_form_a_server_may_echo(caplog) -
 
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "could answer" in logged  # the detail is logged...
-    for form in (key, quote(key, safe=""), base64.b64encode(key.encode()).decode().rstrip("="), every_byte,
-                 every_byte.lower(), every_byte[:12]):
+    for form in (
+        key,
+        quote(key, safe=""),
+        base64.b64encode(key.encode()).decode().rstrip("="),
+        every_byte,
+        every_byte.lower(),
+        every_byte[:12],
+    ):
         assert form not in logged and form not in chain.plain_text  # ...without the key in any form
     assert "127.0.0.1" not in chain.plain_text

@@ -44,8 +44,7 @@ def test_a_remote_ref_is_refused_at_registration_naming_the_tool(counting_server
 
 
 def test_local_refs_are_still_accepted() -> None:
-    schema = {"type": "object", "$defs": {"city": {"type": "string"}},
-              "properties": {"city": {"$ref": "#/$defs/city"}}}
+    schema = {"type": "object", "$defs": {"city": {"type": "string"}}, "properties": {"city": {"$ref": "#/$defs/city"}}}
     assert FunctionTool("weather", "Weather", schema, _echo).parameters == schema
 
 
@@ -79,8 +78,11 @@ async def test_an_unresolvable_ref_is_an_error_result_and_the_turn_is_stored() -
 
 
 async def test_every_invalid_argument_is_reported_in_one_message() -> None:
-    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-              "required": ["city", "days", "units"]}
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days", "units"],
+    }
     tool = FunctionTool("forecast", "Forecast", schema, _echo, pass_event=False)
     provider = ScriptedProvider([[ToolCall("forecast", {"city": 7, "days": "two"})], "<msg>ok</msg>"])
 

@@ -28,9 +28,16 @@ TEXT_TOOL = {"type": "object", "properties": {"text": {"type": "string"}}, "requ
 
 
 @contextlib.asynccontextmanager
-async def registry_bot(provider: Any, data_dir: Path, *, port: int = 0, token: str | None = TOKEN,
-                       plugins: list[Any] = (), max_body_bytes: int | None = None, allow_failed: bool = False
-                       ) -> AsyncIterator[tuple[ChatHarness, ToolRegistryServer]]:
+async def registry_bot(
+    provider: Any,
+    data_dir: Path,
+    *,
+    port: int = 0,
+    token: str | None = TOKEN,
+    plugins: list[Any] = (),
+    max_body_bytes: int | None = None,
+    allow_failed: bool = False,
+) -> AsyncIterator[tuple[ChatHarness, ToolRegistryServer]]:
     """A `ChatHarness` whose app serves its tool registry on 127.0.0.1 (`port` 0: a free one); `allow_failed` as
     the harness's (a test of a plugin that fails to load)."""
     server_cfg: dict[str, Any] = {"host": "127.0.0.1", "port": port}
@@ -40,7 +47,9 @@ async def registry_bot(provider: Any, data_dir: Path, *, port: int = 0, token: s
         server_cfg["max_body_bytes"] = max_body_bytes
     config = {"data": {"dir": str(data_dir)}, "server": server_cfg}
     async with ChatHarness(plugins=plugins, provider=provider, config=config, allow_failed=allow_failed) as bot:
-        server = ToolRegistryServer(bot.app.config.server, bot.app.plugins.tools, bot.app.data_dir, recheck_interval=0.2, probe_timeout=1.0)
+        server = ToolRegistryServer(
+            bot.app.config.server, bot.app.plugins.tools, bot.app.data_dir, recheck_interval=0.2, probe_timeout=1.0
+        )
         bot.app.tool_server = server
         await server.start()
         yield bot, server
@@ -48,8 +57,15 @@ async def registry_bot(provider: Any, data_dir: Path, *, port: int = 0, token: s
 
 def registration(name: str, callback_url: str, **extra: Any) -> dict[str, Any]:
     """A registration body for tool `name`."""
-    body = {"name": name, "description": f"the {name} tool", "parameters": TEXT_TOOL, "callback_url": callback_url,
-            "source": "tests", "role": None, "timeout_seconds": 5}
+    body = {
+        "name": name,
+        "description": f"the {name} tool",
+        "parameters": TEXT_TOOL,
+        "callback_url": callback_url,
+        "source": "tests",
+        "role": None,
+        "timeout_seconds": 5,
+    }
     body.update(extra)
     return body
 
@@ -60,9 +76,9 @@ def auth(token: str = TOKEN) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def callback_server(handler: Callable[[dict[str, Any]], Any], *,
-                          seen_headers: list[tuple[str, dict[str, str]]] | None = None
-                          ) -> AsyncIterator[EmbeddedServer]:
+async def callback_server(
+    handler: Callable[[dict[str, Any]], Any], *, seen_headers: list[tuple[str, dict[str, str]]] | None = None
+) -> AsyncIterator[EmbeddedServer]:
     """An in-process callback server on a free loopback port: `POST /cb` answers `handler(body)` (a dict is sent
     as JSON, a `Response` as is); `GET /cb` answers 200. `seen_headers` collects `(method, headers)` of each
     request."""
@@ -80,8 +96,9 @@ async def callback_server(handler: Callable[[dict[str, Any]], Any], *,
         saw(request)
         return JSONResponse({"ok": True})
 
-    server = EmbeddedServer(Starlette(routes=[Route("/cb", call, methods=["POST"]),
-                                              Route("/cb", probe, methods=["GET"])]), "127.0.0.1", 0)
+    server = EmbeddedServer(
+        Starlette(routes=[Route("/cb", call, methods=["POST"]), Route("/cb", probe, methods=["GET"])]), "127.0.0.1", 0
+    )
     await server.start()
     try:
         yield server
@@ -103,8 +120,9 @@ class RemoteProcess:
         env = {**os.environ, "PYTHONPATH": str(REPO), "HOOKCHAT_TEST_TOKEN": TOKEN}
         self.output = ""
         with self.log.open("ab") as err:
-            self.process = await anyio.open_process([sys.executable, str(PROCESS_SCRIPT), self.registry_url],
-                                                    env=env, cwd=str(REPO), stderr=err)
+            self.process = await anyio.open_process(
+                [sys.executable, str(PROCESS_SCRIPT), self.registry_url], env=env, cwd=str(REPO), stderr=err
+            )
         assert self.process.stdout is not None
         with anyio.fail_after(timeout):
             async for chunk in TextReceiveStream(self.process.stdout):

@@ -9,11 +9,19 @@ from core.server.client import ToolRegistryClient
 
 
 async def main(registry_url: str) -> None:
-    client = ToolRegistryClient(registry_url, source="proc-tools", token=os.environ["HOOKCHAT_TEST_TOKEN"],
-                                probe_interval=0.2, request_timeout=2.0)
+    client = ToolRegistryClient(
+        registry_url,
+        source="proc-tools",
+        token=os.environ["HOOKCHAT_TEST_TOKEN"],
+        probe_interval=0.2,
+        request_timeout=2.0,
+    )
 
-    @client.tool("shout", "Upper-case a text", {"type": "object", "properties": {"text": {"type": "string"}},
-                                                "required": ["text"]})
+    @client.tool(
+        "shout",
+        "Upper-case a text",
+        {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    )
     async def shout(*, text: str) -> dict:
         return {"shouted": text.upper(), "pid": os.getpid()}
 

@@ -38,8 +38,11 @@ def make_client(url: str) -> ToolRegistryClient:
 
 
 async def test_client_tools_are_called_with_the_three_kinds_of_answer(tmp_path):
-    calls = [ToolCall("reverse", {"text": "abc"}), ToolCall("explode", {"text": "x"}),
-             ToolCall("refuse", {"text": "y"})]
+    calls = [
+        ToolCall("reverse", {"text": "abc"}),
+        ToolCall("explode", {"text": "x"}),
+        ToolCall("refuse", {"text": "y"}),
+    ]
     provider = ScriptedProvider([calls, "ok"])
     async with registry_bot(provider, tmp_path) as (bot, server):
         async with make_client(server.url) as client:

@@ -30,15 +30,20 @@ async def test_a_registered_tool_is_called_back_and_its_answer_reaches_the_model
     provider = ScriptedProvider([[call], "done"])
     async with callback_server(answer) as cb, registry_bot(provider, tmp_path) as (bot, server):
         async with httpx.AsyncClient(base_url=server.url) as http:
-            r = await http.post("/api/tools/register", json=registration("echo_remote", f"{cb.url}/cb"),
-                                headers=auth())
+            r = await http.post("/api/tools/register", json=registration("echo_remote", f"{cb.url}/cb"), headers=auth())
             assert r.status_code == 200, r.text
             assert r.json()["tool"]["available"] is True
         tool = bot.app.plugins.tools.get("echo_remote")
         assert tool.remote and bot.app.plugins.tools.owner_of("echo_remote") == "remote:tests"
         await bot.send("echo hi")
-    assert seen == [{"name": "echo_remote", "arguments": {"text": "hi"}, "call_id": "call-7",
-                     "raw_arguments": json.dumps({"text": "hi"})}]
+    assert seen == [
+        {
+            "name": "echo_remote",
+            "arguments": {"text": "hi"},
+            "call_id": "call-7",
+            "raw_arguments": json.dumps({"text": "hi"}),
+        }
+    ]
     assert tool_messages(provider) == ['{"echo": "hi"}']
 
 
@@ -58,8 +63,9 @@ async def test_with_no_token_configured_registration_is_refused(tmp_path, monkey
     monkeypatch.delenv("HOOKCHAT_SERVER_TOKEN", raising=False)
     async with registry_bot(ScriptedProvider(), tmp_path, token=None) as (bot, server):
         async with httpx.AsyncClient(base_url=server.url) as http:
-            r = await http.post("/api/tools/register", json=registration("x", "http://127.0.0.1:9/cb"),
-                                headers=auth("anything"))
+            r = await http.post(
+                "/api/tools/register", json=registration("x", "http://127.0.0.1:9/cb"), headers=auth("anything")
+            )
             health = await http.get("/api/health")
     assert r.status_code == 403 and "no token is configured" in r.json()["error"]
     assert health.status_code == 200 and health.json()["boot_id"]
@@ -73,17 +79,20 @@ async def test_the_token_may_come_from_the_variable_named_by_token_env(tmp_path,
     assert r.status_code == 200
 
 
-@pytest.mark.parametrize("url", [
-    "http://10.0.0.5:8000/cb",
-    "http://example.com/cb",
-    "http://127.0.0.1.nip.io/cb",
-    "http://169.254.169.254/latest/meta-data",
-    "http://user:pw@127.0.0.1/cb",
-    "http://[::ffff:127.0.0.1]/cb",
-    "file:///etc/passwd",
-    "http://2130706433/cb",
-    "http://xn--localhost/cb",  # an IDNA name that does not even decode
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.5:8000/cb",
+        "http://example.com/cb",
+        "http://127.0.0.1.nip.io/cb",
+        "http://169.254.169.254/latest/meta-data",
+        "http://user:pw@127.0.0.1/cb",
+        "http://[::ffff:127.0.0.1]/cb",
+        "file:///etc/passwd",
+        "http://2130706433/cb",
+        "http://xn--localhost/cb",  # an IDNA name that does not even decode
+    ],
+)
 async def test_callbacks_off_the_loopback_interface_are_refused(tmp_path, url):
     async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
         async with httpx.AsyncClient(base_url=server.url) as http:
@@ -92,15 +101,18 @@ async def test_callbacks_off_the_loopback_interface_are_refused(tmp_path, url):
     assert "evil" not in bot.app.plugins.tools
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("name", "has space", "is invalid: use 1 to 64 characters"),
-    ("name", "x" * 65, "is invalid"),
-    ("timeout_seconds", 301, "at most 300"),
-    ("timeout_seconds", 0, "above 0"),
-    ("parameters", {"type": "string"}, "JSON Schema object"),
-    ("source", "bad source!", "source"),
-    ("role", "", "role"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("name", "has space", "is invalid: use 1 to 64 characters"),
+        ("name", "x" * 65, "is invalid"),
+        ("timeout_seconds", 301, "at most 300"),
+        ("timeout_seconds", 0, "above 0"),
+        ("parameters", {"type": "string"}, "JSON Schema object"),
+        ("source", "bad source!", "source"),
+        ("role", "", "role"),
+    ],
+)
 async def test_registrations_breaking_the_tool_rules_are_refused_with_the_rule(tmp_path, field, value, message):
     async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
         async with httpx.AsyncClient(base_url=server.url) as http:
@@ -120,10 +132,11 @@ async def test_an_oversize_body_is_refused_while_it_is_read(tmp_path):
             async def chunks():  # no Content-Length: the limit must hold while streaming
                 data = json.dumps(body).encode()
                 for i in range(0, len(data), 512):
-                    yield data[i:i + 512]
+                    yield data[i : i + 512]
 
-            streamed = await http.post("/api/tools/register", content=chunks(),
-                                       headers={**auth(), "Content-Type": "application/json"})
+            streamed = await http.post(
+                "/api/tools/register", content=chunks(), headers={**auth(), "Content-Type": "application/json"}
+            )
     assert declared.status_code == streamed.status_code == 413
     assert "big" not in bot.app.plugins.tools
 
@@ -131,8 +144,11 @@ async def test_an_oversize_body_is_refused_while_it_is_read(tmp_path):
 async def test_a_deeply_nested_body_is_refused_as_invalid_json(tmp_path):
     async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
         async with httpx.AsyncClient(base_url=server.url, headers=auth()) as http:
-            r = await http.post("/api/tools/register", content=b"[" * 100_000 + b"]" * 100_000,
-                                headers={"Content-Type": "application/json"})
+            r = await http.post(
+                "/api/tools/register",
+                content=b"[" * 100_000 + b"]" * 100_000,
+                headers={"Content-Type": "application/json"},
+            )
     assert r.status_code == 400 and "not valid JSON (or is nested too deeply)" in r.json()["error"]
 
 
@@ -163,8 +179,9 @@ async def test_unregister_clear_and_list(tmp_path):
     async with registry_bot(ScriptedProvider(), tmp_path) as (bot, server):
         async with httpx.AsyncClient(base_url=server.url, headers=auth()) as http:
             for name, source, role in [("a", "s1", None), ("b", "s1", "alice"), ("c", "s2", None)]:
-                r = await http.post("/api/tools/register",
-                                    json=registration(name, "http://127.0.0.1:9/cb", source=source, role=role))
+                r = await http.post(
+                    "/api/tools/register", json=registration(name, "http://127.0.0.1:9/cb", source=source, role=role)
+                )
                 assert r.status_code == 200, r.text
             listed = (await http.get("/api/tools", params={"source": "s1"})).json()
             assert sorted(t["name"] for t in listed["tools"]) == ["a", "b"]
@@ -179,12 +196,15 @@ async def test_unregister_clear_and_list(tmp_path):
     assert len(bot.app.plugins.tools) == 0
 
 
-@pytest.mark.parametrize("reply, expected", [
-    (PlainTextResponse("not json"), "something other than a JSON object"),
-    ({"result": 1}, "something other than a JSON object"),
-    (Response(status_code=500), "answered HTTP 500"),
-    ({"output": "bad city", "is_error": True, "error": "no such city"}, "error: no such city\nbad city"),
-])
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        (PlainTextResponse("not json"), "something other than a JSON object"),
+        ({"result": 1}, "something other than a JSON object"),
+        (Response(status_code=500), "answered HTTP 500"),
+        ({"output": "bad city", "is_error": True, "error": "no such city"}, "error: no such city\nbad city"),
+    ],
+)
 async def test_malformed_and_failed_callbacks_become_tool_errors(tmp_path, reply, expected):
     provider = ScriptedProvider([[ToolCall("flaky", {"text": "x"})], "ok"])
     async with callback_server(lambda body: reply) as cb, registry_bot(provider, tmp_path) as (bot, server):
@@ -248,7 +268,13 @@ async def test_the_registry_serves_on_the_configured_port_and_refuses_a_taken_on
         assert server.url == f"http://127.0.0.1:{port}"
         from core.server import ToolRegistryServer
 
-        second = ToolRegistryServer(bot.app.config.server, bot.app.plugins.tools, bot.app.data_dir, port=port, db_path=tmp_path / "other.sqlite3")
+        second = ToolRegistryServer(
+            bot.app.config.server,
+            bot.app.plugins.tools,
+            bot.app.data_dir,
+            port=port,
+            db_path=tmp_path / "other.sqlite3",
+        )
         with pytest.raises(OSError):
             await second.start()
         assert server.running

@@ -13,8 +13,11 @@ pytestmark = pytest.mark.anyio
 
 
 class Worker(BasePlugin):
-    @plugin_entry(id="do_work", description="Doubles a number",
-                  input_schema={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    @plugin_entry(
+        id="do_work",
+        description="Doubles a number",
+        input_schema={"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    )
     async def do_work(self, n: int):
         return {"doubled": n * 2}
 
@@ -64,8 +67,12 @@ async def test_calling_another_plugins_entries():
 async def test_dynamic_entries_can_be_added_listed_disabled_and_removed():
     async with ChatHarness(plugins=[Worker, Caller], builtins=()) as bot:
         worker = bot.plugin("worker")
-        assert worker.register_dynamic_entry("greet", lambda name="World", **_: Ok({"msg": f"Hi {name}"}),
-                                             name="Greet", description="A greeting") is True
+        assert (
+            worker.register_dynamic_entry(
+                "greet", lambda name="World", **_: Ok({"msg": f"Hi {name}"}), name="Greet", description="A greeting"
+            )
+            is True
+        )
         assert worker.register_dynamic_entry("do_work", lambda: None) is False, "a static id is not replaced"
         ids = [e["id"] for e in worker.list_entries()]
         assert ids == ["do_work", "fail", "greet", "refuse", "slow"]

@@ -53,8 +53,9 @@ async def test_a_data_url_and_a_file_over_the_budget_are_reencoded_too(tmp_path)
     big = png(1400, 1050, noise=8)
     path = tmp_path / "screen.png"
     path.write_bytes(big)
-    result = await apply_picture_budget(ToolResult(attachments=[
-        Image(url=f"data:image/png;base64,{b64(big)}"), Image(path=str(path))]))
+    result = await apply_picture_budget(
+        ToolResult(attachments=[Image(url=f"data:image/png;base64,{b64(big)}"), Image(path=str(path))])
+    )
     assert [a.mime for a in result.attachments] == ["image/jpeg", "image/jpeg"]
     assert result.text.count("re-encoded") == 2
 

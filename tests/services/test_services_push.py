@@ -37,8 +37,7 @@ class FlakyAdapter(RecordingAdapter):
 
 class Notifier(BasePlugin):
     def notify(self, **overrides):
-        fields = {"source": "my_feature", "visibility": ["chat"], "ai_behavior": "blind", "parts": TEXT,
-                  "priority": 5}
+        fields = {"source": "my_feature", "visibility": ["chat"], "ai_behavior": "blind", "parts": TEXT, "priority": 5}
         fields.update(overrides)
         return self.push_message(**fields)
 
@@ -99,11 +98,13 @@ async def test_once_the_bot_talked_to_two_sessions_a_session_must_be_named(caplo
         unnamed = [notifier.notify(), notifier.notify()]
         named = notifier.notify(session="test:dm:ann")
         await bot.app.push.join()
-    assert unnamed == [{"submitted": False, "ok": False, "reason": "transport_unavailable"}] * 2, \
+    assert unnamed == [{"submitted": False, "ok": False, "reason": "transport_unavailable"}] * 2, (
         "ann's notification must not reach bob"
+    )
     assert named["submitted"] is True and bot.sent[-1].plain_text == "Task complete"
     assert [r.getMessage() for r in caplog.records].count(
-        "push_message of plugin 'notifier' refused: the bot talks to several sessions, so name one with session=") == 1
+        "push_message of plugin 'notifier' refused: the bot talks to several sessions, so name one with session="
+    ) == 1
 
 
 @pytest.mark.parametrize("visibility, ai_behavior", [(["hud"], "blind"), ([], "blind")])
@@ -164,10 +165,18 @@ async def test_read_goes_to_history_and_respond_runs_a_turn():
     provider = ScriptedProvider(["Your task is done!"])
     async with harness(provider=provider) as bot:
         notifier = bot.plugin("notifier")
-        notifier.notify(session="test:dm:ann", ai_behavior="read", visibility=[],
-                        parts=[{"type": "text", "text": "backup finished"}])
-        notifier.notify(session="test:dm:ann", ai_behavior="respond", visibility=["hud"],
-                        parts=[{"type": "text", "text": "build passed"}])
+        notifier.notify(
+            session="test:dm:ann",
+            ai_behavior="read",
+            visibility=[],
+            parts=[{"type": "text", "text": "backup finished"}],
+        )
+        notifier.notify(
+            session="test:dm:ann",
+            ai_behavior="respond",
+            visibility=["hud"],
+            parts=[{"type": "text", "text": "build passed"}],
+        )
         await bot.app.push.join()
         await bot.app.scheduler.join()
         history = await bot.app.history.get_history("test:dm:ann")
@@ -185,17 +194,20 @@ async def test_a_message_may_be_pushed_from_a_worker_thread():
         assert bot.sent[-1].plain_text == "Task complete"
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"ai_behavior": "shout"}, "ai_behavior"),
-    ({"visibility": ["screen"]}, "visibility"),
-    ({"priority": 11}, "priority"),
-    ({"parts": []}, "parts"),
-    ({"parts": [{"type": "image", "url": "http://example.com/x.png"}]}, "external image URLs"),
-    ({"parts": [{"type": "audio", "data": b"x"}]}, "not delivered"),
-    ({"colour": "red"}, "unknown push_message field"),
-    ({"source": ""}, "source"),
-    ({"session": "not-a-session"}, "adapter_name:dm|gm:id"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"ai_behavior": "shout"}, "ai_behavior"),
+        ({"visibility": ["screen"]}, "visibility"),
+        ({"priority": 11}, "priority"),
+        ({"parts": []}, "parts"),
+        ({"parts": [{"type": "image", "url": "http://example.com/x.png"}]}, "external image URLs"),
+        ({"parts": [{"type": "audio", "data": b"x"}]}, "not delivered"),
+        ({"colour": "red"}, "unknown push_message field"),
+        ({"source": ""}, "source"),
+        ({"session": "not-a-session"}, "adapter_name:dm|gm:id"),
+    ],
+)
 async def test_a_malformed_message_raises_and_queues_nothing(overrides, message):
     async with harness() as bot:
         with pytest.raises(PushMessageError, match=message):

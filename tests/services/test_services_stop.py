@@ -117,8 +117,9 @@ class Refresher(BasePlugin):
                 attempt()
             except SdkError as exc:
                 self.refused[what] = exc.code
-        self.receipt = self.push_message(source="bye", session="test:dm:user",
-                                         parts=[{"type": "text", "text": "going"}])
+        self.receipt = self.push_message(
+            source="bye", session="test:dm:user", parts=[{"type": "text", "text": "going"}]
+        )
 
 
 async def test_a_stopping_plugin_cannot_register_anything_and_leaves_nothing_behind():
@@ -127,8 +128,12 @@ async def test_a_stopping_plugin_cannot_register_anything_and_leaves_nothing_beh
         tools = bot.app.plugins.tools
         ctx = plugin.ctx
         await bot.app.plugins.unload("refresher")
-        assert plugin.refused == {"timer tick": "plugin_stopped", "tool": "plugin_stopped",
-                                  "entry": "plugin_stopped", "timer": "plugin_stopped"}
+        assert plugin.refused == {
+            "timer tick": "plugin_stopped",
+            "tool": "plugin_stopped",
+            "entry": "plugin_stopped",
+            "timer": "plugin_stopped",
+        }
         assert plugin.receipt == {"submitted": False, "ok": False, "reason": "transport_unavailable"}
         assert tools.by_owner("refresher") == {} and "discovered" not in tools and "late" not in tools
         assert ctx.tasks == frozenset() and plugin.services.entries.list(include_disabled=True) == []

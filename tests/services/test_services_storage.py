@@ -106,20 +106,27 @@ async def test_each_directory_is_made_once_not_on_every_call(tmp_path, monkeypat
 
 
 SCHEMA = {
-    "my_settings": {"type": "object", "default": {"timeout": 30, "name": "x"},
-                    "properties": {"timeout": {"type": "integer", "minimum": 1}, "name": {"type": "string"}}},
+    "my_settings": {
+        "type": "object",
+        "default": {"timeout": 30, "name": "x"},
+        "properties": {"timeout": {"type": "integer", "minimum": 1}, "name": {"type": "string"}},
+    },
     "enabled": {"type": "boolean", "default": True},
 }
 
 
 @pytest.fixture
 def configured_plugin(write_plugin):
-    return write_plugin("tunable", """
+    return write_plugin(
+        "tunable",
+        """
         from core.plugin import BasePlugin
 
         class Tunable(BasePlugin):
             pass
-    """, schema=SCHEMA)
+    """,
+        schema=SCHEMA,
+    )
 
 
 @pytest.fixture
@@ -169,8 +176,11 @@ def test_the_plugin_logger_takes_brace_and_percent_placeholders(caplog):
         logger.info("literal {braces} stay")
         logger.error(f"Call failed: {SdkError('x')}")
     assert [r.getMessage() for r in caplog.records] == [
-        "Processing request: r-1", "message submission failed: backpressure", "literal {braces} stay",
-        "Call failed: x"]
+        "Processing request: r-1",
+        "message submission failed: backpressure",
+        "literal {braces} stay",
+        "Call failed: x",
+    ]
     assert all(r.plugin_id == "logs" for r in caplog.records)
     assert caplog.records[0].filename == "test_services_storage.py", "records point at the caller's line"
 

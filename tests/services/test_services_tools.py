@@ -40,17 +40,22 @@ async def test_register_llm_tool_and_register_tool_share_one_path():
         assert bot.plugin("imperative").unregister_llm_tool("today") is False, "another plugin's tool is not touched"
         assert "forecast" not in tools and "today" in tools
     assert [m.content for m in provider.requests[1].messages if m.role == "tool"] == [
-        '{"city": "Oslo", "rain": true}', "sunny in Rome"]
+        '{"city": "Oslo", "rain": true}',
+        "sunny in Rome",
+    ]
 
 
-@pytest.mark.parametrize("name, timeout, message", [
-    ("has space", 30, "is invalid: use 1 to 64 characters"),
-    ("x" * 65, 30, "is invalid"),
-    ("", 30, "is invalid"),
-    ("ok", 300.5, "at most 300"),
-    ("ok", 0, "above 0"),
-    ("ok", "30", "number of seconds"),
-])
+@pytest.mark.parametrize(
+    "name, timeout, message",
+    [
+        ("has space", 30, "is invalid: use 1 to 64 characters"),
+        ("x" * 65, 30, "is invalid"),
+        ("", 30, "is invalid"),
+        ("ok", 300.5, "at most 300"),
+        ("ok", 0, "above 0"),
+        ("ok", "30", "number of seconds"),
+    ],
+)
 async def test_a_tool_outside_the_rules_is_refused_with_a_clear_error(name, timeout, message):
     class Bad(BasePlugin):
         pass
@@ -144,4 +149,6 @@ async def test_a_tool_level_error_dict_reaches_the_model_as_an_error():
         await bot.send("where?")
     assert [(r.tool_name, r.is_error) for r in results] == [("lookup", True), ("fine", False)]
     assert [m.content for m in provider.requests[1].messages if m.role == "tool"] == [
-        'error: city not found\n{"tried": "Atlantis"}', '["Paris", 1, null]']
+        'error: city not found\n{"tried": "Atlantis"}',
+        '["Paris", 1, null]',
+    ]

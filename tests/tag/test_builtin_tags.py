@@ -45,8 +45,12 @@ def media(tmp_path: Path) -> Path:
 async def manager(tmp_path: Path, media: Path):
     # example.com stands for a public host the operator named (the sandbox has no DNS); tests/security/
     # test_media_urls.py covers the policy itself.
-    manager = PluginLoader(data_dir=tmp_path / "data", media_roots=[media], entry_points=False,
-                           media_policy=MediaPolicy.from_settings(allowed_url_hosts=["example.com"]))
+    manager = PluginLoader(
+        data_dir=tmp_path / "data",
+        media_roots=[media],
+        entry_points=False,
+        media_policy=MediaPolicy.from_settings(allowed_url_hosts=["example.com"]),
+    )
     manager.add_folder(PLUGIN_DIR)
     status = await manager.load("builtin_tags")
     assert status.state == "loaded", status
@@ -99,13 +103,15 @@ async def test_img_from_url_root_and_attachment(tags: TagSet, media: Path) -> No
         f"<img>{media / 'cat.png'}</img><img>shot.png</img><img>chart.png</img></msg>"
     )
     real = str((media / "cat.png").resolve())
-    assert await parse(output, tags, event) == [[
-        Image(url="https://example.com/a.png"),
-        Image(path=real, name="cat.png"),
-        Image(path=real, name="cat.png"),
-        shot,
-        Image(path="/elsewhere/chart.png", name="chart.png"),
-    ]]
+    assert await parse(output, tags, event) == [
+        [
+            Image(url="https://example.com/a.png"),
+            Image(path=real, name="cat.png"),
+            Image(path=real, name="cat.png"),
+            shot,
+            Image(path="/elsewhere/chart.png", name="chart.png"),
+        ]
+    ]
 
 
 @pytest.mark.anyio
@@ -123,8 +129,10 @@ async def test_file_sends_an_attachment_by_name(tags: TagSet, media: Path) -> No
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("tag", ["file", "img", "record"])
-@pytest.mark.parametrize("value", ["../secret.txt", "{tmp}/secret.txt", "escape.txt", "/etc/passwd",
-                                   "file:///etc/passwd", "{media}/../secret.txt"])
+@pytest.mark.parametrize(
+    "value",
+    ["../secret.txt", "{tmp}/secret.txt", "escape.txt", "/etc/passwd", "file:///etc/passwd", "{media}/../secret.txt"],
+)
 async def test_traversal_is_refused(tags: TagSet, media: Path, caplog, tag: str, value: str) -> None:
     value = value.format(tmp=media.parent, media=media)
     with caplog.at_level(logging.WARNING):
@@ -137,10 +145,13 @@ async def test_traversal_is_refused(tags: TagSet, media: Path, caplog, tag: str,
 
 @pytest.mark.anyio
 async def test_http_urls_pass_the_url_policy_for_every_media_tag(tags: TagSet) -> None:
-    chains = await parse("<msg><file>https://example.com/x.zip</file><video src='https://example.com/v.mp4'/></msg>",
-                         tags)
+    chains = await parse(
+        "<msg><file>https://example.com/x.zip</file><video src='https://example.com/v.mp4'/></msg>", tags
+    )
     assert chains == [[File(url="https://example.com/x.zip"), Video(url="https://example.com/v.mp4")]]
-    assert await parse("<record>http://localhost:8780/api/sessions</record>", tags) == [[Text("[could not send sessions]")]]
+    assert await parse("<record>http://localhost:8780/api/sessions</record>", tags) == [
+        [Text("[could not send sessions]")]
+    ]
 
 
 @pytest.mark.anyio

@@ -17,8 +17,11 @@ CORPUS: list[tuple[str, str, list[list]]] = [
     # -- valid output --------------------------------------------------------------------------------------------
     ("valid", '<msg><text>Hi</text><at id="1"/></msg>', [[T("Hi"), At("1")]]),
     ("two messages", "<msg>one</msg><msg>two</msg>", [[T("one")], [T("two")]]),
-    ("layout whitespace", '<msg>\n  <text>a</text>\n  <at id="1"/>\n</msg>\n\n<msg>\n b \n</msg>\n',
-     [[T("a"), At("1")], [T("b")]]),
+    (
+        "layout whitespace",
+        '<msg>\n  <text>a</text>\n  <at id="1"/>\n</msg>\n\n<msg>\n b \n</msg>\n',
+        [[T("a"), At("1")], [T("b")]],
+    ),
     ("text tag keeps spaces", "<msg><text>  two  spaces  </text></msg>", [[T("  two  spaces  ")]]),
     ("bare text between tags", '<msg>Hi <at id="1"/>, how are you?</msg>', [[T("Hi "), At("1"), T(", how are you?")]]),
     # -- stray & and < -------------------------------------------------------------------------------------------
@@ -30,8 +33,11 @@ CORPUS: list[tuple[str, str, list[list]]] = [
     ("unfinished tag at the end", '<msg>x <at id="1"', [[T('x <at id="1"')]]),
     ("unfinished end tag", "<msg>x</msg", [[T("x</msg")]]),
     ("quoted attribute holding >", '<msg><text title="x > y">hello</text></msg>', [[T("hello")]]),
-    ("unclosed think in prose ends with its message",
-     "<msg>Wrap it in a <think> tag, then answer.</msg><msg>Second</msg>", [[T("Wrap it in a")], [T("Second")]]),
+    (
+        "unclosed think in prose ends with its message",
+        "<msg>Wrap it in a <think> tag, then answer.</msg><msg>Second</msg>",
+        [[T("Wrap it in a")], [T("Second")]],
+    ),
     # -- text outside <msg> --------------------------------------------------------------------------------------
     ("bare text only", "  Just text.  ", [[T("Just text.")]]),
     ("text around blocks", "Sure!\n<msg>in</msg>\nBye", [[T("Sure!")], [T("in")], [T("Bye")]]),
@@ -39,8 +45,11 @@ CORPUS: list[tuple[str, str, list[list]]] = [
     ("stray end tags", "</text>hello</msg>world", [[T("hello")], [T("world")]]),
     # -- case, attributes ----------------------------------------------------------------------------------------
     ("any letter case", "<MSG><Text>Hi</TEXT><AT ID=7/></Msg>", [[T("Hi"), At("7")]]),
-    ("attribute styles", """<echo a="1" B='two words' c=3 flag d = "x&amp;y" e="unterminated/>""",
-     [[Json({"value": "", "a": "1", "b": "two words", "c": "3", "flag": "", "d": "x&y", "e": "unterminated"})]]),
+    (
+        "attribute styles",
+        """<echo a="1" B='two words' c=3 flag d = "x&amp;y" e="unterminated/>""",
+        [[Json({"value": "", "a": "1", "b": "two words", "c": "3", "flag": "", "d": "x&y", "e": "unterminated"})]],
+    ),
     ("attribute named value", '<at value="7"/>', [[At("7")]]),
     ("attribute named self", '<echo self="x">v</echo>', [[Json({"value": "v"})]]),
     ("url attribute, self-closing", "<echo src=http://a/b/>", [[Json({"value": "", "src": "http://a/b"})]]),
@@ -65,10 +74,16 @@ CORPUS: list[tuple[str, str, list[list]]] = [
     ("entity declaration dropped", '<!ENTITY x "y"><msg>&x;</msg>', [[T("&x;")]]),
     ("processing instruction dropped", '<?xml version="1.0"?><msg>hi</msg>', [[T("hi")]]),
     # -- character references ------------------------------------------------------------------------------------
-    ("references decoded", "<msg>&amp; &lt; &gt; &quot; &apos; &#39; &#x1F600; &#128512;</msg>",
-     [[T("& < > \" ' ' \U0001F600 \U0001F600")]]),
-    ("unknown and invalid references kept", "<msg>&foo; & &#xD800; &#0; &#99999999; &amp</msg>",
-     [[T("&foo; & &#xD800; &#0; &#99999999; &amp")]]),
+    (
+        "references decoded",
+        "<msg>&amp; &lt; &gt; &quot; &apos; &#39; &#x1F600; &#128512;</msg>",
+        [[T("& < > \" ' ' \U0001f600 \U0001f600")]],
+    ),
+    (
+        "unknown and invalid references kept",
+        "<msg>&foo; & &#xD800; &#0; &#99999999; &amp</msg>",
+        [[T("&foo; & &#xD800; &#0; &#99999999; &amp")]],
+    ),
     ("escaped markup is text", "<msg><text>&lt;msg&gt; &amp;lt;</text></msg>", [[T("<msg> &lt;")]]),
     # -- hidden reasoning ----------------------------------------------------------------------------------------
     ("think dropped", "<think>plan</think><msg>hi</msg>", [[T("hi")]]),
@@ -79,8 +94,11 @@ CORPUS: list[tuple[str, str, list[list]]] = [
     # -- handlers ------------------------------------------------------------------------------------------------
     ("failing handler degrades to its text", "<msg>x <boom>fallback</boom></msg>", [[T("x "), T("fallback")]]),
     ("failing handler without text", "<msg>x<boom/></msg>", [[T("x")]]),
-    ("root tag outside msg is a message of its own", "hi<act>wave</act>there",
-     [[T("hi")], [Notice("wave")], [T("there")]]),
+    (
+        "root tag outside msg is a message of its own",
+        "hi<act>wave</act>there",
+        [[T("hi")], [Notice("wave")], [T("there")]],
+    ),
     ("root tag inside msg", "<msg>a<act>w</act>b</msg>", [[T("a"), Notice("w"), T("b")]]),
     ("root tag returning nothing", "<act/>", []),
     # -- nothing to send -----------------------------------------------------------------------------------------

@@ -8,23 +8,70 @@ import logging
 import anyio
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from sample_tags import make_tag_set
 
 from core.chat.message_elements import BaseMessageElement, Text
 from core.chat.message_utils import MessageChain
 from core.tag import StreamParser, parse_output
-
-from sample_tags import make_tag_set
 
 TAGS = make_tag_set()
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Pieces of output that exercise every rule of the parser, in any order and number.
 FRAGMENTS = [
-    "<msg>", "</msg>", "<MSG >", "<msg/>", "<text>", "</text>", "<Text>", '<at id="1"/>', "<at id='2'>", "</at>",
-    "<act>", "</act>", "<act/>", "<boom>", "</boom>", "<echo a=1 b='x y' c>", "</echo>", "<!--", "-->",
-    "<![CDATA[", "]]>", "<!DOCTYPE x [", "]>", "<!ENTITY e 'v'>", "<?xml?>", "<think>", "</think>", "</THINK >",
-    "<reasoning>", "</reasoning>", "&amp;", "&#x1F600;", "&#39;", "&lt;", "&", "&#", "<", "<3", ">", "/", "=",
-    '"', "<b>", "</b>", "<t", "</", "<!", "<!-", "<![CD", " ", "\n", "a", "hello world ",
+    "<msg>",
+    "</msg>",
+    "<MSG >",
+    "<msg/>",
+    "<text>",
+    "</text>",
+    "<Text>",
+    '<at id="1"/>',
+    "<at id='2'>",
+    "</at>",
+    "<act>",
+    "</act>",
+    "<act/>",
+    "<boom>",
+    "</boom>",
+    "<echo a=1 b='x y' c>",
+    "</echo>",
+    "<!--",
+    "-->",
+    "<![CDATA[",
+    "]]>",
+    "<!DOCTYPE x [",
+    "]>",
+    "<!ENTITY e 'v'>",
+    "<?xml?>",
+    "<think>",
+    "</think>",
+    "</THINK >",
+    "<reasoning>",
+    "</reasoning>",
+    "&amp;",
+    "&#x1F600;",
+    "&#39;",
+    "&lt;",
+    "&",
+    "&#",
+    "<",
+    "<3",
+    ">",
+    "/",
+    "=",
+    '"',
+    "<b>",
+    "</b>",
+    "<t",
+    "</",
+    "<!",
+    "<!-",
+    "<![CD",
+    " ",
+    "\n",
+    "a",
+    "hello world ",
 ]
 outputs = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=4), max_size=40).map("".join)
 

@@ -10,7 +10,7 @@ from core.plugin import BasePlugin, PluginContext, PluginLoader
 from core.provider import LLMRequest
 from core.tag import FunctionTag, TagSet, parse_output
 
-METHOD_1 = '''
+METHOD_1 = """
 from core.plugin import register
 from core.chat.message_elements import Text
 
@@ -23,9 +23,9 @@ class MyPlugin(BasePlugin):
         # value is the tag content, e.g. <my_tag>value</my_tag>
         # Returns list[BaseMessageElement]
         return [Text(value)]
-'''
+"""
 
-METHOD_2 = '''
+METHOD_2 = """
 from core.tag import BaseTag
 from core.provider import LLMRequest
 from core.chat.message_elements import Image
@@ -49,7 +49,7 @@ class MyPlugin(BasePlugin):
     @on.llm_request()
     async def add_tags(self, event, req: LLMRequest, tag_set, *args, **kwargs):
         tag_set.register(MyTag(ctx=self.ctx))
-'''
+"""
 
 
 def run_example(code: str) -> dict:

@@ -12,13 +12,12 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sample_tags import make_tag_set
+from test_parse_properties import FRAGMENTS
 
 from core.chat import MessageChain
 from core.chat.message_elements import Json, Text
 from core.tag import StreamParser, parse_output
-
-from sample_tags import make_tag_set
-from test_parse_properties import FRAGMENTS
 
 TAGS = make_tag_set()
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,12 +106,15 @@ async def test_a_pair_cut_between_its_halves_is_one_character() -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("output, expected", [
-    (f"<msg>a{HIGH}b</msg>", [[Text("a\ufffdb")]]),
-    (f"<msg>a{LOW}{HIGH}b</msg>", [[Text("a\ufffd\ufffdb")]]),  # in the wrong order they are no pair
-    (f"<echo id='{HIGH}'>{LOW}</echo>", [[Json({"value": "\ufffd", "id": "\ufffd"})]]),
-    (f"<msg>the stream ends mid-character {HIGH}", [[Text("the stream ends mid-character \ufffd")]]),
-])
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        (f"<msg>a{HIGH}b</msg>", [[Text("a\ufffdb")]]),
+        (f"<msg>a{LOW}{HIGH}b</msg>", [[Text("a\ufffd\ufffdb")]]),  # in the wrong order they are no pair
+        (f"<echo id='{HIGH}'>{LOW}</echo>", [[Json({"value": "\ufffd", "id": "\ufffd"})]]),
+        (f"<msg>the stream ends mid-character {HIGH}", [[Text("the stream ends mid-character \ufffd")]]),
+    ],
+)
 async def test_a_lone_surrogate_becomes_the_replacement_character(output: str, expected: list) -> None:
     assert await parse_output(output, TAGS) == expected
     parser = StreamParser(TAGS)

@@ -49,8 +49,12 @@ async def test_an_event_outside_a_turn_gets_a_trace_with_every_hook_and_its_outc
     [trace] = tracer.recent(kind="event")
     assert trace.outcome == "stopped"
     calls = trace.hook_calls()
-    assert outcomes(calls) == [("hooks", "first", "returned"), ("hooks", "boom", "raised"),
-                               ("hooks", "sleepy", "timed_out"), ("hooks", "stopper", "stopped")]
+    assert outcomes(calls) == [
+        ("hooks", "first", "returned"),
+        ("hooks", "boom", "raised"),
+        ("hooks", "sleepy", "timed_out"),
+        ("hooks", "stopper", "stopped"),
+    ]
     assert "ValueError: boom" in calls[1].error and "raise ValueError" in calls[1].traceback
     assert calls[2].duration_ms >= 40, "the timed-out hook ran until its deadline"
     starts = [c.start_ms for c in calls]

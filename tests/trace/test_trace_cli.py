@@ -21,9 +21,15 @@ max_retries = 0
 
 
 def hookchat(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "core.cli", *args], cwd=cwd, input=stdin, capture_output=True,
-                          text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(cwd)})
+    return subprocess.run(
+        [sys.executable, "-m", "core.cli", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(cwd)},
+    )
 
 
 def test_chat_trace_prints_each_turn_and_trace_reads_them_back(tmp_path):

@@ -35,8 +35,9 @@ class Probe(BasePlugin):
         if resp.tool_calls:
             await asyncio.sleep(5)
 
-    @register.tool("lookup", "Look a word up", {"type": "object", "properties": {"word": {"type": "string"}},
-                                                 "required": ["word"]})
+    @register.tool(
+        "lookup", "Look a word up", {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}
+    )
     async def lookup(self, event, *_, word: str):
         return f"{word} means hello"
 
@@ -53,8 +54,10 @@ class Censor(BasePlugin):
 
 
 def script() -> list:
-    return [[ToolCall("lookup", {"word": "hi"}, id="call_1")],
-            "<msg>hello <shout>world</shout></msg><msg>the secret is 42</msg>"]
+    return [
+        [ToolCall("lookup", {"word": "hi"}, id="call_1")],
+        "<msg>hello <shout>world</shout></msg><msg>the secret is 42</msg>",
+    ]
 
 
 def calls_of(trace, function):
@@ -94,13 +97,19 @@ async def test_a_turn_records_every_hook_with_its_plugin_and_outcome(caplog):
     items = data["timeline"]
     [tool] = [i for i in items if i["type"] == "tool"]
     assert (tool["name"], tool["plugin_id"], tool["arguments"], tool["result"], tool["is_error"]) == (
-        "lookup", "probe", {"word": "hi"}, "hi means hello", False)
+        "lookup",
+        "probe",
+        {"word": "hi"},
+        "hi means hello",
+        False,
+    )
     [tag] = [i for i in items if i["type"] == "tag"]
     assert (tag["name"], tag["plugin_id"], tag["value"], tag["elements"]) == ("shout", "probe", "world", ["WORLD"])
     models = [i for i in items if i["type"] == "model"]
     assert [m["provider"] for m in models] == ["scripted", "scripted"]
-    assert models[0]["tools"] == ["lookup"] and models[0]["tool_calls"] == [{"name": "lookup",
-                                                                             "arguments": {"word": "hi"}}]
+    assert models[0]["tools"] == ["lookup"] and models[0]["tool_calls"] == [
+        {"name": "lookup", "arguments": {"word": "hi"}}
+    ]
     sections = {(p["name"], p["source"]) for p in models[0]["system_prompt"]}
     assert ("probe_context", "probe") in sections and ("role", "core") in sections
     assert [i["text"] for i in items if i["type"] == "send"] == ["hello WORLD"]
@@ -113,14 +122,17 @@ async def test_a_turn_records_every_hook_with_its_plugin_and_outcome(caplog):
     assert any("boom in broken" in line["message"] for line in data["logs"])
 
     text = render_trace(data)
-    assert "probe.broken" in text and "raised" in text and "timed_out" in text and "stopped by censor.no_secrets" in text
+    assert (
+        "probe.broken" in text and "raised" in text and "timed_out" in text and "stopped by censor.no_secrets" in text
+    )
 
 
 async def test_tracing_on_and_off_give_the_same_replies(tmp_path):
     replies = {}
     for enabled in (True, False):
-        async with ChatHarness(plugins=[Probe, Censor], provider=ScriptedProvider(script()),
-                               config={"trace": {"enabled": enabled}}) as bot:
+        async with ChatHarness(
+            plugins=[Probe, Censor], provider=ScriptedProvider(script()), config={"trace": {"enabled": enabled}}
+        ) as bot:
             replies[enabled] = [c.plain_text for c in await bot.send("what does hi mean?")]
             kept = bot.app.tracer.recent()
         assert bool(kept) is enabled, "tracing off records nothing"
@@ -155,7 +167,9 @@ def test_a_lone_surrogate_in_a_trace_is_written_as_a_replacement_and_the_writer_
     sink.write(_Recorded("t2", "next"))
     sink.close()
     assert [(t["id"], t["name"]) for t in read_json_lines(tmp_path / "traces.jsonl")] == [
-        ("t1", "half an emoji \ufffd"), ("t2", "next")]
+        ("t1", "half an emoji \ufffd"),
+        ("t2", "next"),
+    ]
 
 
 def test_the_trace_file_is_rotated_by_bytes_so_cjk_text_stays_within_max_file_bytes(tmp_path):

@@ -149,6 +149,7 @@ async def test_when_the_database_drops_a_groups_transaction_each_job_runs_again_
 async def test_a_cancelled_callers_job_still_runs(tmp_path, group_commit):
     worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table, group_commit=group_commit)
     release, held = await hold(worker)
+
     async def caller():
         await worker.submit(insert("cancelled"))
 
@@ -227,8 +228,13 @@ class NotesError(Exception):
 
 @both_modes
 async def test_database_errors_reach_the_caller_as_the_owners_error(tmp_path, group_commit):
-    worker = SqliteWorker(tmp_path / "w.db", name="notes", setup=make_table, group_commit=group_commit,
-                          database_error=lambda exc: NotesError(f"notes failed: {exc}"))
+    worker = SqliteWorker(
+        tmp_path / "w.db",
+        name="notes",
+        setup=make_table,
+        group_commit=group_commit,
+        database_error=lambda exc: NotesError(f"notes failed: {exc}"),
+    )
 
     def not_sql(conn):
         raise LookupError("no such note")

@@ -23,8 +23,18 @@ def start_browser(profile: Path, *flags: str):
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-                 "--window-size=1280,900", f"--user-data-dir={profile}", *flags):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        f"--user-data-dir={profile}",
+        *flags,
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

@@ -48,8 +48,9 @@ def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser
     box.send_keys("hi bot", Keys.ENTER)
     wait_for(browser, text_in("#chat-log", "Here is a second message."))
     replies = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chat-log .msg.bot")]
-    assert [r.splitlines()[0] for r in replies] == ["Hello, I am the bot.", "Here is a second message."], \
+    assert [r.splitlines()[0] for r in replies] == ["Hello, I am the bot.", "Here is a second message."], (
         "each <msg> of the streamed answer arrives as a message of its own"
+    )
     assert browser.find_element(By.CSS_SELECTOR, "#chat-log .msg.user").text == "hi bot"
     shot(browser, "chat")
 
@@ -67,13 +68,16 @@ def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser
     shot(browser, "trace")
 
     browser.get(live_console.url + "/#plugins")
-    reload_button = wait_for(browser, EC.element_to_be_clickable(
-        (By.CSS_SELECTOR, "tr[data-plugin='greeter'] button.reload")))
+    reload_button = wait_for(
+        browser, EC.element_to_be_clickable((By.CSS_SELECTOR, "tr[data-plugin='greeter'] button.reload"))
+    )
     reload_button.click()
     wait_for(browser, text_in("#plugin-message", "greeter: reload -> loaded"))
 
     wait_for(browser, EC.element_to_be_clickable((By.CSS_SELECTOR, "tr[data-plugin='greeter'] button.config"))).click()
-    times = wait_for(browser, EC.presence_of_element_located((By.CSS_SELECTOR, "#plugin-config-form [data-key='times']")))
+    times = wait_for(
+        browser, EC.presence_of_element_located((By.CSS_SELECTOR, "#plugin-config-form [data-key='times']"))
+    )
     times.clear()
     times.send_keys("0")
     browser.find_element(By.ID, "plugin-config-save").click()

@@ -80,7 +80,7 @@ def attacker(live_console) -> Iterator[str]:
     page = ATTACK_PAGE.replace("CONSOLE", live_console.url).encode()
 
     class Page(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(page)))
@@ -133,8 +133,9 @@ def test_a_page_of_another_origin_gets_nothing_from_a_logged_in_console(live_con
         results = json.loads(browser.find_element(By.ID, "results").text)
     shot(browser, "attack-page")
     browser.switch_to.frame(browser.find_element(By.ID, "framed"))  # the console, framed to lure clicks onto it
-    assert not browser.find_elements(By.ID, "plugins-table") and not browser.find_elements(By.ID, "chat-log"), \
+    assert not browser.find_elements(By.ID, "plugins-table") and not browser.find_elements(By.ID, "chat-log"), (
         "another origin cannot frame the console (clickjacking)"
+    )
     browser.switch_to.default_content()
 
     assert results["chat socket"] == "refused"
@@ -156,19 +157,30 @@ def test_dns_rebinding_and_a_javascript_page_link_get_nothing(live_console, brow
     port = live_console.console.port
     # The attacker's name now resolves to 127.0.0.1: the page is "same-origin" with the console, but the Host
     # header names the attacker's host. Even the token in the address does not help.
-    for url in (f"http://{REBOUND}:{port}/api/sessions", f"http://{REBOUND}:{port}/?token={live_console.console.token}"):
+    for url in (
+        f"http://{REBOUND}:{port}/api/sessions",
+        f"http://{REBOUND}:{port}/?token={live_console.console.token}",
+    ):
         browser.get(url)
         body = browser.find_element(By.TAG_NAME, "body").text
         assert "is not one of [web] allowed_hosts" in body and "web:dm" not in body, url
     shot(browser, "rebinding")
 
     browser.get(live_console.login_url)
-    for link in ("javascript:parent.document.title='pwned'", "//evil.example/", "data:text/html,<b>x</b>",
-                 "/\\evil.example/"):
+    for link in (
+        "javascript:parent.document.title='pwned'",
+        "//evil.example/",
+        "data:text/html,<b>x</b>",
+        "/\\evil.example/",
+    ):
         browser.get(f"{live_console.url}/#page/{quote(link, safe='')}")
         wait_for(browser, EC.text_to_be_present_in_element((By.ID, "status"), "a page link must be a path"))
         frame = browser.find_element(By.ID, "page-frame")
         assert browser.title != "pwned" and not frame.get_attribute("src"), link
     browser.get(f"{live_console.url}/#page/{quote('/page/plugin/greeter/hello', safe='')}")
-    wait_for(browser, lambda d: (d.find_element(By.ID, "page-frame").get_attribute("src") or "").endswith(
-        "/page/plugin/greeter/hello"))
+    wait_for(
+        browser,
+        lambda d: (d.find_element(By.ID, "page-frame").get_attribute("src") or "").endswith(
+            "/page/plugin/greeter/hello"
+        ),
+    )

@@ -196,8 +196,15 @@ def test_plugin_pages_and_endpoints_live_under_the_plugin_id_while_it_is_loaded(
     assert client.get("/api/plugin/greeter/echo/ab").status_code == 405
     assert client.post("/api/plugin/greeter/echo/ab", params={"times": "x"}, json={}).status_code == 400
     menu = client.get("/api/overview").json()["pages"]
-    assert menu == [{"plugin_id": "greeter", "label": "Greeter", "icon": "Monitor", "order": 100,
-                     "url": "/page/plugin/greeter/dashboard"}]
+    assert menu == [
+        {
+            "plugin_id": "greeter",
+            "label": "Greeter",
+            "icon": "Monitor",
+            "order": 100,
+            "url": "/page/plugin/greeter/dashboard",
+        }
+    ]
 
     assert client.post("/api/plugins/greeter/disable").status_code == 200
     assert client.get("/page/plugin/greeter/hello").status_code == 404, "a stopped plugin's pages are gone"
@@ -217,12 +224,16 @@ async def test_the_plugins_page_says_whether_a_reloaded_plugins_new_code_is_in_e
     async with ChatHarness(provider=ScriptedProvider(), config={"plugins": {"dirs": [str(root)]}}) as bot:
         reloader = PluginReloader(bot.app)
         async with WebConsole(bot.app, port=0, reloader=reloader) as console:
-            async with httpx.AsyncClient(base_url=console.url,
-                                         headers={"Authorization": f"Bearer {console.token}"}) as http:
+            async with httpx.AsyncClient(
+                base_url=console.url, headers={"Authorization": f"Bearer {console.token}"}
+            ) as http:
                 (greeter / "main.py").write_text("broken(\n", encoding="utf-8")
                 await reloader.apply([greeter / "main.py"])
                 listed = {p["plugin_id"]: p for p in (await http.get("/api/plugins")).json()}
                 assert listed["greeter"]["state"] == "loaded", "the previous version keeps running"
                 assert listed["greeter"]["previous_version"] is True
-                assert listed["greeter"]["reload"]["ok"] is False and "SyntaxError" in listed["greeter"]["reload"]["reason"]
+                assert (
+                    listed["greeter"]["reload"]["ok"] is False
+                    and "SyntaxError" in listed["greeter"]["reload"]["reason"]
+                )
                 assert (await http.get("/api/overview")).json()["reload"] is True

@@ -7,7 +7,6 @@ import asyncio
 import json
 import time
 
-
 from core.chat import KiraIMMessage, MessageChain, User
 from core.chat.message_elements import Text
 from tests.web.test_console_api import _blocking_model, _set, connect_chat, frames_until
@@ -58,8 +57,17 @@ def test_clear_drops_the_messages_waiting_for_an_answer_and_their_inbox_rows(liv
 
 
 def test_the_inbox_endpoint_lists_messages_set_aside_as_poison(live_console):
-    record = {"text": "the bad one", "user_id": "u", "nickname": "", "adapter": "web", "type": "dm", "id": "p1",
-              "group_id": None, "message_id": "", "is_mentioned": True}
+    record = {
+        "text": "the bad one",
+        "user_id": "u",
+        "nickname": "",
+        "adapter": "web",
+        "type": "dm",
+        "id": "p1",
+        "group_id": None,
+        "message_id": "",
+        "is_mentioned": True,
+    }
 
     async def set_aside():
         inbox = live_console.app.inbox
@@ -73,4 +81,5 @@ def test_the_inbox_endpoint_lists_messages_set_aside_as_poison(live_console):
         listed = client.get("/api/inbox").json()
     assert listed["waiting"] == 0
     assert [(p["id"], p["sid"], p["text"], p["attempts"]) for p in listed["poison"]] == [
-        (inbox_id, "web:dm:p1", "the bad one", 1)]
+        (inbox_id, "web:dm:p1", "the bad one", 1)
+    ]

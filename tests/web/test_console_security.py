@@ -99,9 +99,16 @@ def test_another_local_user_can_neither_read_the_token_nor_use_the_console(tmp_p
                 "try:\n    open(web + '/token').read(); print('TOKEN READ')\n"
                 "except PermissionError:\n    print('token: permission denied')\n"
                 "try:\n    urllib.request.urlopen(sys.argv[2] + '/api/sessions'); print('SESSIONS READ')\n"
-                "except urllib.error.HTTPError as e:\n    print('sessions:', e.code)\n")
-            other = subprocess.run([str(SYSTEM_PYTHON), "-c", script, str(data / "web"), live.url],
-                                   user="nobody", capture_output=True, text=True, timeout=30, cwd="/")
+                "except urllib.error.HTTPError as e:\n    print('sessions:', e.code)\n"
+            )
+            other = subprocess.run(
+                [str(SYSTEM_PYTHON), "-c", script, str(data / "web"), live.url],
+                user="nobody",
+                capture_output=True,
+                text=True,
+                timeout=30,
+                cwd="/",
+            )
         finally:
             live.close()
     finally:
@@ -112,15 +119,23 @@ def test_another_local_user_can_neither_read_the_token_nor_use_the_console(tmp_p
 def test_dns_rebinding_a_host_the_operator_did_not_name_is_refused_even_with_the_token(live_console):
     client = live_console.client()
     port = live_console.console.port
-    for host in (f"rebind.attacker.example:{port}", f"localhost.attacker.example:{port}", "", f"127.0.0.1.nip.io:{port}"):
+    for host in (
+        f"rebind.attacker.example:{port}",
+        f"localhost.attacker.example:{port}",
+        "",
+        f"127.0.0.1.nip.io:{port}",
+    ):
         r = client.get("/api/sessions", headers={"Host": host})
         assert r.status_code == 403 and "allowed_hosts" in r.text, host
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}"):
         assert client.get("/api/sessions", headers={"Host": host}).status_code == 200, host
     # The socket goes to 127.0.0.1, the request names the attacker's host: what a rebound name looks like.
     with pytest.raises(InvalidStatus) as refused:
-        with connect(f"ws://rebind.attacker.example:{port}/ws/chat", additional_headers=live_console.auth,
-                     sock=socket.create_connection(("127.0.0.1", port))):
+        with connect(
+            f"ws://rebind.attacker.example:{port}/ws/chat",
+            additional_headers=live_console.auth,
+            sock=socket.create_connection(("127.0.0.1", port)),
+        ):
             pass
     assert refused.value.response.status_code == 403
 
@@ -132,9 +147,10 @@ def test_a_name_the_operator_configures_is_allowed(tmp_path):
             async with WebConsole(bot.app, port=0) as console:
                 auth = {"Authorization": f"Bearer {console.token}"}
                 async with httpx.AsyncClient(base_url=console.url, headers=auth) as http:
-                    return [(await http.get("/api/plugins", headers={"Host": h})).status_code
-                            for h in (f"bot.lan:{console.port}", f"localhost:{console.port}",
-                                      f"127.0.0.1:{console.port}")]
+                    return [
+                        (await http.get("/api/plugins", headers={"Host": h})).status_code
+                        for h in (f"bot.lan:{console.port}", f"localhost:{console.port}", f"127.0.0.1:{console.port}")
+                    ]
 
     assert asyncio.run(main()) == [200, 403, 200], "the configured list replaces the default names"
 
@@ -146,30 +162,37 @@ def test_another_origin_cannot_change_anything_or_open_the_chat_even_with_the_co
     port = live_console.console.port
     same = f"http://127.0.0.1:{port}"
     for origin in ("http://127.0.0.1:9999", "http://evil.example", "null", f"https://127.0.0.1.evil.example:{port}"):
-        stranger = httpx.Client(base_url=live_console.url, cookies={"hookchat_token": token},
-                                headers={"Origin": origin})
+        stranger = httpx.Client(
+            base_url=live_console.url, cookies={"hookchat_token": token}, headers={"Origin": origin}
+        )
         assert stranger.post("/api/plugins/greeter/disable").status_code == 403, origin
         assert stranger.post("/api/plugins/greeter/reload").status_code == 403, origin
         assert stranger.delete("/api/sessions/web:dm:s1").status_code == 403, origin
         assert stranger.get("/api/sessions").status_code == 403, origin
         with pytest.raises(InvalidStatus):
-            with connect(ws_url(live_console, "?session=evil"), additional_headers={
-                    "Cookie": f"hookchat_token={token}", "Origin": origin}):
+            with connect(
+                ws_url(live_console, "?session=evil"),
+                additional_headers={"Cookie": f"hookchat_token={token}", "Origin": origin},
+            ):
                 pass
     assert live_console.app.plugins.status("greeter").state == "loaded"
     friend = httpx.Client(base_url=live_console.url, cookies={"hookchat_token": token}, headers={"Origin": same})
     assert friend.post("/api/plugins/greeter/reload").json()["state"] == "loaded", "the console's own page works"
     live_console.provider.add("<msg>hi</msg>")
-    with connect(ws_url(live_console, "?session=mine"), additional_headers={
-            "Cookie": f"hookchat_token={token}", "Origin": same}) as ws:
+    with connect(
+        ws_url(live_console, "?session=mine"), additional_headers={"Cookie": f"hookchat_token={token}", "Origin": same}
+    ) as ws:
         assert json.loads(ws.recv(timeout=10))["type"] == "ready"
 
 
 def test_a_failing_model_shows_the_browser_no_url_no_body_and_no_key(tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
-    error = ProviderError("openai: no model at http://10.0.0.7:8000/v1 could answer: 'm': HTTP 500: "
-                          '{"error": "upstream sk-live-123 failed"}', public="the model service is unavailable")
+    error = ProviderError(
+        "openai: no model at http://10.0.0.7:8000/v1 could answer: 'm': HTTP 500: "
+        '{"error": "upstream sk-live-123 failed"}',
+        public="the model service is unavailable",
+    )
     live = LiveConsole([copy_sample("greeter", plugins)], ScriptedProvider([error]), tmp_path / "data")
     try:
         with connect(ws_url(live, "?session=err"), additional_headers=live.auth) as ws:
@@ -188,8 +211,11 @@ def test_a_failing_model_shows_the_browser_no_url_no_body_and_no_key(tmp_path):
 
 def test_a_nul_byte_in_a_plugin_page_path_is_a_404_not_a_500(live_console):
     client = live_console.client()
-    for path in ("/page/plugin/greeter/dashboard/%00", "/page/plugin/greeter/dashboard/a%00.html",
-                 "/page/plugin/gre%00eter/hello"):
+    for path in (
+        "/page/plugin/greeter/dashboard/%00",
+        "/page/plugin/greeter/dashboard/a%00.html",
+        "/page/plugin/gre%00eter/hello",
+    ):
         r = client.get(path)
         assert r.status_code == 404, (path, r.status_code)
     assert client.get("/page/plugin/greeter/dashboard/").status_code == 200, "the page itself still works"

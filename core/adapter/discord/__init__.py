@@ -13,11 +13,12 @@ from core.adapter import AdapterError
 try:
     import discord  # noqa: F401
 except ImportError as exc:  # the optional extra is not installed
-    raise AdapterError("the discord adapter needs discord.py, which is not installed: "
-                       "pip install 'hookchat[discord]'") from exc
+    raise AdapterError(
+        "the discord adapter needs discord.py, which is not installed: pip install 'hookchat[discord]'"
+    ) from exc
 
-from core.adapter.discord._adapter import CAPABILITIES, INTENTS, DiscordAdapter  # noqa: E402
-from core.adapter.discord._convert import (  # noqa: E402
+from core.adapter.discord._adapter import CAPABILITIES, INTENTS, DiscordAdapter
+from core.adapter.discord._convert import (
     TEXT_LIMIT,
     attachment_element,
     content_to_elements,
@@ -25,7 +26,17 @@ from core.adapter.discord._convert import (  # noqa: E402
     split_content,
     to_parts,
 )
-from core.adapter.discord._options import DiscordOptions  # noqa: E402
+from core.adapter.discord._options import DiscordOptions
 
-__all__ = ["DiscordAdapter", "DiscordOptions", "CAPABILITIES", "INTENTS", "TEXT_LIMIT", "attachment_element",
-           "content_to_elements", "embed_of", "split_content", "to_parts"]
+__all__ = [
+    "DiscordAdapter",
+    "DiscordOptions",
+    "CAPABILITIES",
+    "INTENTS",
+    "TEXT_LIMIT",
+    "attachment_element",
+    "content_to_elements",
+    "embed_of",
+    "split_content",
+    "to_parts",
+]

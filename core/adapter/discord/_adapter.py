@@ -87,8 +87,9 @@ class DiscordAdapter(Adapter):
         """Log in (a token Discord refuses stops the start with `AdapterError`) and open the gateway connection
         in the background."""
         await super().start(app)
-        self._tasks.append(asyncio.get_running_loop().create_task(
-            self._dispatch(), name=f"hookchat:discord:{self.name}:dispatch"))
+        self._tasks.append(
+            asyncio.get_running_loop().create_task(self._dispatch(), name=f"hookchat:discord:{self.name}:dispatch")
+        )
         await self.connect()
 
     async def connect(self) -> None:
@@ -99,12 +100,15 @@ class DiscordAdapter(Adapter):
             await self.client.login(self._token)
         except discord.LoginFailure as exc:
             await self.client.close()
-            raise AdapterError(f"adapter {self.name!r} (discord): Discord refused the token in "
-                               f"${self.settings.token_env} ({exc}); reset it in the Developer Portal (Bot)") from None
+            raise AdapterError(
+                f"adapter {self.name!r} (discord): Discord refused the token in "
+                f"${self.settings.token_env} ({exc}); reset it in the Developer Portal (Bot)"
+            ) from None
         except (OSError, aiohttp.ClientError, discord.HTTPException) as exc:
             logger.warning("discord %s: cannot log in yet (%s); retrying in the background", self.name, exc)
-        self._tasks.append(asyncio.get_running_loop().create_task(
-            self._hold_gateway(), name=f"hookchat:discord:{self.name}:gateway"))
+        self._tasks.append(
+            asyncio.get_running_loop().create_task(self._hold_gateway(), name=f"hookchat:discord:{self.name}:gateway")
+        )
 
     async def _hold_gateway(self) -> None:
         s = self.settings
@@ -116,16 +120,23 @@ class DiscordAdapter(Adapter):
                 await self.client.connect(reconnect=True)
                 return
             except discord.PrivilegedIntentsRequired:
-                logger.error("discord %s: the Message Content intent is off for this bot: switch it on in the "
-                             "Developer Portal (Bot, Privileged Gateway Intents) and restart", self.name)
+                logger.error(
+                    "discord %s: the Message Content intent is off for this bot: switch it on in the "
+                    "Developer Portal (Bot, Privileged Gateway Intents) and restart",
+                    self.name,
+                )
                 return
             except discord.LoginFailure as exc:
                 logger.error("discord %s: Discord refuses the token in $%s (%s)", self.name, s.token_env, exc)
                 return
-            except (OSError, aiohttp.ClientError, discord.HTTPException, discord.GatewayNotFound,
-                    discord.ConnectionClosed) as exc:
-                logger.warning("discord %s: gateway connection failed (%s); next try in %.0f s", self.name, exc,
-                               delay)
+            except (
+                OSError,
+                aiohttp.ClientError,
+                discord.HTTPException,
+                discord.GatewayNotFound,
+                discord.ConnectionClosed,
+            ) as exc:
+                logger.warning("discord %s: gateway connection failed (%s); next try in %.0f s", self.name, exc, delay)
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2, s.reconnect_max)
 
@@ -164,8 +175,12 @@ class DiscordAdapter(Adapter):
             self.dropped_messages += 1
             if not self._dropping:
                 self._dropping = True
-                logger.warning("discord %s: %d messages already wait to be delivered (max_queued_messages); "
-                               "dropping new ones until the queue drains", self.name, len(self._queue))
+                logger.warning(
+                    "discord %s: %d messages already wait to be delivered (max_queued_messages); "
+                    "dropping new ones until the queue drains",
+                    self.name,
+                    len(self._queue),
+                )
             return
         self._queue.append(message)
         if self._waiter is not None and not self._waiter.done():
@@ -187,8 +202,9 @@ class DiscordAdapter(Adapter):
                 assert self.app is not None
                 await self.app.receive(self.incoming(message))
             except Exception:
-                logger.exception("discord %s: failed to deliver message %s of channel %s", self.name, message.id,
-                                 message.channel.id)
+                logger.exception(
+                    "discord %s: failed to deliver message %s of channel %s", self.name, message.id, message.channel.id
+                )
 
     def incoming(self, message: discord.Message) -> KiraIMMessage:
         """`message` as hookchat sees it (the conversion on its own, for tests and plugins)."""
@@ -211,9 +227,16 @@ class DiscordAdapter(Adapter):
             session = Session(self.name, "gm", str(message.channel.id))
             group = Group(str(message.channel.id), f"{guild.name} #{getattr(message.channel, 'name', '')}")
         to_me = guild is None or any(user.id == me_id for user in message.mentions) or self._replies_to_bot(message)
-        return KiraIMMessage(MessageChain(chain), User(str(author.id), author.display_name), session, group=group,
-                             message_id=str(message.id), is_mentioned=to_me,
-                             timestamp=message.created_at.timestamp(), raw=message)
+        return KiraIMMessage(
+            MessageChain(chain),
+            User(str(author.id), author.display_name),
+            session,
+            group=group,
+            message_id=str(message.id),
+            is_mentioned=to_me,
+            timestamp=message.created_at.timestamp(),
+            raw=message,
+        )
 
     def _replies_to_bot(self, message: discord.Message) -> bool:
         reference = message.reference
@@ -259,8 +282,9 @@ class DiscordAdapter(Adapter):
                 ids.append(str(sent.id))
         except (discord.HTTPException, MediaError, AdapterError, ValueError) as exc:
             logger.warning("discord %s: send to %s failed: %s", self.name, session.sid, exc)
-            return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc),
-                                    message_ids=tuple(ids))
+            return KiraIMSentResult(
+                chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc), message_ids=tuple(ids)
+            )
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0], message_ids=tuple(ids))
 
     async def _send_kwargs(self, channel: discord.abc.Messageable, part: Part) -> dict[str, Any]:
@@ -273,15 +297,18 @@ class DiscordAdapter(Adapter):
             kwargs["embeds"] = [_embed(e) for e in part.embeds]
         if part.reply_to is not None:
             channel_id = getattr(channel, "id", None)
-            kwargs["reference"] = discord.MessageReference(message_id=part.reply_to, channel_id=channel_id,
-                                                           fail_if_not_exists=False)
+            kwargs["reference"] = discord.MessageReference(
+                message_id=part.reply_to, channel_id=channel_id, fail_if_not_exists=False
+            )
         return kwargs
 
     async def _upload(self, media: MediaElement) -> discord.File:
         data = await media.get_bytes()  # a path is read in a worker thread
         if len(data) > self.settings.max_upload_bytes:
-            raise MediaError(f"{media.type} of {len(data):,} bytes is above max_upload_bytes "
-                             f"({self.settings.max_upload_bytes:,}; Discord's limit depends on the server)")
+            raise MediaError(
+                f"{media.type} of {len(data):,} bytes is above max_upload_bytes "
+                f"({self.settings.max_upload_bytes:,}; Discord's limit depends on the server)"
+            )
         name = media.name or (media.path.rsplit("/", 1)[-1] if media.path else f"{media.type}")
         return discord.File(io.BytesIO(data), filename=name)
 
@@ -306,8 +333,9 @@ class DiscordAdapter(Adapter):
 
     @asynccontextmanager
     async def _typing(self, session: Session) -> AsyncIterator[None]:
-        task = asyncio.get_running_loop().create_task(self._keep_typing(session),
-                                                      name=f"hookchat:discord:{self.name}:typing")
+        task = asyncio.get_running_loop().create_task(
+            self._keep_typing(session), name=f"hookchat:discord:{self.name}:typing"
+        )
         try:
             yield
         finally:
@@ -333,8 +361,12 @@ def _embed(data: dict[str, Any]) -> discord.Embed:
             color = int(color.lstrip("#"), 16)
         except ValueError:
             color = None
-    embed = discord.Embed(title=data.get("title"), description=data.get("description"), url=data.get("url"),
-                          color=color if isinstance(color, int) else None)
+    embed = discord.Embed(
+        title=data.get("title"),
+        description=data.get("description"),
+        url=data.get("url"),
+        color=color if isinstance(color, int) else None,
+    )
     if data.get("image"):
         embed.set_image(url=str(data["image"]))
     if data.get("footer"):

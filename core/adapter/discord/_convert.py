@@ -10,8 +10,15 @@ from typing import Any
 
 from core.chat.message_elements import At, BaseMessageElement, File, Image, Json, Record, Reply, Sticker, Text, Video
 
-__all__ = ["TEXT_LIMIT", "MAX_ATTACHMENTS", "Part", "content_to_elements", "attachment_element", "to_parts",
-           "split_content"]
+__all__ = [
+    "TEXT_LIMIT",
+    "MAX_ATTACHMENTS",
+    "Part",
+    "content_to_elements",
+    "attachment_element",
+    "to_parts",
+    "split_content",
+]
 
 #: Discord's limit for one message's content, in characters.
 TEXT_LIMIT = 2000
@@ -29,7 +36,7 @@ def content_to_elements(content: str, names: dict[int, str]) -> list[BaseMessage
     position = 0
     for match in _MENTION.finditer(content):
         if match.start() > position:
-            elements.append(Text(content[position:match.start()]))
+            elements.append(Text(content[position : match.start()]))
         user_id = int(match.group(1))
         elements.append(At(str(user_id), names.get(user_id)))
         position = match.end()

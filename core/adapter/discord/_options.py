@@ -33,8 +33,9 @@ class DiscordOptions(BaseModel):
         """The bot token from `$token_env`; `ValueError` saying how to set it when it is not set."""
         value = (os.environ if env is None else env).get(self.token_env)
         if not value:
-            raise ValueError(f"the bot token is read from ${self.token_env}, which is not set: export the token of "
-                             "your application's bot (Developer Portal, Bot, Reset Token), or name another variable "
-                             "with `token_env`")
+            raise ValueError(
+                f"the bot token is read from ${self.token_env}, which is not set: export the token of "
+                "your application's bot (Developer Portal, Bot, Reset Token), or name another variable "
+                "with `token_env`"
+            )
         return value
-

@@ -14,5 +14,15 @@ from core.adapter.matrix._adapter import CAPABILITIES, ENCRYPTION_REFUSAL, Matri
 from core.adapter.matrix._content import mentions, plan_events, replied_to, text_of
 from core.adapter.matrix._options import MatrixOptions
 
-__all__ = ["MatrixAdapter", "MatrixOptions", "MatrixStats", "MatrixError", "CAPABILITIES", "ENCRYPTION_REFUSAL",
-           "mentions", "plan_events", "replied_to", "text_of"]
+__all__ = [
+    "MatrixAdapter",
+    "MatrixOptions",
+    "MatrixStats",
+    "MatrixError",
+    "CAPABILITIES",
+    "ENCRYPTION_REFUSAL",
+    "mentions",
+    "plan_events",
+    "replied_to",
+    "text_of",
+]

@@ -61,8 +61,10 @@ logger = logging.getLogger("hookchat.adapter.matrix")
 #: What the adapter can send, and so which built-in tags the model is offered.
 CAPABILITIES = frozenset({"text", "at", "reply", "image", "file", "record", "video", "sticker"})
 #: What the bot says in an end-to-end encrypted room before it leaves (it cannot read what is written there).
-ENCRYPTION_REFUSAL = ("This bot cannot read end-to-end encrypted messages, so it is leaving this room. Invite it to "
-                      "a room with encryption turned off (in Element: room settings, Security & Privacy).")
+ENCRYPTION_REFUSAL = (
+    "This bot cannot read end-to-end encrypted messages, so it is leaving this room. Invite it to "
+    "a room with encryption turned off (in Element: room settings, Security & Privacy)."
+)
 
 _OWN_IDS = 1000  # event ids the bot sent, to tell a reply to the bot without asking the homeserver
 _SEEN_IDS = 2000  # event ids delivered lately, so a batch fetched twice is delivered once
@@ -101,8 +103,10 @@ def _nio() -> ModuleType:
     try:
         import nio
     except ImportError as exc:
-        raise ImportError(f"the Matrix adapter needs matrix-nio, which is not installed ({exc}); install it with "
-                          "pip install 'hookchat[matrix]'") from None
+        raise ImportError(
+            f"the Matrix adapter needs matrix-nio, which is not installed ({exc}); install it with "
+            "pip install 'hookchat[matrix]'"
+        ) from None
     return nio
 
 
@@ -131,9 +135,15 @@ class MatrixAdapter(Adapter):
         try:
             self.settings = MatrixOptions.model_validate(options)
         except ValidationError as exc:
-            raise AdapterError(options_error(
-                self.name, "matrix", exc, "docs/adapters.md, 'Matrix'",
-                {(".user_id", "string_pattern_mismatch"): "not a Matrix user id like @bot:example.org"})) from None
+            raise AdapterError(
+                options_error(
+                    self.name,
+                    "matrix",
+                    exc,
+                    "docs/adapters.md, 'Matrix'",
+                    {(".user_id", "string_pattern_mismatch"): "not a Matrix user id like @bot:example.org"},
+                )
+            ) from None
         try:
             self._secret_kind, self._secret = self.settings.secret()
         except ValueError as exc:
@@ -147,8 +157,7 @@ class MatrixAdapter(Adapter):
         self._state_path: Path | None = None
         self._media_dir: Path | None = None
         self._http: httpx.AsyncClient | None = None
-        self._queue: asyncio.Queue[tuple[str, dict[str, Any]] | _Batch] = asyncio.Queue(
-            self.settings.max_queued_events)
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]] | _Batch] = asyncio.Queue(self.settings.max_queued_events)
         self._own_ids: Recent[str, None] = Recent(_OWN_IDS)
         self._seen: Recent[str, None] = Recent(_SEEN_IDS)
         self._refused: set[str] = set()
@@ -180,21 +189,29 @@ class MatrixAdapter(Adapter):
         self._state = await load_state(self._state_path, s.homeserver, s.user_id)
         self._seen.update((event_id, None) for event_id in self._state.delivered)
         nio = self._nio
-        config = nio.AsyncClientConfig(max_timeouts=0, max_limit_exceeded=5, request_timeout=s.request_timeout,
-                                       store_sync_tokens=False, encryption_enabled=False)
+        config = nio.AsyncClientConfig(
+            max_timeouts=0,
+            max_limit_exceeded=5,
+            request_timeout=s.request_timeout,
+            store_sync_tokens=False,
+            encryption_enabled=False,
+        )
         self.client = nio.AsyncClient(s.homeserver, s.user_id, device_id=self._state.device_id, config=config)
         self._http = httpx.AsyncClient(timeout=s.request_timeout, follow_redirects=False, trust_env=False)
         try:
             await self._login()
-        except (OSError, asyncio.TimeoutError, self._aiohttp_error()) as exc:
-            logger.warning("matrix %s: %s is not reachable (%s); trying again in the background", self.name,
-                           s.homeserver, exc)
+        except (TimeoutError, OSError, self._aiohttp_error()) as exc:
+            logger.warning(
+                "matrix %s: %s is not reachable (%s); trying again in the background", self.name, s.homeserver, exc
+            )
         except BaseException:
             await self._close_clients()
             raise
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._sync_forever(), name=f"hookchat:matrix:{self.name}:sync"),
-                       loop.create_task(self._dispatch(), name=f"hookchat:matrix:{self.name}:dispatch")]
+        self._tasks = [
+            loop.create_task(self._sync_forever(), name=f"hookchat:matrix:{self.name}:sync"),
+            loop.create_task(self._dispatch(), name=f"hookchat:matrix:{self.name}:dispatch"),
+        ]
 
     async def stop(self) -> None:
         """Stop syncing and delivering; the state (sync token, delivered ids) is written first."""
@@ -229,25 +246,32 @@ class MatrixAdapter(Adapter):
         if self._secret_kind == "password":
             response = await client.login(password=self._secret, device_name=s.device_name)
             if not isinstance(response, nio.LoginResponse):
-                raise AdapterError(f"{where}: {s.homeserver} refused the password login of {s.user_id}: "
-                                   f"{response.message} ({response.status_code}); check password_env")
+                raise AdapterError(
+                    f"{where}: {s.homeserver} refused the password login of {s.user_id}: "
+                    f"{response.message} ({response.status_code}); check password_env"
+                )
         else:
             client.access_token = self._secret
             response = await client.whoami()
             if not isinstance(response, nio.WhoamiResponse):
-                raise AdapterError(f"{where}: {s.homeserver} refused the access token: {response.message} "
-                                   f"({response.status_code}); check access_token_env")
+                raise AdapterError(
+                    f"{where}: {s.homeserver} refused the access token: {response.message} "
+                    f"({response.status_code}); check access_token_env"
+                )
             if response.user_id != s.user_id:
-                raise AdapterError(f"{where}: the access token belongs to {response.user_id}, not {s.user_id}; "
-                                   "set user_id to the token's account")
+                raise AdapterError(
+                    f"{where}: the access token belongs to {response.user_id}, not {s.user_id}; "
+                    "set user_id to the token's account"
+                )
             client.user_id, client.device_id = response.user_id, response.device_id
         if client.device_id != self._state.device_id:
             self._state.device_id = client.device_id
         name = await client.get_displayname()
         self._display_name = getattr(name, "displayname", None)
         self._logged_in = True
-        logger.info("matrix %s: logged in as %s (device %s) on %s", self.name, s.user_id, client.device_id,
-                    s.homeserver)
+        logger.info(
+            "matrix %s: logged in as %s (device %s) on %s", self.name, s.user_id, client.device_id, s.homeserver
+        )
         self._notify()
 
     # -- waiting (tests, health checks) -----------------------------------------------------------------------------
@@ -255,10 +279,18 @@ class MatrixAdapter(Adapter):
     def stats(self) -> MatrixStats:
         """The adapter's figures now."""
         return MatrixStats(
-            logged_in=self._logged_in, connected=self._connected, syncs=self._syncs,
-            sync_failures=self._sync_failures, events_processed=self._processed, queued_events=self._queue.qsize(),
-            rooms=len(self.rooms), direct_chats=len(self._state.direct),
-            refused_rooms=len(self._refused), invites_left=len(self._invites_seen), next_batch=self._state.next_batch)
+            logged_in=self._logged_in,
+            connected=self._connected,
+            syncs=self._syncs,
+            sync_failures=self._sync_failures,
+            events_processed=self._processed,
+            queued_events=self._queue.qsize(),
+            rooms=len(self.rooms),
+            direct_chats=len(self._state.direct),
+            refused_rooms=len(self._refused),
+            invites_left=len(self._invites_seen),
+            next_batch=self._state.next_batch,
+        )
 
     async def wait_until(self, condition: Callable[[MatrixStats], bool]) -> MatrixStats:
         """Wait until `condition(self.stats())` holds, checked after every sync and every event processed; returns
@@ -273,15 +305,17 @@ class MatrixAdapter(Adapter):
 
     # -- incoming -------------------------------------------------------------------------------------------------
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-                       timeout: float | None = None) -> tuple[int, dict[str, Any]]:
+    async def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> tuple[int, dict[str, Any]]:
         """One client-server API request through nio's HTTP session, answered as (status, JSON body). Used for the
         two requests made per message (`/sync`, `send`): nio's own methods check every event against JSON schemas,
         which costs more than the rest of a turn and blocks the loop for seconds on a large sync."""
         assert self.client is not None
         headers = {"Authorization": f"Bearer {self.client.access_token}", "Content-Type": "application/json"}
-        response = await self.client.send(method, path, json.dumps(body) if body is not None else None, headers,
-                                          timeout=timeout)
+        response = await self.client.send(
+            method, path, json.dumps(body) if body is not None else None, headers, timeout=timeout
+        )
         async with response:
             try:
                 data = await response.json(content_type=None)
@@ -292,10 +326,18 @@ class MatrixAdapter(Adapter):
     async def _sync_forever(self) -> None:
         s = self.settings
         transport_errors = (OSError, asyncio.TimeoutError, self._aiohttp_error())
-        sync_filter = json.dumps({"presence": {"not_types": ["*"]}, "account_data": {"not_types": ["*"]},
-                                  "room": {"timeline": {"limit": _TIMELINE_LIMIT},
-                                           "ephemeral": {"not_types": ["*"]},
-                                           "account_data": {"not_types": ["*"]}}}, separators=(",", ":"))
+        sync_filter = json.dumps(
+            {
+                "presence": {"not_types": ["*"]},
+                "account_data": {"not_types": ["*"]},
+                "room": {
+                    "timeline": {"limit": _TIMELINE_LIMIT},
+                    "ephemeral": {"not_types": ["*"]},
+                    "account_data": {"not_types": ["*"]},
+                },
+            },
+            separators=(",", ":"),
+        )
         failures = 0
         full_state = True  # the rooms' members, names and encryption, once per run
         while True:
@@ -310,8 +352,9 @@ class MatrixAdapter(Adapter):
             try:
                 if not self._logged_in:
                     await self._login()
-                status, data = await self._request("GET", f"/_matrix/client/v3/sync?{urlencode(query)}",
-                                                   timeout=s.sync_timeout + s.request_timeout)
+                status, data = await self._request(
+                    "GET", f"/_matrix/client/v3/sync?{urlencode(query)}", timeout=s.sync_timeout + s.request_timeout
+                )
             except AdapterError as exc:
                 logger.error("%s; trying again later", exc)
                 failures += 1
@@ -326,8 +369,13 @@ class MatrixAdapter(Adapter):
                 if code in ("M_UNKNOWN_TOKEN", "M_MISSING_TOKEN"):
                     self._logged_in = False
                     if self._secret_kind == "access_token":
-                        logger.error("matrix %s: the homeserver no longer accepts the access token (%s); set a new "
-                                     "one in %s and restart", self.name, words, s.access_token_env)
+                        logger.error(
+                            "matrix %s: the homeserver no longer accepts the access token (%s); set a new "
+                            "one in %s and restart",
+                            self.name,
+                            words,
+                            s.access_token_env,
+                        )
                 self._sync_failed(f"sync refused: {words} ({code})", failures)
                 continue
             if failures:
@@ -352,8 +400,9 @@ class MatrixAdapter(Adapter):
         """Queue a sync response's messages (waiting while the queue is full), then its token; keep each room's
         state; join the rooms the bot was invited to (when `auto_join`), and refuse the encrypted ones."""
         rooms = data.get("rooms") if isinstance(data.get("rooms"), dict) else {}
-        invite, join, leave = (rooms.get(k) if isinstance(rooms.get(k), dict) else {}
-                               for k in ("invite", "join", "leave"))
+        invite, join, leave = (
+            rooms.get(k) if isinstance(rooms.get(k), dict) else {} for k in ("invite", "join", "leave")
+        )
         for room_id in leave:
             self.rooms.pop(room_id, None)
         for room_id, info in invite.items():
@@ -370,8 +419,14 @@ class MatrixAdapter(Adapter):
             self.rooms.update_from(room_id, state + timeline)
             await self._refuse_if_encrypted(room_id)
             if timeline_info.get("limited") and known and not first_ever:
-                logger.warning("matrix %s: more than %d events arrived in %s while the bot was away; only the last "
-                               "%d are answered", self.name, _TIMELINE_LIMIT, room_id, _TIMELINE_LIMIT)
+                logger.warning(
+                    "matrix %s: more than %d events arrived in %s while the bot was away; only the last "
+                    "%d are answered",
+                    self.name,
+                    _TIMELINE_LIMIT,
+                    room_id,
+                    _TIMELINE_LIMIT,
+                )
             if first_ever:
                 continue  # the first sync of an account shows recent history: not for answering
             for event in timeline:
@@ -382,35 +437,48 @@ class MatrixAdapter(Adapter):
 
     async def _invited(self, room_id: str, invite: dict[str, Any]) -> None:
         events = _events(invite.get("invite_state"))
-        inviter = next((str(e.get("sender")) for e in events if e.get("type") == "m.room.member"
-                        and e.get("state_key") == self.settings.user_id), "someone")
+        inviter = next(
+            (
+                str(e.get("sender"))
+                for e in events
+                if e.get("type") == "m.room.member" and e.get("state_key") == self.settings.user_id
+            ),
+            "someone",
+        )
         if not self.settings.auto_join:
             if room_id not in self._invites_seen:
                 self._invites_seen.add(room_id)
-                logger.info("matrix %s: %s invited the bot to %s; not joining (auto_join is off)", self.name,
-                            inviter, room_id)
+                logger.info(
+                    "matrix %s: %s invited the bot to %s; not joining (auto_join is off)", self.name, inviter, room_id
+                )
             return
         assert self.client is not None
         response = await self.client.join(room_id)
         if isinstance(response, self._nio.JoinResponse):
             logger.info("matrix %s: joined %s (invited by %s)", self.name, room_id, inviter)
         else:
-            logger.warning("matrix %s: cannot join %s (invited by %s): %s", self.name, room_id, inviter,
-                           response.message)
+            logger.warning(
+                "matrix %s: cannot join %s (invited by %s): %s", self.name, room_id, inviter, response.message
+            )
 
     async def _refuse_if_encrypted(self, room_id: str) -> None:
         room = self.rooms.get(room_id)
         if room is None or not room.encrypted or room_id in self._refused:
             return
         self._refused.add(room_id)
-        logger.warning("matrix %s: %s is end-to-end encrypted, which this adapter does not support; leaving it "
-                       "(invite the bot to a room without encryption)", self.name, room_id)
+        logger.warning(
+            "matrix %s: %s is end-to-end encrypted, which this adapter does not support; leaving it "
+            "(invite the bot to a room without encryption)",
+            self.name,
+            room_id,
+        )
         assert self.client is not None
         try:
-            await self.client.room_send(room_id, "m.room.message", {"msgtype": "m.notice",
-                                                                    "body": ENCRYPTION_REFUSAL, "m.mentions": {}})
+            await self.client.room_send(
+                room_id, "m.room.message", {"msgtype": "m.notice", "body": ENCRYPTION_REFUSAL, "m.mentions": {}}
+            )
             await self.client.room_leave(room_id)
-        except (OSError, asyncio.TimeoutError, self._aiohttp_error()) as exc:
+        except (TimeoutError, OSError, self._aiohttp_error()) as exc:
             logger.warning("matrix %s: could not leave %s: %s", self.name, room_id, exc)
 
     async def _dispatch(self) -> None:
@@ -432,8 +500,9 @@ class MatrixAdapter(Adapter):
                     assert self.app is not None
                     await self.app.receive(message)
             except Exception:
-                logger.exception("matrix %s: failed to deliver event %s in %s", self.name, source.get("event_id"),
-                                 room_id)
+                logger.exception(
+                    "matrix %s: failed to deliver event %s in %s", self.name, source.get("event_id"), room_id
+                )
             finally:
                 self._processed += 1
                 self._notify()
@@ -476,9 +545,17 @@ class MatrixAdapter(Adapter):
         my_name = (room.user_name(me) if room is not None else None) or self._display_name
         to_me = direct or mentions(content, me, my_name) or await self._quotes_bot(room_id, quoted)
         ts = source.get("origin_server_ts")
-        return KiraIMMessage(MessageChain(chain), User(sender, nickname), session, group=group, message_id=event_id,
-                             is_mentioned=to_me, timestamp=ts / 1000 if isinstance(ts, (int, float)) else 0.0,
-                             raw=source, self_id=me)
+        return KiraIMMessage(
+            MessageChain(chain),
+            User(sender, nickname),
+            session,
+            group=group,
+            message_id=event_id,
+            is_mentioned=to_me,
+            timestamp=ts / 1000 if isinstance(ts, (int, float)) else 0.0,
+            raw=source,
+            self_id=me,
+        )
 
     async def _quotes_bot(self, room_id: str, event_id: str | None) -> bool:
         if event_id is None:
@@ -488,9 +565,10 @@ class MatrixAdapter(Adapter):
         if self.settings.reply_lookup_timeout == 0 or self.client is None:
             return False
         try:
-            response = await asyncio.wait_for(self.client.room_get_event(room_id, event_id),
-                                              self.settings.reply_lookup_timeout)
-        except (OSError, asyncio.TimeoutError, self._aiohttp_error()) as exc:
+            response = await asyncio.wait_for(
+                self.client.room_get_event(room_id, event_id), self.settings.reply_lookup_timeout
+            )
+        except (TimeoutError, OSError, self._aiohttp_error()) as exc:
             logger.debug("matrix %s: cannot tell who wrote %s: %s", self.name, event_id, exc)
             return False
         event = getattr(response, "event", None)
@@ -536,8 +614,10 @@ class MatrixAdapter(Adapter):
         assert self._http is not None and self.client is not None and self._media_dir is not None
         base = self.settings.homeserver
         headers = {"Authorization": f"Bearer {self.client.access_token}"}
-        urls = [f"{base}/_matrix/client/v1/media/download/{quote(server)}/{quote(media_id)}",
-                f"{base}/_matrix/media/v3/download/{quote(server)}/{quote(media_id)}"]  # before Matrix 1.11
+        urls = [
+            f"{base}/_matrix/client/v1/media/download/{quote(server)}/{quote(media_id)}",
+            f"{base}/_matrix/media/v3/download/{quote(server)}/{quote(media_id)}",
+        ]  # before Matrix 1.11
         data = bytearray()
         try:
             for url in urls:
@@ -579,11 +659,13 @@ class MatrixAdapter(Adapter):
             return room_id
         assert self.client is not None
         nio = self._nio
-        response = await self.client.room_create(is_direct=True, invite=[session.session_id],
-                                                 preset=nio.RoomPreset.trusted_private_chat)
+        response = await self.client.room_create(
+            is_direct=True, invite=[session.session_id], preset=nio.RoomPreset.trusted_private_chat
+        )
         if not isinstance(response, nio.RoomCreateResponse):
-            raise MatrixError(f"no direct chat with {session.session_id} yet, and creating one failed: "
-                              f"{response.message}")
+            raise MatrixError(
+                f"no direct chat with {session.session_id} yet, and creating one failed: {response.message}"
+            )
         self._state.direct[session.session_id] = response.room_id
         return response.room_id
 
@@ -617,17 +699,20 @@ class MatrixAdapter(Adapter):
                     ids.append(await self._room_send(room_id, event_type, content, deadline))
         except (MatrixError, MediaError) as exc:
             logger.warning("matrix %s: sending to %s failed: %s", self.name, session.sid, exc)
-            return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc),
-                                    message_ids=tuple(ids))
+            return KiraIMSentResult(
+                chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc), message_ids=tuple(ids)
+            )
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0], message_ids=tuple(ids))
 
     async def _wait_logged_in(self, deadline: float) -> None:
         remaining = deadline - asyncio.get_running_loop().time()
         try:
             await asyncio.wait_for(self.wait_until(lambda s: s.logged_in), max(remaining, 0))
-        except asyncio.TimeoutError:
-            raise MatrixError(f"not logged in to {self.settings.homeserver} within offline_send_timeout "
-                              f"({self.settings.offline_send_timeout:g} s)") from None
+        except TimeoutError:
+            raise MatrixError(
+                f"not logged in to {self.settings.homeserver} within offline_send_timeout "
+                f"({self.settings.offline_send_timeout:g} s)"
+            ) from None
 
     async def _retrying(self, what: str, call: Callable[[], Any], deadline: float) -> Any:
         """`await call()` again after transport failures (the homeserver restarting), with backoff, until
@@ -641,9 +726,11 @@ class MatrixAdapter(Adapter):
             except transport_errors as exc:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    raise MatrixError(f"{what}: {self.settings.homeserver} not reachable within "
-                                      f"offline_send_timeout ({self.settings.offline_send_timeout:g} s): "
-                                      f"{exc or type(exc).__name__}") from None
+                    raise MatrixError(
+                        f"{what}: {self.settings.homeserver} not reachable within "
+                        f"offline_send_timeout ({self.settings.offline_send_timeout:g} s): "
+                        f"{exc or type(exc).__name__}"
+                    ) from None
                 s = self.settings
                 await asyncio.sleep(min(remaining, backoff_delay(failures, s.reconnect_initial, s.reconnect_max)))
                 failures += 1
@@ -651,34 +738,45 @@ class MatrixAdapter(Adapter):
     async def _room_send(self, room_id: str, event_type: str, content: dict[str, Any], deadline: float) -> str:
         # One transaction id per event, kept across retries: the homeserver posts it once however often it is sent.
         self._sent += 1
-        path = (f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/{quote(event_type, safe='')}/"
-                f"{self._tx_prefix}.{self._sent}")
+        path = (
+            f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/{quote(event_type, safe='')}/"
+            f"{self._tx_prefix}.{self._sent}"
+        )
         status, data = await self._retrying("send", lambda: self._request("PUT", path, content), deadline)
         event_id = data.get("event_id")
         if status != 200 or not isinstance(event_id, str):
-            raise MatrixError(f"the homeserver refused the {event_type} event: {data.get('error', 'no event id')} "
-                              f"({data.get('errcode', status)})")
+            raise MatrixError(
+                f"the homeserver refused the {event_type} event: {data.get('error', 'no event id')} "
+                f"({data.get('errcode', status)})"
+            )
         self._own_ids.remember(event_id, None)
         return event_id
 
     async def _media_content(self, part: MediaPart, deadline: float) -> tuple[str, dict[str, Any]]:
         element = part.element
         mime = element.guess_mime()
-        name = element.name or (Path(element.path).name if element.path else None) or \
-            f"{element.type}{mimetypes.guess_extension(mime) or ''}"
+        name = (
+            element.name
+            or (Path(element.path).name if element.path else None)
+            or f"{element.type}{mimetypes.guess_extension(mime) or ''}"
+        )
         info: dict[str, Any] = {"mimetype": mime}
         if element.source == "url":  # mxc:// (plan_events sends other URLs as links)
             url = str(element.url)
         else:
             data = await element.get_bytes()
             if len(data) > self.settings.max_upload_bytes:
-                raise MediaError(f"{name} is {len(data)} bytes, over max_upload_bytes "
-                                 f"({self.settings.max_upload_bytes})")
+                raise MediaError(
+                    f"{name} is {len(data)} bytes, over max_upload_bytes ({self.settings.max_upload_bytes})"
+                )
             info["size"] = len(data)
             assert self.client is not None
             client = self.client
-            response, _ = await self._retrying("upload", lambda: client.upload(
-                io.BytesIO(data), content_type=mime, filename=name, filesize=len(data)), deadline)
+            response, _ = await self._retrying(
+                "upload",
+                lambda: client.upload(io.BytesIO(data), content_type=mime, filename=name, filesize=len(data)),
+                deadline,
+            )
             if not isinstance(response, self._nio.UploadResponse):
                 raise MatrixError(f"the homeserver refused the upload of {name}: {response.message}")
             url = response.content_uri

@@ -21,14 +21,33 @@ from core.chat.message_elements import (
     Video,
 )
 
-__all__ = ["MEDIA_MSGTYPES", "TextPart", "MediaPart", "replied_to", "is_edit", "text_of", "mentions",
-           "plan_events", "split_text", "pill"]
+__all__ = [
+    "MEDIA_MSGTYPES",
+    "TextPart",
+    "MediaPart",
+    "replied_to",
+    "is_edit",
+    "text_of",
+    "mentions",
+    "plan_events",
+    "split_text",
+    "pill",
+]
 
 #: `msgtype` of a media message -> the element it becomes (a sticker is its own event type, `m.sticker`).
 MEDIA_MSGTYPES: dict[str, type[Image | File | Record | Video]] = {
-    "m.image": Image, "m.file": File, "m.audio": Record, "m.video": Video}
-_MSGTYPE_OF: dict[type[BaseMessageElement], str] = {Image: "m.image", File: "m.file", Record: "m.audio",
-                                                    Video: "m.video", Sticker: "m.sticker"}
+    "m.image": Image,
+    "m.file": File,
+    "m.audio": Record,
+    "m.video": Video,
+}
+_MSGTYPE_OF: dict[type[BaseMessageElement], str] = {
+    Image: "m.image",
+    File: "m.file",
+    Record: "m.audio",
+    Video: "m.video",
+    Sticker: "m.sticker",
+}
 _MATRIX_TO = "https://matrix.to/#/"
 
 
@@ -61,7 +80,7 @@ def text_of(content: dict[str, Any]) -> str:
         while n < len(lines) and lines[n].startswith(">"):
             n += 1
         if n < len(lines) and lines[n] == "":
-            return "\n".join(lines[n + 1:])
+            return "\n".join(lines[n + 1 :])
     return body
 
 

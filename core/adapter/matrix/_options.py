@@ -44,15 +44,19 @@ class MatrixOptions(BaseModel):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError(f"{value!r} is not an http:// or https:// URL (the homeserver's client API, e.g. "
-                             "https://matrix.example.org)")
+            raise ValueError(
+                f"{value!r} is not an http:// or https:// URL (the homeserver's client API, e.g. "
+                "https://matrix.example.org)"
+            )
         return value.rstrip("/")
 
     @model_validator(mode="after")
     def _one_secret(self) -> MatrixOptions:
         if (self.access_token_env is None) == (self.password_env is None):
-            raise ValueError("set exactly one of `access_token_env` or `password_env` (the NAME of the environment "
-                             "variable holding the bot's access token or password)")
+            raise ValueError(
+                "set exactly one of `access_token_env` or `password_env` (the NAME of the environment "
+                "variable holding the bot's access token or password)"
+            )
         if self.reconnect_max < self.reconnect_initial:
             raise ValueError("reconnect_max must not be below reconnect_initial")
         return self
@@ -61,12 +65,13 @@ class MatrixOptions(BaseModel):
         """`("access_token", value)` or `("password", value)`, read from the variable the options name; raises
         `ValueError` naming the variable when it is unset or empty."""
         env = os.environ if env is None else env
-        kind, name = (("access_token", self.access_token_env) if self.access_token_env else
-                      ("password", self.password_env))
+        kind, name = (
+            ("access_token", self.access_token_env) if self.access_token_env else ("password", self.password_env)
+        )
         assert name is not None
         value = env.get(name)
         if not value:
-            raise ValueError(f"{kind}_env names {name}, which is not set (export the bot's {kind.replace('_', ' ')} "
-                             f"as {name})")
+            raise ValueError(
+                f"{kind}_env names {name}, which is not set (export the bot's {kind.replace('_', ' ')} as {name})"
+            )
         return kind, value
-

@@ -37,12 +37,22 @@ def _read(path: Path, homeserver: str, user_id: str) -> MatrixState:
     except FileNotFoundError:
         return MatrixState(homeserver, user_id)
     except (OSError, ValueError, TypeError) as exc:
-        logger.warning("matrix: cannot read %s (%s); starting without it: old messages are not answered, but the "
-                       "next sync starts from now", path, exc)
+        logger.warning(
+            "matrix: cannot read %s (%s); starting without it: old messages are not answered, but the "
+            "next sync starts from now",
+            path,
+            exc,
+        )
         return MatrixState(homeserver, user_id)
     if (state.homeserver, state.user_id) != (homeserver, user_id):
-        logger.info("matrix: %s belongs to %s on %s; starting afresh for %s on %s", path, state.user_id,
-                    state.homeserver, user_id, homeserver)
+        logger.info(
+            "matrix: %s belongs to %s on %s; starting afresh for %s on %s",
+            path,
+            state.user_id,
+            state.homeserver,
+            user_id,
+            homeserver,
+        )
         return MatrixState(homeserver, user_id)
     return state
 

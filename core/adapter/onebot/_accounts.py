@@ -34,8 +34,14 @@ class Account:
 class Accounts:
     """Every account seen so far, the session routes, and the waiting room for replies."""
 
-    def __init__(self, *, outbox_size: int, max_routes: int, default_self_id: str | None,
-                 on_waiting: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        *,
+        outbox_size: int,
+        max_routes: int,
+        default_self_id: str | None,
+        on_waiting: Callable[[], None] = lambda: None,
+    ) -> None:
         self.accounts: dict[str, Account] = {}
         self.routes: Recent[str, str] = Recent(max_routes)
         self._outbox_size = outbox_size
@@ -82,8 +88,10 @@ class Accounts:
             return next(iter(self.accounts))
         if not self.accounts:
             return None
-        raise OneBotError(f"several bot accounts ({', '.join(sorted(self.accounts))}) and none has heard from "
-                          f"{sid or 'this session'}; set the option default_self_id or pass self_id")
+        raise OneBotError(
+            f"several bot accounts ({', '.join(sorted(self.accounts))}) and none has heard from "
+            f"{sid or 'this session'}; set the option default_self_id or pass self_id"
+        )
 
     def live(self, self_id: str | None) -> Connection:
         """The open connection of `self_id` (None: the default account) now, or `NotConnected`."""

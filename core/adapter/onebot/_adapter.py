@@ -39,13 +39,13 @@ from core.adapter.onebot._events import (
 )
 from core.adapter.onebot._forward import dial_forever
 from core.adapter.onebot._options import OneBotOptions
-from core.utils.recent import Recent
 from core.adapter.onebot._reverse import serve_reverse
 from core.adapter.onebot._segments import to_messages, to_segments
 from core.chat.message_elements import MediaError, Poke, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Session
 from core.utils.net import is_loopback_host
+from core.utils.recent import Recent
 from core.utils.tasks import cancel_and_wait
 
 __all__ = ["OneBotAdapter", "OneBotStats", "CAPABILITIES"]
@@ -53,8 +53,9 @@ __all__ = ["OneBotAdapter", "OneBotStats", "CAPABILITIES"]
 logger = logging.getLogger("hookchat.adapter.onebot")
 
 #: What the adapter can send, and so which built-in tags the model is offered.
-CAPABILITIES = frozenset({"text", "at", "reply", "image", "sticker", "record", "video", "emoji", "file", "forward",
-                          "json", "poke"})
+CAPABILITIES = frozenset(
+    {"text", "at", "reply", "image", "sticker", "record", "video", "emoji", "file", "forward", "json", "poke"}
+)
 
 _OWN_IDS = 1000  # message ids the bot sent, per adapter, to tell a reply to the bot without asking the platform
 _GROUP_NAMES = 1000  # group names remembered, per adapter
@@ -111,8 +112,12 @@ class OneBotAdapter(Adapter):
         except ValueError as exc:
             raise AdapterError(f"adapter {self.name!r} (onebot): {exc}") from None
         s = self.settings
-        self._accounts = Accounts(outbox_size=s.outbox_size, max_routes=s.max_routes,
-                                  default_self_id=s.default_self_id, on_waiting=self._notify)
+        self._accounts = Accounts(
+            outbox_size=s.outbox_size,
+            max_routes=s.max_routes,
+            default_self_id=s.default_self_id,
+            on_waiting=self._notify,
+        )
         # A deque and one waiter rather than an asyncio.Queue: the reader appends, the one dispatch task pops.
         self._events: deque[tuple[Connection, Frame, dict[str, Any], int]] = deque()
         self._events_waiter: asyncio.Future[None] | None = None
@@ -147,19 +152,28 @@ class OneBotAdapter(Adapter):
             s = self.settings
             if self._token is None and not is_loopback_host(s.host):
                 # Anyone who reaches the port could connect as a bot account and have forged messages answered.
-                raise AdapterError(f"adapter {self.name!r} (onebot): reverse mode on {s.host}, beyond this machine, "
-                                   "needs an access token: set options.token_env (the variable holding it) or "
-                                   "options.token of this [[adapters.instances]] entry, and the same token in the "
-                                   "implementation, or bind options.host to 127.0.0.1")
+                raise AdapterError(
+                    f"adapter {self.name!r} (onebot): reverse mode on {s.host}, beyond this machine, "
+                    "needs an access token: set options.token_env (the variable holding it) or "
+                    "options.token of this [[adapters.instances]] entry, and the same token in the "
+                    "implementation, or bind options.host to 127.0.0.1"
+                )
             try:
-                self._server = await serve_reverse(self._serve_reverse, host=s.host, port=s.port, path=s.path,
-                                                   token=self._token, self_ids=s.self_ids,
-                                                   max_size=s.max_frame_bytes)
+                self._server = await serve_reverse(
+                    self._serve_reverse,
+                    host=s.host,
+                    port=s.port,
+                    path=s.path,
+                    token=self._token,
+                    self_ids=s.self_ids,
+                    max_size=s.max_frame_bytes,
+                )
             except OSError as exc:
-                raise AdapterError(f"adapter {self.name!r} (onebot): cannot listen on {s.host}:{s.port}: {exc}; "
-                                   "choose another port (option `port`)") from exc
-            logger.info("onebot %s: waiting for implementations on ws://%s:%d%s", self.name, s.host, self.port,
-                        s.path)
+                raise AdapterError(
+                    f"adapter {self.name!r} (onebot): cannot listen on {s.host}:{s.port}: {exc}; "
+                    "choose another port (option `port`)"
+                ) from exc
+            logger.info("onebot %s: waiting for implementations on ws://%s:%d%s", self.name, s.host, self.port, s.path)
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"hookchat:onebot:{self.name}")
 
     async def stop(self) -> None:
@@ -184,8 +198,9 @@ class OneBotAdapter(Adapter):
     async def wait_connected(self, self_id: str | None = None) -> str:
         """Wait until `self_id` (None: any account) has an open connection; returns the account's id. Bound it
         with a timeout of your own (`anyio.fail_after`)."""
-        stats = await self.wait_until(lambda s: any(s.accounts.values()) if self_id is None else
-                                      s.accounts.get(self_id, False))
+        stats = await self.wait_until(
+            lambda s: any(s.accounts.values()) if self_id is None else s.accounts.get(self_id, False)
+        )
         return self_id or next(i for i, online in stats.accounts.items() if online)
 
     async def wait_until(self, condition: Callable[[OneBotStats], bool]) -> OneBotStats:
@@ -229,15 +244,30 @@ class OneBotAdapter(Adapter):
             tg.start_soon(self._dispatch)
             tg.start_soon(self._tell_refused)
             for url in s.url:
-                tg.start_soon(functools.partial(
-                    dial_forever, url, self._serve_forward, token=self._token, token_in=s.token_in,
-                    max_size=s.max_frame_bytes, initial=s.reconnect_initial, maximum=s.reconnect_max))
+                tg.start_soon(
+                    functools.partial(
+                        dial_forever,
+                        url,
+                        self._serve_forward,
+                        token=self._token,
+                        token_in=s.token_in,
+                        max_size=s.max_frame_bytes,
+                        initial=s.reconnect_initial,
+                        maximum=s.reconnect_max,
+                    )
+                )
 
     # -- connections ----------------------------------------------------------------------------------------------
 
     def _connection(self, ws: WebSocket, peer: str) -> Connection:
-        return Connection(ws, peer=peer, max_pending=self.settings.max_pending_actions, on_event=self._enqueue,
-                          on_identified=self._on_identified, on_malformed=self._count_malformed)
+        return Connection(
+            ws,
+            peer=peer,
+            max_pending=self.settings.max_pending_actions,
+            on_event=self._enqueue,
+            on_identified=self._on_identified,
+            on_malformed=self._count_malformed,
+        )
 
     async def _serve_forward(self, ws: WebSocket, url: str) -> bool:
         connection = self._connection(ws, url)
@@ -269,8 +299,12 @@ class OneBotAdapter(Adapter):
     def _on_identified(self, connection: Connection) -> None:
         if not self._accounts.attach(connection):
             # Two forward URLs serving one account: its events still arrive from both; replies use the first.
-            logger.warning("onebot %s: account %s is already connected; %s only delivers events", self.name,
-                           connection.self_id, connection.peer)
+            logger.warning(
+                "onebot %s: account %s is already connected; %s only delivers events",
+                self.name,
+                connection.self_id,
+                connection.peer,
+            )
             return
         self._connected(connection)
 
@@ -295,13 +329,16 @@ class OneBotAdapter(Adapter):
 
     # -- incoming -------------------------------------------------------------------------------------------------
 
-    def _enqueue(self, connection: Connection, frame: Frame, raw: dict[str, Any],
-                 size: int) -> asyncio.Future[None] | None:
+    def _enqueue(
+        self, connection: Connection, frame: Frame, raw: dict[str, Any], size: int
+    ) -> asyncio.Future[None] | None:
         """Queue an event; when the queue is full, a future for the reader to wait on (it resolves when there is
         room). The event that fills the queue is taken (by bytes, the bound is passed by at most one frame per
         connection); one read after that, while the reader had an action's answer to read, is refused."""
-        full = len(self._events) >= self.settings.max_queued_events or \
-            self._queued_bytes + size > self.settings.max_queued_bytes
+        full = (
+            len(self._events) >= self.settings.max_queued_events
+            or self._queued_bytes + size > self.settings.max_queued_bytes
+        )
         if full and connection in self._held_back:
             self._refuse(frame, raw)
         else:
@@ -310,8 +347,10 @@ class OneBotAdapter(Adapter):
             waiter = self._events_waiter
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
-            full = len(self._events) >= self.settings.max_queued_events or \
-                self._queued_bytes >= self.settings.max_queued_bytes
+            full = (
+                len(self._events) >= self.settings.max_queued_events
+                or self._queued_bytes >= self.settings.max_queued_bytes
+            )
         if not full:
             return None
         if self._room is None:
@@ -326,10 +365,14 @@ class OneBotAdapter(Adapter):
         self._notify()
         if not self._dropping:
             self._dropping = True
-            logger.warning("onebot %s: %d events (%d bytes) already wait to be processed (max_queued_events, "
-                           "max_queued_bytes) while an action's answer must be read; refusing new messages, with "
-                           "a notice to their senders, until the queue drains", self.name, len(self._events),
-                           self._queued_bytes)
+            logger.warning(
+                "onebot %s: %d events (%d bytes) already wait to be processed (max_queued_events, "
+                "max_queued_bytes) while an action's answer must be read; refusing new messages, with "
+                "a notice to their senders, until the queue drains",
+                self.name,
+                len(self._events),
+                self._queued_bytes,
+            )
         if not isinstance(frame, MessageEvent) or frame.post_type == "message_sent" or frame.user_id == frame.self_id:
             return  # no one to tell: a notice (poke, recall...) or the bot's own message
         message = message_of(frame, self.name, to_me=False, raw=raw)
@@ -339,8 +382,11 @@ class OneBotAdapter(Adapter):
         if len(texts) < _REFUSED_SHOWN:
             texts.append(message.chain.message_repr[:80])
         if len(self._refused) >= self._refused.limit and sid not in self._refused:
-            logger.warning("onebot %s: more than %d sessions wait for a notice of refused messages; the oldest's "
-                           "is not sent", self.name, self._refused.limit)
+            logger.warning(
+                "onebot %s: more than %d sessions wait for a notice of refused messages; the oldest's is not sent",
+                self.name,
+                self._refused.limit,
+            )
         self._refused.remember(sid, (session, texts, count + 1))
         self._refusals.set()
 
@@ -352,13 +398,19 @@ class OneBotAdapter(Adapter):
             while self._refused:
                 sid = next(iter(self._refused))
                 session, texts, count = self._refused.pop(sid)
-                shown = ", ".join(f'"{t}"' for t in texts) + (f" and {count - len(texts)} more"
-                                                              if count > len(texts) else "")
+                shown = ", ".join(f'"{t}"' for t in texts) + (
+                    f" and {count - len(texts)} more" if count > len(texts) else ""
+                )
                 chain = MessageChain([Text(self.settings.busy_notice.format(messages=shown, count=count))])
                 result = await self.send(session, chain)
                 if not result.ok:
-                    logger.warning("onebot %s: %d refused message(s) of %s: the notice failed too: %s", self.name,
-                                   count, sid, result.error)
+                    logger.warning(
+                        "onebot %s: %d refused message(s) of %s: the notice failed too: %s",
+                        self.name,
+                        count,
+                        sid,
+                        result.error,
+                    )
 
     async def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -381,8 +433,11 @@ class OneBotAdapter(Adapter):
                 room.set_result(None)  # the readers go on
             if self._dropping and not events:
                 self._dropping = False
-                logger.warning("onebot %s: the event queue drained; %d messages were refused (their senders "
-                               "told)", self.name, self._dropped - dropped_before)
+                logger.warning(
+                    "onebot %s: the event queue drained; %d messages were refused (their senders told)",
+                    self.name,
+                    self._dropped - dropped_before,
+                )
                 dropped_before = self._dropped
             try:
                 message = await self._message_of(connection, frame, raw)
@@ -392,8 +447,9 @@ class OneBotAdapter(Adapter):
                 assert self.app is not None
                 await self.app.receive(message)
             except Exception:
-                logger.exception("onebot %s: failed to deliver an event from %s: %.300r", self.name,
-                                 connection.peer, raw)
+                logger.exception(
+                    "onebot %s: failed to deliver an event from %s: %.300r", self.name, connection.peer, raw
+                )
             finally:
                 self._processed += 1
                 self._notify()
@@ -411,8 +467,9 @@ class OneBotAdapter(Adapter):
             return None
         group_id = group_of(frame)
         if group_id is not None:
-            message = message_of(frame, self.name, to_me=False, raw=raw,
-                                 group_name=await self._group_name(connection, group_id))
+            message = message_of(
+                frame, self.name, to_me=False, raw=raw, group_name=await self._group_name(connection, group_id)
+            )
         else:
             message = message_of(frame, self.name, to_me=False, raw=raw)
             self._remember_temp_chat(message.session.sid, frame.temp_group)
@@ -460,8 +517,9 @@ class OneBotAdapter(Adapter):
         if self.settings.reply_lookup_timeout == 0:
             return False
         try:
-            quoted = await connection.call("get_msg", {"message_id": _id(message_id)},
-                                           self.settings.reply_lookup_timeout, urgent=True)
+            quoted = await connection.call(
+                "get_msg", {"message_id": _id(message_id)}, self.settings.reply_lookup_timeout, urgent=True
+            )
         except OneBotError as exc:
             logger.debug("onebot %s: cannot tell who wrote quoted message %s: %s", self.name, message_id, exc)
             return False
@@ -522,12 +580,14 @@ class OneBotAdapter(Adapter):
                 await self._call_within(sid, connection, action, params, deadline)
         except (OneBotError, MediaError) as exc:
             logger.warning("onebot %s: %s to %s failed: %s", self.name, action, sid, exc)
-            return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc),
-                                    message_ids=tuple(ids))
+            return KiraIMSentResult(
+                chain, session, ok=False, message_id=ids[0] if ids else "", error=str(exc), message_ids=tuple(ids)
+            )
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0] if ids else "", message_ids=tuple(ids))
 
-    async def _call_within(self, sid: str, connection: Connection, action: str, params: dict[str, Any],
-                           deadline: float) -> tuple[Any, str]:
+    async def _call_within(
+        self, sid: str, connection: Connection, action: str, params: dict[str, Any], deadline: float
+    ) -> tuple[Any, str]:
         # Nothing written yet (NotConnected) is safe to try again on the next connection, within the deadline.
         while True:
             if connection.closed:

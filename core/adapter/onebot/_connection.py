@@ -194,8 +194,9 @@ class Connection:
                     except TimeoutError:
                         if loop.time() - self._last_frame < limit:
                             continue
-                        logger.warning("onebot: no frame from %s for %.1f s (heartbeats stopped); reconnecting",
-                                       self.peer, limit)
+                        logger.warning(
+                            "onebot: no frame from %s for %.1f s (heartbeats stopped); reconnecting", self.peer, limit
+                        )
                         await self.ws.close(CloseCode.GOING_AWAY, "no heartbeat")
                         return
                 if pause is not None:
@@ -203,8 +204,9 @@ class Connection:
                     self._last_frame = loop.time()  # frames unread while paused are no sign of silence
         except ConnectionClosed as exc:
             if exc.sent is not None and exc.sent.code == CloseCode.MESSAGE_TOO_BIG:
-                logger.warning("onebot: %s sent a frame larger than max_frame_bytes; refused, connection closed",
-                               self.peer)
+                logger.warning(
+                    "onebot: %s sent a frame larger than max_frame_bytes; refused, connection closed", self.peer
+                )
             else:
                 logger.info("onebot: connection to %s closed (%s)", self.peer, exc)
         finally:
@@ -276,7 +278,12 @@ class Connection:
         if future is not None and not future.done():
             future.set_result(answer)
         elif echo is None:
-            logger.warning("onebot: %s sent an answer to no action: status %s, retcode %s: %s",
-                           self.peer, answer.status, answer.retcode, answer.wording or answer.message)
+            logger.warning(
+                "onebot: %s sent an answer to no action: status %s, retcode %s: %s",
+                self.peer,
+                answer.status,
+                answer.retcode,
+                answer.wording or answer.message,
+            )
         else:
             logger.debug("onebot: answer %r from %s came after its deadline", echo, self.peer)

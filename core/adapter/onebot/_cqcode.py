@@ -35,7 +35,7 @@ def parse_cq(message: str) -> list[dict[str, Any]]:
     position = 0
     for match in _CQ.finditer(message):
         if match.start() > position:
-            segments.append({"type": "text", "data": {"text": unescape(message[position:match.start()])}})
+            segments.append({"type": "text", "data": {"text": unescape(message[position : match.start()])}})
         data: dict[str, Any] = {}
         for pair in match.group(2).split(",")[1:]:
             key, _, value = pair.partition("=")
@@ -55,8 +55,9 @@ def to_cq(segments: list[dict[str, Any]]) -> str:
         if kind == "text":
             parts.append(escape(str(data.get("text", ""))))
             continue
-        params = "".join(f",{key}={escape(_value_text(value), comma=True)}" for key, value in data.items()
-                         if value is not None)
+        params = "".join(
+            f",{key}={escape(_value_text(value), comma=True)}" for key, value in data.items() if value is not None
+        )
         parts.append(f"[CQ:{kind}{params}]")
     return "".join(parts)
 

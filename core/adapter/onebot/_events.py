@@ -173,8 +173,9 @@ def group_of(event: MessageEvent | NoticeEvent) -> str | None:
     return event.group_id or None
 
 
-def message_of(event: MessageEvent, adapter_name: str, *, to_me: bool, raw: dict[str, Any],
-               group_name: str = "") -> KiraIMMessage:
+def message_of(
+    event: MessageEvent, adapter_name: str, *, to_me: bool, raw: dict[str, Any], group_name: str = ""
+) -> KiraIMMessage:
     """The `KiraIMMessage` of a message event; `to_me` (mentioned, a reply to the bot, or a private chat) is
     decided by the caller, which may have to ask the platform who wrote a quoted message, and the group's name
     (`get_group_info`) too."""
@@ -193,8 +194,9 @@ def message_of(event: MessageEvent, adapter_name: str, *, to_me: bool, raw: dict
     )
 
 
-def notice_of(event: NoticeEvent, adapter_name: str, *, raw: dict[str, Any],
-              group_name: str = "") -> KiraIMMessage | None:
+def notice_of(
+    event: NoticeEvent, adapter_name: str, *, raw: dict[str, Any], group_name: str = ""
+) -> KiraIMMessage | None:
     """The `KiraIMMessage` of a poke, a recall or a member joining (`is_notice`); None for other notices and for
     what the bot did itself. A poke aimed at the bot counts as a mention."""
     kind, self_id = event.notice_type, event.self_id

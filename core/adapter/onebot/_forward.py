@@ -45,8 +45,15 @@ async def dial_forever(
     failures = 0
     while True:
         try:
-            ws = await connect(target, additional_headers=headers, max_size=max_size, compression=None, proxy=None,
-                               open_timeout=10, close_timeout=2)
+            ws = await connect(
+                target,
+                additional_headers=headers,
+                max_size=max_size,
+                compression=None,
+                proxy=None,
+                open_timeout=10,
+                close_timeout=2,
+            )
         except InvalidStatus as exc:
             why = f"refused with HTTP {exc.response.status_code}"
             if exc.response.status_code in (401, 403):

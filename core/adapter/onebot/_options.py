@@ -41,8 +41,9 @@ class OneBotOptions(BaseModel):
     outbox_size: int = Field(default=100, gt=0)
     max_queued_events: int = Field(default=1000, gt=0)
     max_queued_bytes: int = Field(default=64 * _MIB, gt=0)
-    busy_notice: str = ("Sorry, too many messages are waiting: I could not read {messages}. Please send again in a "
-                        "little while.")
+    busy_notice: str = (
+        "Sorry, too many messages are waiting: I could not read {messages}. Please send again in a little while."
+    )
     max_pending_actions: int = Field(default=1000, gt=0)
     max_routes: int = Field(default=10_000, gt=0)
     max_frame_bytes: int = Field(default=8 * _MIB, gt=0)
@@ -75,7 +76,9 @@ class OneBotOptions(BaseModel):
     @model_validator(mode="after")
     def _mode_needs(self) -> OneBotOptions:
         if self.mode == "forward" and not self.url:
-            raise ValueError("forward mode needs `url` (the implementation's WebSocket server, e.g. ws://127.0.0.1:3001)")
+            raise ValueError(
+                "forward mode needs `url` (the implementation's WebSocket server, e.g. ws://127.0.0.1:3001)"
+            )
         if self.mode == "reverse" and self.url:
             raise ValueError("`url` is for forward mode; in reverse mode the implementation connects to host:port/path")
         if self.reconnect_max < self.reconnect_initial:
@@ -91,4 +94,3 @@ class OneBotOptions(BaseModel):
                 raise ValueError(f"token_env names {self.token_env}, which is not set")
             return value
         return self.token.get_secret_value() if self.token else None
-

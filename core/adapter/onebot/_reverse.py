@@ -56,8 +56,7 @@ async def serve_reverse(
         assert connection.request is not None
         await on_connection(connection, connection.request.headers["X-Self-ID"].strip())
 
-    return await serve(handler, host, port, process_request=check, max_size=max_size, compression=None,
-                       close_timeout=2)
+    return await serve(handler, host, port, process_request=check, max_size=max_size, compression=None, close_timeout=2)
 
 
 def _refusal(request: Request, *, path: str, token: str | None, self_ids: list[str]) -> tuple[int, str] | None:

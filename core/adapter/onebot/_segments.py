@@ -66,8 +66,11 @@ def _element(segment: Segment) -> BaseMessageElement:
         return Sticker(url=data.get("url") or None, name=data.get("summary") or None)
     if kind == "forward":
         content = data.get("content")
-        messages = [list(to_chain(node.get("message") or [])) for node in content if isinstance(node, dict)] \
-            if isinstance(content, list) else []
+        messages = (
+            [list(to_chain(node.get("message") or [])) for node in content if isinstance(node, dict)]
+            if isinstance(content, list)
+            else []
+        )
         return Forward(messages, id=str(data.get("id", "")))
     if kind == "json":
         raw = data.get("data", "")
@@ -83,7 +86,7 @@ def _media(cls: type, data: dict[str, Any]) -> Any:
     is_location = file.startswith(("http://", "https://", "base64://", "file://"))
     name = data.get("name") or data.get("file_name") or (file if file and not is_location else None)
     if file.startswith("base64://"):
-        return cls(base64=file[len("base64://"):], name=name)
+        return cls(base64=file[len("base64://") :], name=name)
     if url:
         return cls(url=url, name=name)
     if file.startswith(("http://", "https://")):

@@ -14,12 +14,22 @@ from core.adapter import AdapterError
 try:
     import aiogram  # noqa: F401
 except ImportError as exc:  # the optional extra is not installed
-    raise AdapterError("the telegram adapter needs aiogram, which is not installed: "
-                       "pip install 'hookchat[telegram]'") from exc
+    raise AdapterError(
+        "the telegram adapter needs aiogram, which is not installed: pip install 'hookchat[telegram]'"
+    ) from exc
 
-from core.adapter.telegram._adapter import CAPABILITIES, SECRET_HEADER, TelegramAdapter  # noqa: E402
-from core.adapter.telegram._convert import TEXT_LIMIT, entities_to_elements, split_text, to_outgoing, utf16_len  # noqa: E402
-from core.adapter.telegram._options import TelegramOptions  # noqa: E402
+from core.adapter.telegram._adapter import CAPABILITIES, SECRET_HEADER, TelegramAdapter
+from core.adapter.telegram._convert import TEXT_LIMIT, entities_to_elements, split_text, to_outgoing, utf16_len
+from core.adapter.telegram._options import TelegramOptions
 
-__all__ = ["TelegramAdapter", "TelegramOptions", "CAPABILITIES", "SECRET_HEADER", "TEXT_LIMIT",
-           "entities_to_elements", "split_text", "to_outgoing", "utf16_len"]
+__all__ = [
+    "TelegramAdapter",
+    "TelegramOptions",
+    "CAPABILITIES",
+    "SECRET_HEADER",
+    "TEXT_LIMIT",
+    "entities_to_elements",
+    "split_text",
+    "to_outgoing",
+    "utf16_len",
+]

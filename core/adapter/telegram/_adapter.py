@@ -20,7 +20,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from aiogram import Bot, Dispatcher, Router
+from aiogram import Bot, Dispatcher, Router, methods
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
@@ -29,7 +29,6 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramUnauthorizedError,
 )
-from aiogram import methods
 from aiogram.methods.base import Response
 from aiogram.types import BufferedInputFile, FSInputFile, Message, MessageEntity, ReplyParameters, Update
 from aiogram.types import User as TelegramUser
@@ -61,10 +60,26 @@ _TYPING_AFTER = 0.5  # seconds of model work before "typing..." is shown: a quic
 # aiogram parses every answer as `Response[<type>]`, a pydantic generic class that pydantic caches only weakly:
 # once the garbage collector frees it, the next call builds it again (tens of milliseconds of CPU, seen in a
 # profile of bench/adapters.py). These references keep the classes of the methods the adapter calls alive.
-_RESPONSE_TYPES = tuple({Response[m.__returning__] for m in (
-    methods.GetMe, methods.GetUpdates, methods.SendMessage, methods.SendPhoto, methods.SendVoice,
-    methods.SendDocument, methods.SendSticker, methods.SendVideo, methods.DeleteMessage, methods.SendChatAction,
-    methods.SetWebhook, methods.DeleteWebhook, methods.GetFile)})
+_RESPONSE_TYPES = tuple(
+    {
+        Response[m.__returning__]
+        for m in (
+            methods.GetMe,
+            methods.GetUpdates,
+            methods.SendMessage,
+            methods.SendPhoto,
+            methods.SendVoice,
+            methods.SendDocument,
+            methods.SendSticker,
+            methods.SendVideo,
+            methods.DeleteMessage,
+            methods.SendChatAction,
+            methods.SetWebhook,
+            methods.DeleteWebhook,
+            methods.GetFile,
+        )
+    }
+)
 
 T = TypeVar("T")
 
@@ -92,12 +107,13 @@ class TelegramAdapter(Adapter):
         except ValueError as exc:
             raise AdapterError(f"adapter {self.name!r} (telegram): {exc}") from None
         try:
-            session = AiohttpSession(api=TelegramAPIServer.from_base(s.api_url.rstrip("/")),
-                                     timeout=s.request_timeout)
+            session = AiohttpSession(api=TelegramAPIServer.from_base(s.api_url.rstrip("/")), timeout=s.request_timeout)
             self.bot = Bot(token, session=session)
         except TokenValidationError:
-            raise AdapterError(f"adapter {self.name!r} (telegram): ${s.token_env} does not hold a bot token (they "
-                               "look like 123456789:AAE...; @BotFather's /token shows it)") from None
+            raise AdapterError(
+                f"adapter {self.name!r} (telegram): ${s.token_env} does not hold a bot token (they "
+                "look like 123456789:AAE...; @BotFather's /token shows it)"
+            ) from None
         self.me: TelegramUser | None = None
         self.router = Router(name=f"hookchat:{self.name}")
         self.router.message.register(self._on_message)
@@ -107,8 +123,12 @@ class TelegramAdapter(Adapter):
         self._runner: web.AppRunner | None = None
         self._port = s.port
         self._senders: dict[str, Callable[..., Awaitable[Any]]] = {
-            "photo": self.bot.send_photo, "voice": self.bot.send_voice, "document": self.bot.send_document,
-            "sticker": self.bot.send_sticker, "video": self.bot.send_video}
+            "photo": self.bot.send_photo,
+            "voice": self.bot.send_voice,
+            "document": self.bot.send_document,
+            "sticker": self.bot.send_sticker,
+            "video": self.bot.send_video,
+        }
         self.dropped_updates = 0  # webhook requests answered 503 because the queue was full
 
     def attach(self, bot: Bot, dispatcher: Dispatcher) -> None:
@@ -116,8 +136,13 @@ class TelegramAdapter(Adapter):
         client such as aiogram-test-framework's): the adapter's router joins `dispatcher`, replies go through `bot`,
         and `start` neither polls nor sets a webhook. Call it before `start`."""
         self.bot = bot
-        self._senders = {"photo": bot.send_photo, "voice": bot.send_voice, "document": bot.send_document,
-                         "sticker": bot.send_sticker, "video": bot.send_video}
+        self._senders = {
+            "photo": bot.send_photo,
+            "voice": bot.send_voice,
+            "document": bot.send_document,
+            "sticker": bot.send_sticker,
+            "video": bot.send_video,
+        }
         dispatcher.include_router(self.router)
         self._external = True
 
@@ -132,8 +157,10 @@ class TelegramAdapter(Adapter):
             self.me = await self.bot.get_me()
         except TelegramUnauthorizedError as exc:
             await self.bot.session.close()
-            raise AdapterError(f"adapter {self.name!r} (telegram): Telegram refused the token in "
-                               f"${self.settings.token_env} ({exc.message}); check it with @BotFather") from None
+            raise AdapterError(
+                f"adapter {self.name!r} (telegram): Telegram refused the token in "
+                f"${self.settings.token_env} ({exc.message}); check it with @BotFather"
+            ) from None
         except AiogramError as exc:
             logger.warning("telegram %s: getMe failed (%s); retrying in the background", self.name, exc)
         loop = asyncio.get_running_loop()
@@ -142,8 +169,9 @@ class TelegramAdapter(Adapter):
             return
         if self.settings.mode == "webhook":
             await self._listen()
-            self._tasks.append(loop.create_task(self._register_webhook(),
-                                                name=f"hookchat:telegram:{self.name}:webhook"))
+            self._tasks.append(
+                loop.create_task(self._register_webhook(), name=f"hookchat:telegram:{self.name}:webhook")
+            )
         else:
             self._tasks.append(loop.create_task(self._poll(), name=f"hookchat:telegram:{self.name}:poll"))
 
@@ -208,20 +236,33 @@ class TelegramAdapter(Adapter):
         logger.info("telegram %s: polling for updates as @%s", self.name, self.me.username if self.me else "?")
         while True:
             try:
-                updates = await self.bot.get_updates(offset=offset, timeout=s.poll_timeout,
-                                                     allowed_updates=ALLOWED_UPDATES,
-                                                     request_timeout=int(s.poll_timeout + s.request_timeout))
+                updates = await self.bot.get_updates(
+                    offset=offset,
+                    timeout=s.poll_timeout,
+                    allowed_updates=ALLOWED_UPDATES,
+                    request_timeout=int(s.poll_timeout + s.request_timeout),
+                )
             except TelegramRetryAfter as exc:
                 await asyncio.sleep(exc.retry_after)
                 continue
             except TelegramConflictError as exc:
-                logger.warning("telegram %s: getUpdates conflicts with another poller of this bot (%s); only one "
-                               "process may poll a bot; next try in %.0f s", self.name, exc.message, delay)
+                logger.warning(
+                    "telegram %s: getUpdates conflicts with another poller of this bot (%s); only one "
+                    "process may poll a bot; next try in %.0f s",
+                    self.name,
+                    exc.message,
+                    delay,
+                )
                 delay = await self._backoff(delay)
                 continue
             except TelegramUnauthorizedError as exc:
-                logger.error("telegram %s: Telegram refuses the token now (%s): was it revoked? Set the new one "
-                             "in $%s and restart", self.name, exc.message, s.token_env)
+                logger.error(
+                    "telegram %s: Telegram refuses the token now (%s): was it revoked? Set the new one "
+                    "in $%s and restart",
+                    self.name,
+                    exc.message,
+                    s.token_env,
+                )
                 delay = await self._backoff(s.reconnect_max)
                 continue
             except AiogramError as exc:  # TelegramAPIError, or an answer that is not the Bot API's
@@ -247,8 +288,12 @@ class TelegramAdapter(Adapter):
                 return web.Response(status=403, text="wrong secret token\n")
             if self._queue.full():
                 self.dropped_updates += 1
-                logger.warning("telegram %s: %d updates wait to be delivered (max_queued_updates); answered 503, "
-                               "Telegram will deliver it again", self.name, self._queue.qsize())
+                logger.warning(
+                    "telegram %s: %d updates wait to be delivered (max_queued_updates); answered 503, "
+                    "Telegram will deliver it again",
+                    self.name,
+                    self._queue.qsize(),
+                )
                 return web.Response(status=503, headers={"Retry-After": "1"}, text="busy, try again\n")
             try:
                 update = Update.model_validate(await request.json(), context={"bot": self.bot})
@@ -267,12 +312,19 @@ class TelegramAdapter(Adapter):
         except OSError as exc:
             await self._runner.cleanup()
             self._runner = None
-            raise AdapterError(f"adapter {self.name!r} (telegram): cannot listen on {s.host}:{s.port}: {exc}; "
-                               "choose another port (option `port`)") from exc
+            raise AdapterError(
+                f"adapter {self.name!r} (telegram): cannot listen on {s.host}:{s.port}: {exc}; "
+                "choose another port (option `port`)"
+            ) from exc
         self._port = self._runner.addresses[0][1]
         if s.host not in LOOPBACK_HOSTS:
-            logger.info("telegram %s: the webhook listener on %s:%d is reachable from other machines; every "
-                        "request must carry the secret token", self.name, s.host, self._port)
+            logger.info(
+                "telegram %s: the webhook listener on %s:%d is reachable from other machines; every "
+                "request must carry the secret token",
+                self.name,
+                s.host,
+                self._port,
+            )
         logger.info("telegram %s: webhook listener on http://%s:%d%s", self.name, s.host, self._port, s.path)
 
     async def _register_webhook(self) -> None:
@@ -280,8 +332,12 @@ class TelegramAdapter(Adapter):
         delay = s.reconnect_initial
         while True:
             try:
-                await self.bot.set_webhook(s.webhook_url or "", secret_token=self._secret,
-                                           allowed_updates=ALLOWED_UPDATES, drop_pending_updates=False)
+                await self.bot.set_webhook(
+                    s.webhook_url or "",
+                    secret_token=self._secret,
+                    allowed_updates=ALLOWED_UPDATES,
+                    drop_pending_updates=False,
+                )
                 logger.info("telegram %s: webhook registered at %s", self.name, s.webhook_url)
                 await self._known_me()
                 return
@@ -298,8 +354,12 @@ class TelegramAdapter(Adapter):
                     assert self.app is not None
                     await self.app.receive(incoming)
             except Exception:
-                logger.exception("telegram %s: failed to deliver message %s of chat %s", self.name,
-                                 message.message_id, message.chat.id)
+                logger.exception(
+                    "telegram %s: failed to deliver message %s of chat %s",
+                    self.name,
+                    message.message_id,
+                    message.chat.id,
+                )
 
     async def _incoming(self, message: Message, me: TelegramUser) -> KiraIMMessage | None:
         """The message as hookchat sees it; None for the bot's own messages and channel posts."""
@@ -324,17 +384,31 @@ class TelegramAdapter(Adapter):
         quoted = message.reply_to_message
         if quoted is not None:
             chain.append(Reply(str(quoted.message_id)))
-        text, entities = (message.text, message.entities) if message.text is not None else \
-            (message.caption or "", message.caption_entities)
+        text, entities = (
+            (message.text, message.entities)
+            if message.text is not None
+            else (message.caption or "", message.caption_entities)
+        )
         media = await self._media_of(message)
         if media is not None:
             chain.append(media)
         elements, addressed = entities_to_elements(text, entities, bot_id=me.id, bot_username=me.username or "")
         chain.extend(elements)
-        to_me = chat.type == "private" or addressed or (
-            quoted is not None and quoted.from_user is not None and quoted.from_user.id == me.id)
-        return KiraIMMessage(MessageChain(chain), sender, session, group=group, message_id=str(message.message_id),
-                             is_mentioned=to_me, timestamp=message.date.timestamp(), raw=message)
+        to_me = (
+            chat.type == "private"
+            or addressed
+            or (quoted is not None and quoted.from_user is not None and quoted.from_user.id == me.id)
+        )
+        return KiraIMMessage(
+            MessageChain(chain),
+            sender,
+            session,
+            group=group,
+            message_id=str(message.message_id),
+            is_mentioned=to_me,
+            timestamp=message.date.timestamp(),
+            raw=message,
+        )
 
     async def _media_of(self, message: Message) -> MediaElement | None:
         """The message's photo, sticker, voice or audio, video or document, downloaded into the data directory
@@ -356,8 +430,14 @@ class TelegramAdapter(Adapter):
         elif message.video or message.video_note or message.animation:
             v = message.video or message.video_note or message.animation
             assert v is not None
-            found = (Video, v.file_id, v.file_unique_id, v.file_size, getattr(v, "file_name", None),
-                     getattr(v, "mime_type", None) or "video/mp4")
+            found = (
+                Video,
+                v.file_id,
+                v.file_unique_id,
+                v.file_size,
+                getattr(v, "file_name", None),
+                getattr(v, "mime_type", None) or "video/mp4",
+            )
         elif message.document:
             d = message.document
             found = (File, d.file_id, d.file_unique_id, d.file_size, d.file_name, d.mime_type)
@@ -408,20 +488,30 @@ class TelegramAdapter(Adapter):
             except (AiogramError, MediaError) as exc:
                 where = f"part {number} of {len(sends)} ({out.method}): " if len(sends) > 1 else ""
                 logger.warning("telegram %s: send to %s failed: %s%s", self.name, session.sid, where, exc)
-                return KiraIMSentResult(chain, session, ok=False, message_id=ids[0] if ids else "",
-                                        error=f"{where}{exc}", message_ids=tuple(ids))
+                return KiraIMSentResult(
+                    chain,
+                    session,
+                    ok=False,
+                    message_id=ids[0] if ids else "",
+                    error=f"{where}{exc}",
+                    message_ids=tuple(ids),
+                )
             ids.append(str(sent.message_id) if isinstance(sent, Message) else "")
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0], message_ids=tuple(ids))
 
     async def _send_one(self, chat_id: int, out: Outgoing) -> Any:
-        reply = ReplyParameters(message_id=out.reply_to, allow_sending_without_reply=True) \
-            if out.reply_to is not None else None
+        reply = (
+            ReplyParameters(message_id=out.reply_to, allow_sending_without_reply=True)
+            if out.reply_to is not None
+            else None
+        )
         if out.method == "message":
             entities = [MessageEntity.model_validate(e) for e in out.entities] or None
             return await self.bot.send_message(chat_id, out.text, entities=entities, reply_parameters=reply)
         assert out.media is not None
-        return await self._senders[out.method](chat_id=chat_id, reply_parameters=reply,
-                                               **{out.method: await _input_file(out.media, out.method)})
+        return await self._senders[out.method](
+            chat_id=chat_id, reply_parameters=reply, **{out.method: await _input_file(out.media, out.method)}
+        )
 
     def typing(self, session: Session) -> AbstractAsyncContextManager[None]:
         """Telegram's "typing..." in the chat of `session` while the model writes, from half a second on
@@ -430,8 +520,9 @@ class TelegramAdapter(Adapter):
 
     @asynccontextmanager
     async def _typing(self, session: Session) -> AsyncIterator[None]:
-        task = asyncio.get_running_loop().create_task(self._keep_typing(session),
-                                                      name=f"hookchat:telegram:{self.name}:typing")
+        task = asyncio.get_running_loop().create_task(
+            self._keep_typing(session), name=f"hookchat:telegram:{self.name}:typing"
+        )
         try:
             yield
         finally:
@@ -485,7 +576,9 @@ async def _input_file(media: MediaElement, method: str) -> Any:
         return FSInputFile(media.path, filename=name)
     if media.source in ("base64", "data_url"):
         data = await media.get_bytes()
-        return BufferedInputFile(data, filename=name or f"{method}{mimetypes.guess_extension(media.guess_mime()) or ''}")
+        return BufferedInputFile(
+            data, filename=name or f"{method}{mimetypes.guess_extension(media.guess_mime()) or ''}"
+        )
     if media.url:
         return media.url
     raise MediaError(f"{media.type} has nothing to send (no url, path or base64)")

@@ -29,7 +29,12 @@ TEXT_LIMIT = 4096
 
 #: The Bot API method that sends each kind of media element.
 MEDIA_METHODS: dict[type[BaseMessageElement], str] = {
-    Image: "photo", Sticker: "sticker", Record: "voice", File: "document", Video: "video"}
+    Image: "photo",
+    Sticker: "sticker",
+    Record: "voice",
+    File: "document",
+    Video: "video",
+}
 
 
 def utf16_len(text: str) -> int:
@@ -38,11 +43,12 @@ def utf16_len(text: str) -> int:
 
 
 def _utf16_slice(encoded: bytes, start: int, end: int) -> str:
-    return encoded[start * 2:end * 2].decode("utf-16-le", errors="replace")
+    return encoded[start * 2 : end * 2].decode("utf-16-le", errors="replace")
 
 
-def entities_to_elements(text: str, entities: list[Any] | None, *, bot_id: int, bot_username: str
-                         ) -> tuple[list[BaseMessageElement], bool]:
+def entities_to_elements(
+    text: str, entities: list[Any] | None, *, bot_id: int, bot_username: str
+) -> tuple[list[BaseMessageElement], bool]:
     """The elements of a message's text and whether it addresses the bot: `@username` mentions (`mention`) become
     `At("@username")`, or `At(<bot id>, <bot username>)` for the bot; `text_mention` (a user without a username)
     becomes `At(<user id>, <first name>)`; a `bot_command` ending in `@<bot username>` addresses the bot; a
@@ -109,8 +115,9 @@ class Outgoing:
     reply_to: int | None = None
 
 
-def split_text(pieces: list[tuple[str, dict[str, Any] | None]], limit: int = TEXT_LIMIT
-               ) -> list[tuple[str, list[dict[str, Any]]]]:
+def split_text(
+    pieces: list[tuple[str, dict[str, Any] | None]], limit: int = TEXT_LIMIT
+) -> list[tuple[str, list[dict[str, Any]]]]:
     """Lay out text pieces (plain text, or a mention with its entity minus the offset) in messages of at most
     `limit` UTF-16 units each: a long text is cut at its last line break within the limit, else its last space,
     else where it must be; a mention is never cut. Returns each message's text and its entities (offsets set)."""
@@ -141,7 +148,7 @@ def split_text(pieces: list[tuple[str, dict[str, Any] | None]], limit: int = TEX
                 close()
                 continue
             text += piece[:cut]
-            piece = piece[cut:].lstrip(" ") if piece[cut - 1:cut] != "\n" else piece[cut:]
+            piece = piece[cut:].lstrip(" ") if piece[cut - 1 : cut] != "\n" else piece[cut:]
             close()
     close()
     return messages
@@ -184,8 +191,15 @@ def to_outgoing(chain: list[BaseMessageElement], *, limit: int = TEXT_LIMIT) -> 
         elif isinstance(element, At):
             if element.user_id.lstrip("-").isdigit():
                 label = element.nickname or element.user_id
-                pieces.append((label, {"type": "text_mention",
-                                       "user": {"id": int(element.user_id), "is_bot": False, "first_name": label}}))
+                pieces.append(
+                    (
+                        label,
+                        {
+                            "type": "text_mention",
+                            "user": {"id": int(element.user_id), "is_bot": False, "first_name": label},
+                        },
+                    )
+                )
             else:
                 pieces.append((element.user_id if element.user_id.startswith("@") else f"@{element.user_id}", None))
         elif isinstance(element, Reply):

@@ -52,12 +52,14 @@ class TelegramOptions(BaseModel):
             raise ValueError(f"api_url {self.api_url!r} is not an http(s) URL")
         if self.mode == "webhook":
             if not self.webhook_url:
-                raise ValueError("webhook mode needs `webhook_url`, the public https:// address Telegram posts to "
-                                 "(your reverse proxy forwards it to host:port/path)")
+                raise ValueError(
+                    "webhook mode needs `webhook_url`, the public https:// address Telegram posts to "
+                    "(your reverse proxy forwards it to host:port/path)"
+                )
             if urlsplit(self.webhook_url).scheme not in ("http", "https"):
                 raise ValueError(f"webhook_url {self.webhook_url!r} is not an http(s) URL")
         elif self.webhook_url:
-            raise ValueError("`webhook_url` is for mode = \"webhook\"; polling needs no public address")
+            raise ValueError('`webhook_url` is for mode = "webhook"; polling needs no public address')
         if self.reconnect_max < self.reconnect_initial:
             raise ValueError("reconnect_max must not be below reconnect_initial")
         return self
@@ -66,8 +68,10 @@ class TelegramOptions(BaseModel):
         """The bot token from `$token_env`; `ValueError` saying how to set it when it is not set."""
         value = (os.environ if env is None else env).get(self.token_env)
         if not value:
-            raise ValueError(f"the bot token is read from ${self.token_env}, which is not set: export it with the "
-                             "token @BotFather gave you (or name another variable with `token_env`)")
+            raise ValueError(
+                f"the bot token is read from ${self.token_env}, which is not set: export it with the "
+                "token @BotFather gave you (or name another variable with `token_env`)"
+            )
         return value
 
     def secret_token(self, env: Mapping[str, str] | None = None) -> str:
@@ -75,11 +79,14 @@ class TelegramOptions(BaseModel):
         Telegram accepts (1-256 characters of A-Z a-z 0-9 _ -)."""
         value = (os.environ if env is None else env).get(self.secret_token_env)
         if not value:
-            raise ValueError(f"webhook mode needs a secret token in ${self.secret_token_env}, which is not set "
-                             "(the listener accepts only requests that carry it, on loopback too): export e.g. "
-                             "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+            raise ValueError(
+                f"webhook mode needs a secret token in ${self.secret_token_env}, which is not set "
+                "(the listener accepts only requests that carry it, on loopback too): export e.g. "
+                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+            )
         if not (1 <= len(value) <= 256) or not all(c.isalnum() or c in "_-" for c in value) or not value.isascii():
-            raise ValueError(f"${self.secret_token_env} must be 1-256 characters of A-Z, a-z, 0-9, _ and - "
-                             "(Telegram refuses other secret tokens)")
+            raise ValueError(
+                f"${self.secret_token_env} must be 1-256 characters of A-Z, a-z, 0-9, _ and - "
+                "(Telegram refuses other secret tokens)"
+            )
         return value
-

@@ -78,8 +78,10 @@ class StickerTag(BaseTag):
 
     def __init__(self, stickers: Any, as_sticker: bool) -> None:
         listed = "".join(f"[{sid}] {entry['desc']}\n" for sid, entry in stickers.sticker_dict.items())
-        super().__init__(description=f"send a sticker by its id, alone in its message: <sticker>ID</sticker>; "
-                                     f"the stickers:\n{listed}")
+        super().__init__(
+            description=f"send a sticker by its id, alone in its message: <sticker>ID</sticker>; "
+            f"the stickers:\n{listed}"
+        )
         self.stickers = stickers
         self.as_sticker = as_sticker
 
@@ -138,8 +140,9 @@ class BuiltinTagsPlugin(BasePlugin):
         if user_id and is_mention_all(user_id) and not self.ctx.media_policy.allow_mention_all:
             # Anyone who writes to the bot can ask the model for this: everyone is pinged only if the operator
             # consents ([media] allow_mention_all); otherwise the words stay, as text that pings nobody.
-            self.logger.warning("<at id=%r/> sent as text: mentioning everyone needs [media] allow_mention_all",
-                                user_id)
+            self.logger.warning(
+                "<at id=%r/> sent as text: mentioning everyone needs [media] allow_mention_all", user_id
+            )
             return _and_text([Text(f"@{user_id.lstrip('@')}")], rest)
         return _and_text([At(user_id)] if user_id else [], rest)
 
@@ -176,8 +179,9 @@ class BuiltinTagsPlugin(BasePlugin):
         source, rest = _target(value, attrs, "src", "url", "path")
         return _and_text(await self._media("img", Image, source, attrs), rest)
 
-    @register.tag(name="record", description="send a voice message (a path, https URL or tool attachment): "
-                                             "<record>PATH</record>")
+    @register.tag(
+        name="record", description="send a voice message (a path, https URL or tool attachment): <record>PATH</record>"
+    )
     async def record_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:
         """A voice recording from an http(s) URL, an attachment of this turn or a file under the media directories."""
         source, rest = _target(value, attrs, "src", "url", "path")
@@ -189,8 +193,9 @@ class BuiltinTagsPlugin(BasePlugin):
         source, rest = _target(value, attrs, "src", "url", "path")
         return _and_text(await self._media("video", Video, source, attrs), rest)
 
-    @register.tag(name="file", description="send a file a tool returned (by its name), a path or an https URL: "
-                                           "<file>NAME</file>")
+    @register.tag(
+        name="file", description="send a file a tool returned (by its name), a path or an https URL: <file>NAME</file>"
+    )
     async def file_tag(self, value: str, **attrs: str) -> list[BaseMessageElement]:
         """An attachment of this turn (sent as the tool returned it), an http(s) URL, or a file under the media
         directories."""
@@ -208,8 +213,15 @@ class BuiltinTagsPlugin(BasePlugin):
         if attachment is not None:
             if tag == "file" or isinstance(attachment, kind):
                 return [attachment]
-            return [kind(url=attachment.url, path=attachment.path, base64=attachment.base64, name=attachment.name,
-                         mime=attachment.mime)]
+            return [
+                kind(
+                    url=attachment.url,
+                    path=attachment.path,
+                    base64=attachment.base64,
+                    name=attachment.name,
+                    mime=attachment.mime,
+                )
+            ]
         try:
             if source.lower().startswith(("http://", "https://")):
                 # The platform, not hookchat, fetches it: from where the bot runs, so only where the operator lets

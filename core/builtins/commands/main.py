@@ -25,7 +25,7 @@ class CommandsPlugin(BasePlugin):
         """Answer a known command and stop the message."""
         text = event.message_repr.strip()
         prefix = self.cfg["prefix"]
-        name = text[len(prefix):].split(maxsplit=1)[0].lower() if text.startswith(prefix) and text != prefix else ""
+        name = text[len(prefix) :].split(maxsplit=1)[0].lower() if text.startswith(prefix) and text != prefix else ""
         if name not in self.COMMANDS or (event.group is not None and not self.cfg["in_groups"]):
             return
         app = self.ctx.app

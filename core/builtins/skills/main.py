@@ -23,8 +23,12 @@ class SkillsPlugin(BasePlugin):
         private = [config.data.dir, *([config.file] if config.file is not None else [])]
         self.catalog = SkillCatalog(config.skills, private=private)
         found = await anyio.to_thread.run_sync(self.catalog.scan)
-        self.logger.info("skills: {} found in {}{}", len(found), config.skills.dir,
-                         f" ({len(self.catalog.errors)} skipped: see the errors above)" if self.catalog.errors else "")
+        self.logger.info(
+            "skills: {} found in {}{}",
+            len(found),
+            config.skills.dir,
+            f" ({len(self.catalog.errors)} skipped: see the errors above)" if self.catalog.errors else "",
+        )
 
     @on.llm_request()
     async def offer_skills(self, event, req, tag_set, *args, **kwargs):

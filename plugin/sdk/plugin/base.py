@@ -12,16 +12,19 @@ from typing import Any
 
 from core.plugin import BasePlugin, PluginContext
 from core.services import (
+    LIFECYCLE_ATTR,
+    Entry,
     Err,
+    LifecycleMeta,
     Ok,
     PluginLogger,
     SdkError,
     bind_plugin,
+    declared,
     get_plugin_logger,
     services_for,
 )
 from core.utils.tasks import call_handler
-from core.services import LIFECYCLE_ATTR, Entry, LifecycleMeta, declared
 from plugin.sdk.plugin.extras import PluginI18n
 from plugin.sdk.plugin.host import SdkBus, SystemInfo
 
@@ -153,8 +156,9 @@ class NekoPluginBase(BasePlugin):
         """Plugin-local translations from `<plugin_dir>/i18n/<locale>.json`."""
         if self._i18n is None:
             settings = (self.ctx.manifest.model_extra or {}).get("i18n") or {}
-            self._i18n = PluginI18n(self.plugin_dir, settings.get("default_locale", "en"),
-                                    settings.get("fallback_locale", "en"))
+            self._i18n = PluginI18n(
+                self.plugin_dir, settings.get("default_locale", "en"), settings.get("fallback_locale", "en")
+            )
         return self._i18n
 
     # -- host round-trips of the original SDK, mapped to what exists here ----------------------------------------------
@@ -177,8 +181,9 @@ class NekoPluginBase(BasePlugin):
         has no effect: whether the bot speaks is decided by the caller of the entry."""
         return data
 
-    def register_static_ui(self, directory: str, *, index_file: str = "index.html",
-                           cache_control: str | None = None) -> bool:
+    def register_static_ui(
+        self, directory: str, *, index_file: str = "index.html", cache_control: str | None = None
+    ) -> bool:
         """Not available (hookchat serves no plugin UI): logs a warning and returns False."""
         self._logger.warning("register_static_ui(%r) ignored: hookchat serves no plugin UI", directory)
         return False

@@ -50,33 +50,74 @@ def neko_plugin(cls: C) -> C:
     return cls
 
 
-def message(*, id: str, name: str | None = None, description: str = "",  # noqa: A002 - the SDK's keyword
-            input_schema: dict[str, Any] | None = None, source: str | None = None,
-            metadata: dict[str, Any] | None = None) -> Callable[[F], F]:
+def message(
+    *,
+    id: str,
+    name: str | None = None,
+    description: str = "",
+    input_schema: dict[str, Any] | None = None,
+    source: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Callable[[F], F]:
     """An entry of kind `message` (the original host's message handlers). hookchat sends it nothing by itself;
     other plugins call it like any entry."""
-    return plugin_entry(id=id, name=name, description=description, input_schema=input_schema, kind="message",
-                        metadata={**(metadata or {}), "source": source})
+    return plugin_entry(
+        id=id,
+        name=name,
+        description=description,
+        input_schema=input_schema,
+        kind="message",
+        metadata={**(metadata or {}), "source": source},
+    )
 
 
-def on_event(*, event_type: str, id: str | None = None, name: str | None = None,  # noqa: A002
-             description: str = "", input_schema: dict[str, Any] | None = None, kind: str = "action",
-             metadata: dict[str, Any] | None = None, **_ignored: Any) -> Callable[[F], F]:
+def on_event(
+    *,
+    event_type: str,
+    id: str | None = None,
+    name: str | None = None,
+    description: str = "",
+    input_schema: dict[str, Any] | None = None,
+    kind: str = "action",
+    metadata: dict[str, Any] | None = None,
+    **_ignored: Any,
+) -> Callable[[F], F]:
     """An entry for an event of the original host; callable like any entry, with `event_type` in its metadata."""
-    return plugin_entry(id=id, name=name, description=description, input_schema=input_schema, kind=kind,
-                        metadata={**(metadata or {}), "event_type": event_type})
+    return plugin_entry(
+        id=id,
+        name=name,
+        description=description,
+        input_schema=input_schema,
+        kind=kind,
+        metadata={**(metadata or {}), "event_type": event_type},
+    )
 
 
-def custom_event(*, event_type: str, id: str, name: str | None = None,  # noqa: A002 - the SDK's keyword
-                 description: str = "", input_schema: dict[str, Any] | None = None, kind: str = "custom",
-                 metadata: dict[str, Any] | None = None, **_ignored: Any) -> Callable[[F], F]:
+def custom_event(
+    *,
+    event_type: str,
+    id: str,
+    name: str | None = None,
+    description: str = "",
+    input_schema: dict[str, Any] | None = None,
+    kind: str = "custom",
+    metadata: dict[str, Any] | None = None,
+    **_ignored: Any,
+) -> Callable[[F], F]:
     """An entry of kind `custom` for plugin-defined events; callable like any entry."""
-    return plugin_entry(id=id, name=name, description=description, input_schema=input_schema, kind=kind,
-                        metadata={**(metadata or {}), "event_type": event_type})
+    return plugin_entry(
+        id=id,
+        name=name,
+        description=description,
+        input_schema=input_schema,
+        kind=kind,
+        metadata={**(metadata or {}), "event_type": event_type},
+    )
 
 
-def hook(*, target: str = "*", timing: str = "before", priority: int = 0,
-         condition: str | None = None) -> Callable[[F], F]:
+def hook(
+    *, target: str = "*", timing: str = "before", priority: int = 0, condition: str | None = None
+) -> Callable[[F], F]:
     """An entry hook (`before`, `after`, `around` or `replace`); see `core.services.entry_hook`. `condition`
     is not evaluated in hookchat."""
     return entry_hook(target=target, timing=timing, priority=priority)

@@ -141,8 +141,9 @@ class _HostedUI:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
-        raise SdkError(f"ui.{name} is not available in hookchat: there is no hosted UI (see docs/sdk.md)",
-                       code="not_supported")
+        raise SdkError(
+            f"ui.{name} is not available in hookchat: there is no hosted UI (see docs/sdk.md)", code="not_supported"
+        )
 
 
 #: Hosted UI surfaces of the original host; not available in hookchat (using one raises `SdkError`).

@@ -27,11 +27,13 @@ class SystemInfo:
         manager = getattr(self.ctx, "manager", None)
         if manager is None:
             return Err(SdkError("this plugin is not loaded by a plugin manager", code="not_attached"))
-        return Ok({
-            "hookchat_version": core.__version__,
-            "data_dir": str(manager.data_dir),
-            "plugin_dirs": [str(p) for p in manager.plugin_dirs],
-        })
+        return Ok(
+            {
+                "hookchat_version": core.__version__,
+                "data_dir": str(manager.data_dir),
+                "plugin_dirs": [str(p) for p in manager.plugin_dirs],
+            }
+        )
 
     async def get_server_settings(self) -> Result[dict[str, Any], SdkError]:
         """`Ok` of the tool registry's host, port and body limit, and whether a token is configured (never the
@@ -40,18 +42,26 @@ class SystemInfo:
         if app is None:
             return Err(SdkError("no running app", code="not_attached"))
         server = app.config.server
-        return Ok({"host": server.host, "port": server.port, "max_body_bytes": server.max_body_bytes,
-                   "token_configured": configured_token(server) is not None,
-                   "tool_registry_running": app.tool_server_running})
+        return Ok(
+            {
+                "host": server.host,
+                "port": server.port,
+                "max_body_bytes": server.max_body_bytes,
+                "token_configured": configured_token(server) is not None,
+                "tool_registry_running": app.tool_server_running,
+            }
+        )
 
     async def get_python_env(self) -> Result[dict[str, Any], SdkError]:
         """`Ok` of the Python version, implementation, executable and platform."""
-        return Ok({
-            "python_version": platform.python_version(),
-            "implementation": platform.python_implementation(),
-            "executable": sys.executable,
-            "platform": platform.platform(),
-        })
+        return Ok(
+            {
+                "python_version": platform.python_version(),
+                "implementation": platform.python_implementation(),
+                "executable": sys.executable,
+                "platform": platform.platform(),
+            }
+        )
 
 
 class BusList(list):
@@ -77,10 +87,16 @@ class BusList(list):
 
     where = filter
 
-    def sort(self, *, by: str | None = None, key: Callable[[Any], Any] | None = None,  # type: ignore[override]
-             reverse: bool = False) -> BusList:
+    def sort(
+        self,
+        *,
+        by: str | None = None,
+        key: Callable[[Any], Any] | None = None,  # type: ignore[override]
+        reverse: bool = False,
+    ) -> BusList:
         """A sorted copy, by field `by` or by `key`."""
         if by is not None:
+
             def key(record: Any) -> Any:
                 return record.get(by) if isinstance(record, dict) else getattr(record, by, None)
 
@@ -104,8 +120,9 @@ class BusStore:
 
     def watch(self, *_args: Any, **_kwargs: Any) -> Any:
         """Not available: nothing is published to this bus in hookchat."""
-        raise SdkError(f"bus.{self.name}.watch() is not available in hookchat: nothing publishes to this bus",
-                       code="not_supported")
+        raise SdkError(
+            f"bus.{self.name}.watch() is not available in hookchat: nothing publishes to this bus", code="not_supported"
+        )
 
 
 class SdkBus:

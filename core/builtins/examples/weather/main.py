@@ -1,4 +1,5 @@
-from plugin.sdk.plugin import neko_plugin, NekoPluginBase, llm_tool, lifecycle, Ok
+from plugin.sdk.plugin import NekoPluginBase, Ok, lifecycle, llm_tool, neko_plugin
+
 
 @neko_plugin
 class WeatherPlugin(NekoPluginBase):

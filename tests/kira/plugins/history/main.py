@@ -27,14 +27,18 @@ class HistoryKeeper(BasePlugin):
             memory = self.ctx.session_mgr.read_memory(sid)
             said = " / ".join(m["content"] for chunk in memory for m in chunk if m["role"] == "user")
             self.ctx.session_mgr.write_memory(sid, [])
-            self.ctx.session_mgr.update_memory(sid, [
-                {"role": "user", "content": "(summary of earlier chat)"},
-                {"role": "assistant", "content": f"the user said: {said}"},
-            ])
+            self.ctx.session_mgr.update_memory(
+                sid,
+                [
+                    {"role": "user", "content": "(summary of earlier chat)"},
+                    {"role": "assistant", "content": f"the user said: {said}"},
+                ],
+            )
             event.stop()
         elif text == "/count":
             thread = threading.Thread(
-                target=lambda: self.counts_from_thread.append(self.ctx.session_mgr.get_memory_count(sid)))
+                target=lambda: self.counts_from_thread.append(self.ctx.session_mgr.get_memory_count(sid))
+            )
             thread.start()
             thread.join()
             event.stop()

@@ -19,12 +19,14 @@ class DefaultChatZ(BasePlugin):
 
     @on.im_message(priority=Priority.HIGH)
     async def choose(self, event: KiraMessageEvent, *args, **kwargs):
-        self.seen.append({
-            "group": event.is_group_message(),
-            "self_id": event.message.self_id,
-            "notice": event.is_notice,
-            "adapter": event.adapter.name,
-        })
+        self.seen.append(
+            {
+                "group": event.is_group_message(),
+                "self_id": event.message.self_id,
+                "notice": event.is_notice,
+                "adapter": event.adapter.name,
+            }
+        )
         sid = event.session.sid
         waiting = self.ctx.get_buffer(sid).get_length()
         if "flush" in event.message_repr and waiting:
@@ -42,5 +44,6 @@ class DefaultChatZ(BasePlugin):
     @on.llm_request()
     async def add_context(self, event, req: LLMRequest, tag_set, *args, **kwargs):
         self.dynamic_sections = [p.name for p in req.system_prompt if p.name in DYNAMIC_PROMPT_NAMES]
-        req.user_prompt.append(Prompt("[only for this request]", name="kira_reminder", source="default-chat（z）",
-                                      persist=False))
+        req.user_prompt.append(
+            Prompt("[only for this request]", name="kira_reminder", source="default-chat（z）", persist=False)
+        )

@@ -18,8 +18,11 @@ class SessionTools(BasePlugin):
     @register.tool(
         name="tell_group",
         description="Send a text to a group of the same adapter",
-        params={"type": "object", "properties": {"group_id": {"type": "string"}, "text": {"type": "string"}},
-                "required": ["group_id", "text"]},
+        params={
+            "type": "object",
+            "properties": {"group_id": {"type": "string"}, "text": {"type": "string"}},
+            "required": ["group_id", "text"],
+        },
     )
     async def tell_group(self, event, *_, group_id: str, text: str) -> str:
         adapter = self.ctx.adapter_mgr.get_adapter(event.session.adapter_name)
@@ -28,8 +31,11 @@ class SessionTools(BasePlugin):
         result = await adapter.send_group_message(group_id, MessageChain([Text(text)]))
         return f"sent: {result.ok}"
 
-    @register.tool(name="count_turns", description="How many turns this chat has",
-                   params={"type": "object", "properties": {}, "required": []})
+    @register.tool(
+        name="count_turns",
+        description="How many turns this chat has",
+        params={"type": "object", "properties": {}, "required": []},
+    )
     async def count_turns(self, event, *_) -> str:
         memory = await self.ctx.session_mgr.read_memory(event.sid)
         return f"{len(memory)} turns"

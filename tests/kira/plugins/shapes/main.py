@@ -46,7 +46,11 @@ class Shapes(BasePlugin):
     async def relay(self, event, *args, **kwargs):
         text = event.message_repr
         if text.startswith("/relay "):
-            synthetic = KiraIMMessage(MessageChain([Text(text[len("/relay "):])]), User("relay", "Relay"),
-                                      Session(event.session.adapter_name, "dm", "relay"), is_mentioned=True)
+            synthetic = KiraIMMessage(
+                MessageChain([Text(text[len("/relay ") :])]),
+                User("relay", "Relay"),
+                Session(event.session.adapter_name, "dm", "relay"),
+                is_mentioned=True,
+            )
             await self.ctx.message_processor.handle_im_message(KiraMessageEvent(synthetic))
             event.stop()

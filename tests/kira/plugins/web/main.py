@@ -10,7 +10,9 @@ class WebProbe(BasePlugin):
     async def terminate(self):
         pass
 
-    @register.page("/dashboard", menu=PageMenu(label={"zh": "仪表盘", "en": "Dashboard"}, icon="DataAnalysis", order=10))
+    @register.page(
+        "/dashboard", menu=PageMenu(label={"zh": "仪表盘", "en": "Dashboard"}, icon="DataAnalysis", order=10)
+    )
     def dashboard(self):
         return PluginPage.from_folder("./web")
 

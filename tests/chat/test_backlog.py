@@ -90,8 +90,9 @@ async def test_a_flood_into_one_group_keeps_order_bounds_the_backlog_and_tells_t
     assert notices and len(notices) <= len(model.batches), "the group was told, once per filling, not per message"
     assert left == [], "refused messages left the inbox: a restart does not answer them"
     # Memory is flat: after 3,000 events the process holds about what it held after 1,000 (each held event is a
-    # dozen objects or more: without the cap, the 2,000 more add some 50,000).
-    assert after_3000 - after_1000 < 10_000, (after_1000, after_3000)
+    # dozen objects or more: without the cap, the 2,000 more add some 50,000). The bound leaves room for what the
+    # rest of a full test run adds meanwhile (pytest keeps each log record of a test; 10,418 was seen once).
+    assert after_3000 - after_1000 < 20_000, (after_1000, after_3000)
 
 
 async def test_without_a_running_turn_a_flush_starts_a_turn_at_once_and_nothing_is_refused():

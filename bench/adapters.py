@@ -263,7 +263,7 @@ async def through_discord(turns: int, samples: int) -> Result:
 
 
 def _report(name: str, description: str, kit: list[Result], runs: list[Result]) -> None:
-    per_round = [r[0] / k[0] for k, r in zip(kit, runs)]
+    per_round = [r[0] / k[0] for k, r in zip(kit, runs, strict=True)]
     ratio = statistics.median(per_round)
     kit_ms = statistics.median(statistics.median(r[1]) for r in kit) * 1e3
     run_ms = statistics.median(statistics.median(r[1]) for r in runs) * 1e3

@@ -69,10 +69,10 @@ async def flatness(directory: Path, sizes: list[int]) -> None:
             fill_rate = len(sids) * TURNS_PER_SESSION / (time.perf_counter() - start)
             rnd = random.Random(size)
             picks = [rnd.choice(sids) for _ in range(SAMPLES)]
-            read_lat = await timed(SAMPLES, lambda i: store.get_history(picks[i]))
-            read_amo = await timed_concurrent(SAMPLES, lambda i: store.get_history(picks[i]))
-            app_lat = await timed(SAMPLES, lambda i: store.append_turn(picks[i], a_turn(i)))
-            app_amo = await timed_concurrent(SAMPLES, lambda i: store.append_turn(picks[i], a_turn(i)))
+            read_lat = await timed(SAMPLES, lambda i, picks=picks: store.get_history(picks[i]))
+            read_amo = await timed_concurrent(SAMPLES, lambda i, picks=picks: store.get_history(picks[i]))
+            app_lat = await timed(SAMPLES, lambda i, picks=picks: store.append_turn(picks[i], a_turn(i)))
+            app_amo = await timed_concurrent(SAMPLES, lambda i, picks=picks: store.append_turn(picks[i], a_turn(i)))
         print(
             f"{size:>8} {app_lat:>8.0f}us {app_amo:>10.1f}us {read_lat:>8.0f}us {read_amo:>10.1f}us {fill_rate:>8.0f}"
         )
@@ -88,7 +88,7 @@ async def pipeline(directory: Path, sessions: int, history: int, rounds: int) ->
             queue = [sid for _ in range(rounds) for sid in sids]
             queue.reverse()
 
-            async def worker() -> None:
+            async def worker(queue: list[str] = queue) -> None:
                 while queue:
                     sid = queue.pop()
                     past = await store.get_history(sid)

@@ -66,7 +66,7 @@ async def through_the_kit(turns: int, samples: int) -> tuple[float, list[float]]
 
 
 def _report(label: str, kit: list[tuple[float, list[float]]], other: list[tuple[float, list[float]]]) -> bool:
-    per_round = [o[0] / k[0] for k, o in zip(kit, other)]
+    per_round = [o[0] / k[0] for k, o in zip(kit, other, strict=True)]
     ratio = statistics.median(per_round)
     kit_ms = statistics.median(statistics.median(r[1]) for r in kit) * 1e3
     other_ms = statistics.median(statistics.median(r[1]) for r in other) * 1e3

@@ -127,7 +127,7 @@ async def bench(runs: int, max_tokens: int, threads: int, context_tokens: int) -
         tg.cancel_scope.cancel()
     await provider.aclose()
     del server
-    pairs = [(d, p) for d, p in zip(direct_stamps[1:], provider_stamps[1:]) if len(d) > 1 and len(p) > 1]
+    pairs = [(d, p) for d, p in zip(direct_stamps[1:], provider_stamps[1:], strict=True) if len(d) > 1 and len(p) > 1]
 
     load_avg = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(

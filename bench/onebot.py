@@ -221,7 +221,7 @@ async def main() -> None:
         peer.terminate()
         peer.join()
     kit_rate, onebot_rate = max(r[0] for r in kit), max(r[0] for r in onebot)
-    per_round = [o[0] / k[0] for k, o in zip(kit, onebot)]
+    per_round = [o[0] / k[0] for k, o in zip(kit, onebot, strict=True)]
     kit_ms = statistics.median(statistics.median(r[1]) for r in kit) * 1e3
     onebot_ms = statistics.median(statistics.median(r[1]) for r in onebot) * 1e3
     kit_cpu = statistics.median(r[2] for r in kit) * 1e6

@@ -230,8 +230,8 @@ class Cluster:
         for name in self.names:
             with (self.directory / f"{name}.log").open("wb") as log:
                 args = [sys.executable, str(WORKER_MAIN), str(self.config), name]
-                self.workers.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env))  # noqa: ASYNC220
-        for name, proc in zip(self.names, self.workers):
+                self.workers.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env))
+        for name, proc in zip(self.names, self.workers, strict=True):
             line = await asyncio.to_thread(proc.stdout.readline)
             if b"ready" not in line:
                 raise RuntimeError(f"worker {name} did not start (exit {proc.poll()}): {self.log_tail(name)}")
@@ -291,7 +291,8 @@ async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, l
         traffic = cluster.messages()
         start = time.perf_counter()
         idle = [
-            (now - then) / (start - idle[0]) for now, then in zip((worker_cpu, broker_cpu, gateway_cpu), idle[1:])
+            (now - then) / (start - idle[0])
+            for now, then in zip((worker_cpu, broker_cpu, gateway_cpu), idle[1:], strict=True)
         ]  # CPU seconds per second, idle
         for m in burst:
             await gateway.receive(m)
@@ -302,7 +303,7 @@ async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, l
         gateway_cpu = time.process_time() - gateway_cpu
         worker_after, broker_after = cluster.cpu()
         window = time.perf_counter() - start
-        traffic = [after - before for after, before in zip(cluster.messages(), traffic)]
+        traffic = [after - before for after, before in zip(cluster.messages(), traffic, strict=True)]
         wrong = answered_once(adapter, burst)
         if wrong:
             raise RuntimeError(f"cluster, {workers} worker(s): {wrong}")
@@ -348,7 +349,7 @@ PART_NAMES = {"worker": "workers", "broker": "nats-server", "gateway": "gateway"
 def marginal(run: dict) -> dict[str, float]:
     """CPU per turn less what the cluster spends idle over the same time (heartbeats, lease renewals, polls)."""
     turns_per_second = MESSAGES / run["window"]
-    return {part: max(0.0, run[part] - rate / turns_per_second) for part, rate in zip(PARTS, run["idle"])}
+    return {part: max(0.0, run[part] - rate / turns_per_second) for part, rate in zip(PARTS, run["idle"], strict=True)}
 
 
 def print_cpu(run: dict, single_cpu: float) -> float:
@@ -363,7 +364,7 @@ def print_cpu(run: dict, single_cpu: float) -> float:
     )
     print(
         "    idle background: "
-        + ", ".join(f"{PART_NAMES[part]} {rate * 100:.1f}%" for part, rate in zip(PARTS, run["idle"]))
+        + ", ".join(f"{PART_NAMES[part]} {rate * 100:.1f}%" for part, rate in zip(PARTS, run["idle"], strict=True))
         + " of a core; less that, per turn: "
         + ", ".join(f"{PART_NAMES[part]} {us(net[part])}" for part in PARTS)
         + f", total {us(net_total)} ({net_total / single_cpu:.1f}x single)"

@@ -133,7 +133,8 @@ class PluginReloader:
     async def _settle(self) -> None:
         """Wait (bounded) until no turn is in flight, so turns that began on the old code finish on it."""
         deadline = time.monotonic() + self.settle_timeout
-        while self.app.scheduler.busy_sessions() and time.monotonic() < deadline:
+        # a poll: the scheduler offers no "idle" event (its join() also waits for overflow notices)
+        while self.app.scheduler.busy_sessions() and time.monotonic() < deadline:  # noqa: ASYNC110 - see above
             await asyncio.sleep(0.05)
 
     async def _reload_folder(self, folder: Path) -> ReloadEvent | None:

@@ -101,10 +101,10 @@ class Adapter(abc.ABC):
         """Connect; called by the app with itself once plugins are loaded."""
         self.app = app
 
-    async def stop(self) -> None:
+    async def stop(self) -> None:  # noqa: B027 - optional: an adapter with nothing to close inherits the no-op
         """Disconnect."""
 
-    async def draft(self, session: Session, text: str) -> None:
+    async def draft(self, session: Session, text: str) -> None:  # noqa: B027 - optional, for adapters with drafts
         """The visible text of the message the model is writing, so far (only when `drafts` is True); the
         finished message still comes through `send`."""
 

@@ -245,7 +245,7 @@ class _Media(BaseMessageElement):
         or the download fails.
         """
         if self.path:
-            return os.path.abspath(self.path)
+            return os.path.abspath(self.path)  # noqa: ASYNC240 - string work and one getcwd, no disk access
         if self._temp_path is not None:
             return self._temp_path
         if self.url and not self.url.startswith("data:"):

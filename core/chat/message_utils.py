@@ -136,7 +136,7 @@ class MessageChains(list):
         return f"MessageChains({list.__repr__(self)})"
 
 
-class MessageStrategy(str, enum.Enum):
+class MessageStrategy(enum.StrEnum):
     """What happens to an incoming message once every `im_message` hook has run."""
 
     DISCARD = "discard"

@@ -315,5 +315,5 @@ class LLMProvider(abc.ABC):
         """
         return None
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional: a provider holding nothing inherits the no-op
         """Release pooled connections or loaded models."""

@@ -101,7 +101,7 @@ async def discord_bot(monkeypatch: pytest.MonkeyPatch, tmp_path) -> AsyncIterato
 
 async def test_a_mention_in_a_guild_channel_is_answered_and_other_chatter_is_not(discord_bot: Bot):
     me = discord_bot.adapter.client.user
-    discord_bot.provider.add('<msg><text>Hi </text><at id="%d"/></msg>' % discord_bot.config.members[0].id)
+    discord_bot.provider.add(f'<msg><text>Hi </text><at id="{discord_bot.config.members[0].id}"/></msg>')
     chatter = await discord_bot.write("just talking")
     mention = await discord_bot.write(f"<@{me.id}> hello there")
     answer = await discord_bot.sent()

@@ -307,7 +307,7 @@ async def test_a_hook_that_blocks_the_event_loop_is_named(caplog: pytest.LogCapt
     class Blocking:
         @on.im_message()
         async def sleepy(self, event):
-            time.sleep(0.3)  # blocking: every other task and hook waits
+            time.sleep(0.3)  # noqa: ASYNC251 - the point of the test: a hook that blocks the loop, so every other task waits
 
     engine.register(Blocking(), name="blocking")
     try:

@@ -2,6 +2,7 @@
 turn (it gets a trace of its own), while a hook is still running, and when the dispatch is cancelled from outside."""
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -59,7 +60,7 @@ async def test_an_event_outside_a_turn_gets_a_trace_with_every_hook_and_its_outc
     assert calls[2].duration_ms >= 40, "the timed-out hook ran until its deadline"
     starts = [c.start_ms for c in calls]
     assert starts == sorted(starts) and all(c.duration_ms >= 0 for c in calls)
-    for before, after in zip(calls, calls[1:]):
+    for before, after in itertools.pairwise(calls):
         assert after.start_ms == pytest.approx(before.start_ms + before.duration_ms, abs=0.002), "no gaps"
     [item] = trace.to_dict()["timeline"]
     assert item["event"] == "im_message" and item["stopped_by"] == "hooks.stopper"

@@ -299,12 +299,14 @@ class HookChat:
                 logger.error("unanswered message %s of %s cannot be restored (%s): dropped", inbox_id, sid, exc)
                 self.history.mark_done([inbox_id])
                 continue
-            if not self.serves(message.session):
+            session = message.session
+            assert session is not None, "an inbox record names its session"
+            if not self.serves(session):
                 logger.warning(
                     "unanswered message %s of %s kept: no adapter %r serves it",
                     inbox_id,
                     sid,
-                    message.session.adapter_name,
+                    session.adapter_name,
                 )
                 continue
             preview = message.message_repr[:80]
@@ -319,11 +321,11 @@ class HookChat:
                     sid,
                     entry.attempts,
                 )
-                await self.send(message.session, MessageChain([Text(limits.poison_notice.format(message=preview))]))
+                await self.send(session, MessageChain([Text(limits.poison_notice.format(message=preview))]))
                 continue
             if now - entry.received_at > limits.unanswered_max_age:
                 notice = MessageChain([Text(limits.unanswered_notice.format(message=preview))])
-                await self.send(message.session, notice)
+                await self.send(session, notice)
                 self.history.mark_done([inbox_id])
                 continue
             event = KiraMessageEvent(message)
@@ -436,8 +438,8 @@ class HookChat:
         use this: there, Enter ends a message."""
         received = await self.receive(message)
         turn = received.turn
-        if turn is None and received.strategy is MessageStrategy.BUFFER:
-            turn = self.pipeline.flush(message.session)
+        if turn is None and received.strategy is MessageStrategy.BUFFER and message.session is not None:
+            turn = self.pipeline.flush(message.session)  # receive() gave the message its session
         return await turn if turn is not None else None
 
     def add_adapter(self, adapter: Adapter) -> None:

@@ -400,14 +400,13 @@ def _new_plugin(name: str, root: Path) -> int:
 
 def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     """`-c` and `-v`, accepted before the subcommand and after it (`hookchat hooks -c bot.toml`)."""
-    default = {} if defaults else {"default": argparse.SUPPRESS}
+    # Given after the subcommand only: SUPPRESS keeps the subparser from overwriting what came before it.
+    config_default = None if defaults else argparse.SUPPRESS
+    verbose_default = False if defaults else argparse.SUPPRESS
     parser.add_argument(
-        "-c",
-        "--config",
-        help="config file (default: $HOOKCHAT_CONFIG or ./hookchat.toml)",
-        **({"default": None} if defaults else default),
+        "-c", "--config", default=config_default, help="config file (default: $HOOKCHAT_CONFIG or ./hookchat.toml)"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level", **default)
+    parser.add_argument("-v", "--verbose", action="store_true", default=verbose_default, help="log at INFO level")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -481,6 +481,12 @@ class ClusterConfig(_Section):
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]+$")
 
 
+def _empty_table() -> Any:
+    """A section's default: an empty table, which `validate_default` turns into the section (typed Any, as the TOML
+    it stands for: the section's type is what validation makes of it)."""
+    return {}
+
+
 class HookchatConfig(_Section):
     """The whole configuration. Every section has defaults, so an empty file (or none) is a working config.
 
@@ -489,23 +495,23 @@ class HookchatConfig(_Section):
     """
 
     # Section defaults are empty tables validated per load, so their default paths resolve against that file.
-    data: DataConfig = Field(default_factory=dict)
-    plugins: PluginsConfig = Field(default_factory=dict)
+    data: DataConfig = Field(default_factory=_empty_table)
+    plugins: PluginsConfig = Field(default_factory=_empty_table)
     providers: list[ProviderConfig] = []
     default_provider: str | None = None
-    limits: LimitsConfig = Field(default_factory=dict)
-    deadlines: DeadlinesConfig = Field(default_factory=dict)
-    adapters: AdaptersConfig = Field(default_factory=dict)
-    server: ServerConfig = Field(default_factory=dict)
-    media: MediaConfig = Field(default_factory=dict)
+    limits: LimitsConfig = Field(default_factory=_empty_table)
+    deadlines: DeadlinesConfig = Field(default_factory=_empty_table)
+    adapters: AdaptersConfig = Field(default_factory=_empty_table)
+    server: ServerConfig = Field(default_factory=_empty_table)
+    media: MediaConfig = Field(default_factory=_empty_table)
     #: `[kira]`: values laid over the KiraAI-shaped config that KiraAI plugins read (`ctx.config["bot_config"]`,
     #: `["locale"]`, ...), for what hookchat has no setting of its own for; free-form, see docs/kira-compat.md.
     kira: dict[str, Any] = {}
-    trace: TraceConfig = Field(default_factory=dict)
-    web: WebConfig = Field(default_factory=dict)
-    cluster: ClusterConfig = Field(default_factory=dict)
-    mcp: McpConfig = Field(default_factory=dict)
-    skills: SkillsConfig = Field(default_factory=dict)
+    trace: TraceConfig = Field(default_factory=_empty_table)
+    web: WebConfig = Field(default_factory=_empty_table)
+    cluster: ClusterConfig = Field(default_factory=_empty_table)
+    mcp: McpConfig = Field(default_factory=_empty_table)
+    skills: SkillsConfig = Field(default_factory=_empty_table)
     #: The file this config was read from (None: the defaults, or built in code); messages about it name it.
     _source: Path | None = PrivateAttr(default=None)
 

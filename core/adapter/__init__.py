@@ -71,6 +71,7 @@ class AdapterHost(Protocol):
 
     async def receive(self, message: KiraIMMessage) -> Received:
         """Run an incoming message through the pipeline; returns what became of it."""
+        ...
 
     async def respond(self, message: KiraIMMessage) -> TurnResult | None:
         """Deliver a message, flush its session at once, and wait for the turn; None when no turn follows."""
@@ -80,6 +81,7 @@ class AdapterHost(Protocol):
 
     def cancel_turn(self, session: Session | str) -> bool:
         """Stop the turn running for `session` (a stop button, Ctrl-C); False when none is running."""
+        ...
 
 
 class Adapter(abc.ABC):

@@ -184,6 +184,7 @@ class ConsoleAdapter(Adapter):
     async def repl(self, stdin: TextIO | None = None) -> None:
         """Read lines until end of input, `/quit`, `/exit` or Ctrl-C at the prompt."""
         stdin = stdin or sys.stdin
+        assert stdin is not None, "repl() needs a stdin: the process has none"
         loop = asyncio.get_running_loop()
         self._start_reader(stdin)
         handled = False

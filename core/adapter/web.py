@@ -192,7 +192,7 @@ class WebChatAdapter(Adapter):
             await websocket.send_json({"type": "turn_started", "turn": turn})
             received = await self.app.receive(message)
             future = received.turn
-            if future is None and received.strategy is MessageStrategy.BUFFER:
+            if future is None and received.strategy is MessageStrategy.BUFFER and message.session is not None:
                 future = self.app.flush(message.session)  # like Enter in a terminal: no debounce wait
             if future is None:
                 ended["error"] = "no reply: a plugin stopped or discarded the message"

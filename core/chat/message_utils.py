@@ -218,7 +218,8 @@ def _session_of(message: KiraIMMessage, adapter: AdapterInfo | None) -> Session:
         raise TypeError("a KiraIMMessage without a session needs the event's adapter= to derive one from")
     if message.group is not None:
         return Session(adapter.name, "gm", str(message.group.group_id))
-    return Session(adapter.name, "dm", str(message.sender.user_id))
+    sender = message.sender if message.sender is not None else User("unknown")  # as __post_init__ would set it
+    return Session(adapter.name, "dm", str(sender.user_id))
 
 
 class KiraMessageEvent(KiraEvent):
@@ -252,7 +253,7 @@ class KiraMessageEvent(KiraEvent):
     def adapter(self) -> AdapterInfo:
         """The adapter the message came through (KiraAI's `event.adapter`)."""
         if self._adapter is None:
-            self._adapter = AdapterInfo.named(self.message.session.adapter_name)
+            self._adapter = AdapterInfo.named(self.session.adapter_name)
         return self._adapter
 
     @property
@@ -266,7 +267,9 @@ class KiraMessageEvent(KiraEvent):
         """The conversation this message belongs to. Settable, as in KiraAI (a `Session` or an
         `adapter:dm|gm:id` string): an `im_message` hook that assigns one reroutes the message (its buffer, its
         turn, where the reply goes)."""
-        return self.message.session
+        session = self.message.session
+        assert session is not None, "__init__ gives the message its session and the setter takes no None"
+        return session
 
     @session.setter
     def session(self, session: Session | str) -> None:
@@ -275,12 +278,14 @@ class KiraMessageEvent(KiraEvent):
     @property
     def sid(self) -> str:
         """The session id, `adapter_name:dm|gm:id`."""
-        return self.message.session.sid
+        return self.session.sid
 
     @property
     def sender(self) -> User:
         """Who sent the message."""
-        return self.message.sender
+        sender = self.message.sender
+        assert sender is not None, "KiraIMMessage.__post_init__ puts User('unknown') in place of None"
+        return sender
 
     @property
     def group(self) -> Group | None:
@@ -552,9 +557,10 @@ class KiraCustomEvent(KiraEvent):
     ) -> None:
         self.is_stopped = False
         self.stopped_by = None
-        if (name is None) == (event_name is None):
+        named = name if name is not None else event_name
+        if named is None or (name is not None and event_name is not None):
             raise TypeError("a custom event needs its name: KiraCustomEvent(name) or KiraCustomEvent(event_name=...)")
-        self.name = name if name is not None else event_name
+        self.name = named
         self.data = data if payload is None else payload
         self.source_plugin = source_plugin
         self.timestamp = timestamp if timestamp is not None else time.time()

@@ -81,6 +81,7 @@ class KiraApp(PluginHost, Protocol):
 
     async def receive(self, message: KiraIMMessage) -> Received:
         """Deliver an incoming message to the pipeline."""
+        ...
 
 
 class MustAwait:
@@ -128,6 +129,14 @@ def _unsupported(method: str, why: str) -> Any:
 
     refuse.__doc__ = f"Not supported here ({why})."
     return refuse
+
+
+def _none(kind: str) -> Any:
+    def get(self: Any) -> Any:
+        raise ValueError(f"default_{kind} not set: hookchat has no {kind} models")
+
+    get.__doc__ = f"Raises ValueError: hookchat has no {kind} models."
+    return get
 
 
 def _parse_sid(session: str) -> Session:
@@ -611,13 +620,6 @@ class ProviderManagerFacade:
             if p.name == provider_id:
                 return ProviderInfo(p.name, p.name, p.type, {"base_url": p.base_url, "models": list(p.models)})
         return None
-
-    def _none(kind: str) -> Any:
-        def get(self: ProviderManagerFacade) -> Any:
-            raise ValueError(f"default_{kind} not set: hookchat has no {kind} models")
-
-        get.__doc__ = f"Raises ValueError: hookchat has no {kind} models."
-        return get
 
     get_default_tts = _none("tts")
     get_default_stt = _none("stt")

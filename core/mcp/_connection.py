@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 import anyio
 import httpx2
@@ -424,15 +424,16 @@ class McpConnection:
                 yield streams
 
     @asynccontextmanager
-    async def _stderr_log(self) -> AsyncIterator[IO[str] | Any]:
+    async def _stderr_log(self) -> AsyncIterator[TextIO]:
         """Where a stdio server's stderr goes: `<data>/mcp/<server>.stderr.log` (restarted past 1 MiB)."""
-        if self.data_dir is None:
+        data_dir = self.data_dir
+        if data_dir is None:
             yield sys.stderr
             return
-        path = self.data_dir / f"{self.name}.stderr.log"
+        path = data_dir / f"{self.name}.stderr.log"
 
-        def open_log() -> IO[str]:
-            self.data_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+        def open_log() -> TextIO:
+            data_dir.mkdir(parents=True, exist_ok=True)
             mode = "w" if path.exists() and path.stat().st_size > _STDERR_LOG_LIMIT else "a"
             return path.open(mode, encoding="utf-8", errors="replace")
 

@@ -113,19 +113,23 @@ class McpManager:
         ready = anyio.Event()
         self._closing = anyio.Event()
 
+        closing = self._closing
+
         async def own() -> None:
             # The task group that owns every connection task, alive from start() to aclose().
             async with anyio.create_task_group() as group:
                 self._group = group
                 ready.set()
-                await self._closing.wait()  # type: ignore[union-attr]
+                await closing.wait()
                 group.cancel_scope.cancel()
 
         self._owner = asyncio.get_running_loop().create_task(own(), name="hookchat:mcp")
         await ready.wait()
+        owner = self._group
+        assert owner is not None, "own() set it before ready"
         async with anyio.create_task_group() as starting:
             for connection in self.connections.values():
-                starting.start_soon(connection.start, self._group)
+                starting.start_soon(connection.start, owner)
 
     async def aclose(self) -> None:
         """Stop every server (stdio servers exit or are killed with their children); safe twice."""

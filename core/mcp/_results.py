@@ -22,7 +22,7 @@ MAX_RESULT_CHARS = 100_000
 MAX_MEDIA_BASE64 = 2 * 1024 * 1024
 
 
-def _media(block: types.ImageContent | types.AudioContent, index: int, notes: list[str]) -> BaseMessageElement | None:
+def _media(block: types.ImageContent | types.AudioContent, index: int, notes: list[str]) -> Image | Record | None:
     kind = "picture" if isinstance(block, types.ImageContent) else "audio"
     if len(block.data) > MAX_MEDIA_BASE64:
         notes.append(

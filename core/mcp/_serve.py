@@ -113,11 +113,17 @@ class McpToolServer:
         result = to_tool_result(output)
         content: list[types.ContentBlock] = [types.TextContent(text=result.text)] if result.text else []
         for item in result.attachments:
-            if isinstance(item, Image | Record) and (item.base64 or item.path):
-                data = item.base64 or base64.b64encode(await anyio.Path(item.path).read_bytes()).decode()
-                mime = item.mime or ("image/png" if isinstance(item, Image) else "audio/wav")
-                block_type = types.ImageContent if isinstance(item, Image) else types.AudioContent
-                content.append(block_type(data=data, mime_type=mime))
+            if not isinstance(item, Image | Record):
+                continue
+            if item.base64:
+                data = item.base64
+            elif item.path:
+                data = base64.b64encode(await anyio.Path(item.path).read_bytes()).decode()
+            else:
+                continue
+            mime = item.mime or ("image/png" if isinstance(item, Image) else "audio/wav")
+            block_type = types.ImageContent if isinstance(item, Image) else types.AudioContent
+            content.append(block_type(data=data, mime_type=mime))
         return types.CallToolResult(content=content, is_error=result.is_error)
 
     # -- transports -------------------------------------------------------------------------------------------------

@@ -75,6 +75,7 @@ class KiraRuntime(Protocol):
     @property
     def config(self) -> Mapping[str, Any]:
         """The application's config in KiraAI's shape (`bot_config`, `locale`, `models`, `providers`, ...)."""
+        ...
 
     def manager(self, name: str) -> object:
         """The facade for one of `MANAGER_NAMES`."""
@@ -111,6 +112,10 @@ class PluginConfig(dict):
         super().__init__(settings)
         self._app_config: Mapping[str, Any] = app_config if app_config is not None else {}
         self._plugin_id = plugin_id
+
+    def with_settings(self, settings: Mapping[str, Any]) -> PluginConfig:
+        """Other settings over the same application config (for a plugin constructed with a `cfg` of its own)."""
+        return PluginConfig(settings, self._app_config, self._plugin_id)
 
     def __missing__(self, key: str) -> Any:
         try:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -294,7 +294,7 @@ class LLMProvider(abc.ABC):
     async def complete(self, req: LLMRequest) -> LLMResponse:
         """Answer the request in one piece."""
 
-    async def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, req: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         """Answer as a stream of text deltas; the last event carries the complete response.
 
         The default streams the whole answer of `complete` as one delta.

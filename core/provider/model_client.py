@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.chat.message_elements import Image, MediaError, Sticker
-from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError
+from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, OpenAIMessage, ProviderError
 
 __all__ = ["ModelType", "ModelInfo", "LLMModelClient", "LLMStreamChunk", "desc_img", "DEFAULT_VLM_PROMPTS"]
 
@@ -125,13 +125,13 @@ async def desc_img(
         url = image.url if image.source == "url" else await image.get_data_url()  # the model fetches a URL itself
         request = LLMRequest(
             messages=[
-                {
-                    "role": "user",
-                    "content": [
+                OpenAIMessage(
+                    role="user",
+                    content=[
                         {"type": "image_url", "image_url": {"url": url, "detail": "high"}},
                         {"type": "text", "text": prompt},
                     ],
-                }
+                )
             ]
         )
         resp = await client.chat(request)

@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -57,7 +57,7 @@ class OpenAIProvider(LLMProvider):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None,
         models: list[str] | str,
         *,
         api_key: str | None = None,
@@ -124,7 +124,7 @@ class OpenAIProvider(LLMProvider):
         resp.time_cost = time.perf_counter() - started
         return resp
 
-    async def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, req: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         """Yield text (and reasoning) deltas as they arrive, then one event carrying the complete response.
 
         Retries and failover apply only until the first delta is yielded; a stream that breaks after that raises
@@ -216,6 +216,7 @@ class OpenAIProvider(LLMProvider):
         """
         models = list(dict.fromkeys([req.model, *self.models] if req.model else self.models))
         failures: list[str] = []
+        failure: _Failure | None = None
         for model in models:
             for tries in range(1, self.max_retries + 2):
                 try:
@@ -251,7 +252,7 @@ class OpenAIProvider(LLMProvider):
         raise ProviderError(
             self._redact(f"{self.name}: no model at {self.base_url} could answer: " + "; ".join(failures)),
             public="the model took too long to answer"
-            if failure.reason.startswith("timed out")
+            if failure is not None and failure.reason.startswith("timed out")
             else "the model service is unavailable",
         )
 

@@ -302,9 +302,12 @@ class ToolRegistryClient:
             if boot_id != self.boot_id:
                 self.refused.clear()  # a restarted registry may accept what it refused
             listed = {
-                t.get("name"): t
+                t["name"]: t
                 for t in data["tools"]
-                if isinstance(t, dict) and t.get("source") == self.source and t.get("remote", True)
+                if isinstance(t, dict)
+                and isinstance(t.get("name"), str)
+                and t.get("source") == self.source
+                and t.get("remote", True)
             }
             withdrawn = sorted(set(listed) - set(self._tools), key=str)
             stale = (

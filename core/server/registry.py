@@ -128,6 +128,7 @@ def parse_registration(payload: Any) -> RemoteToolSpec:
         check_loopback_url(callback_url)
     except LoopbackURLError as exc:
         raise RegistrationError(str(exc)) from None
+    assert isinstance(name, str) and isinstance(callback_url, str), "the checks above refuse anything else"
     return RemoteToolSpec(name, callback_url, source, description, parameters, role, float(timeout))
 
 

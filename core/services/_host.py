@@ -34,33 +34,44 @@ class PluginHost(Protocol):
     """What plugins and services may use of the running app: sending, the session buffers, turns and history."""
 
     config: HookchatConfig
-    buffers: SessionBuffers
     clock: Clock
+
+    @property
+    def buffers(self) -> SessionBuffers:
+        """The per-session buffers of the `buffer` strategy."""
+        ...
 
     def serves(self, session: Session) -> bool:
         """Whether an adapter of this app serves `session`."""
+        ...
 
     def capabilities(self, session: Session) -> frozenset[str]:
         """The element types the session's adapter can send."""
+        ...
 
     async def send(self, session: Session, chain: MessageChain, event: KiraEvent | None = None) -> KiraIMSentResult:
         """Send `chain` to `session` (the one send path: `message_sent` hooks and signal fire there)."""
+        ...
 
     def flush(self, session: Session | str) -> asyncio.Future[TurnResult] | None:
         """Turn everything buffered for `session` into one batch now; None when nothing is buffered."""
 
     def submit(self, batch: KiraMessageBatchEvent) -> asyncio.Future[TurnResult]:
         """Queue a batch as a turn of its session, like any batch the pipeline makes."""
+        ...
 
     def cancel_turn(self, session: Session | str) -> bool:
         """Cancel the turn running for `session`; False when none is running."""
+        ...
 
     async def reset(self, session: Session | str) -> int:
         """Forget the session's history and buffered messages; returns the number of stored turns deleted."""
+        ...
 
     @property
     def has_history(self) -> bool:
         """Whether the app keeps history (so a note can be remembered)."""
+        ...
 
     async def remember(self, session: Session, text: str, meta: dict[str, Any]) -> None:
         """Append `text` to the session's history as a user message the model reads next turn."""
@@ -71,9 +82,11 @@ class PluginHost(Protocol):
     @property
     def tool_server_running(self) -> bool:
         """Whether the app serves the HTTP tool registry right now."""
+        ...
 
     async def clear_remote_tools(self, source: str) -> bool:
         """Remove the remote tools registered with `source` from the app's tool registry; False without one."""
+        ...
 
 
 class PluginStatusView(Protocol):
@@ -95,24 +108,34 @@ class PluginDirectory(Protocol):
 
     def loaded_ids(self) -> list[str]:
         """The ids of loaded plugins."""
+        ...
 
     def status(self, plugin_id: str) -> PluginStatusView | None:
         """One plugin's status, or None when unknown."""
 
     def statuses(self) -> list[Any]:
         """Every known plugin's status."""
+        ...
 
 
 class PluginHandle(Protocol):
     """What the services may use of one plugin's context (`core.plugin.PluginContext` implements it)."""
 
     plugin_id: str
-    closing: bool
     data_dir: Path
     plugin_dir: Path | None
-    config: dict[str, Any]
     services: PluginServices | None
     bound: bool
+
+    @property
+    def closing(self) -> bool:
+        """True once the plugin started stopping: services then refuse new registrations."""
+        ...
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The plugin's settings (read; changed in place by the config service)."""
+        ...
 
     @property
     def app(self) -> PluginHost | None:
@@ -125,9 +148,11 @@ class PluginHandle(Protocol):
     @property
     def metadata(self) -> dict[str, Any]:
         """The plugin's manifest as a dict."""
+        ...
 
     def on_stop(self, cleanup: Callable[[], Awaitable[None] | None]) -> None:
         """Call `cleanup` when the plugin stops."""
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
         """Run `coro` as a task owned by the plugin."""
+        ...

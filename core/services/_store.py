@@ -36,21 +36,27 @@ class PluginStoreLike(Protocol):
 
     async def get(self, key: str, default: Any = None) -> Result[Any, SdkError]:
         """`Ok(value)` for `key`, or `Ok(default)`."""
+        ...
 
     async def set(self, key: str, value: Any) -> Result[None, SdkError]:
         """Store `value` under `key`."""
+        ...
 
     async def delete(self, key: str) -> Result[bool, SdkError]:
         """Remove `key`; `Ok(True)` when it was set."""
+        ...
 
     async def exists(self, key: str) -> Result[bool, SdkError]:
         """`Ok(True)` when `key` is set."""
+        ...
 
     async def keys(self, prefix: str = "") -> Result[list[str], SdkError]:
         """`Ok` of the keys starting with `prefix`, sorted."""
+        ...
 
     async def clear(self) -> Result[int, SdkError]:
         """Remove every key; `Ok` of how many there were."""
+        ...
 
     async def close(self) -> None:
         """Release the store (the plugin stopped)."""

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ class ScriptedProvider(LLMProvider):
     def context_tokens(self) -> int | None:
         return self._context_tokens
 
-    async def stream(self, req: LLMRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, req: LLMRequest) -> AsyncGenerator[StreamEvent, None]:
         resp = await self.complete(req)
         text, size = resp.text_response, self.chunk_size or max(1, len(resp.text_response))
         for start in range(0, len(text), size):

@@ -24,9 +24,11 @@ class Clock(Protocol):
 
     def now(self) -> float:
         """The current time (monotonic, in seconds)."""
+        ...
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> TimerHandle:
         """Run `callback(*args)` on the event loop after `delay` seconds."""
+        ...
 
     async def sleep(self, seconds: float) -> None:
         """Suspend the caller for `seconds`."""

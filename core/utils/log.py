@@ -72,10 +72,10 @@ class PluginLogger(logging.LoggerAdapter):
         if not self.isEnabledFor(level):
             return
         msg, args = format_braces(msg, args)
-        msg, kwargs = self.process(msg, kwargs)
+        msg, options = self.process(msg, kwargs)
         # One frame more than logging expects (this adapter's own), so records name the plugin's line.
-        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1
-        self.logger.log(level, msg, *args, **kwargs)
+        options["stacklevel"] = options.get("stacklevel", 1) + 1
+        self.logger.log(level, msg, *args, **options)
 
 
 def get_plugin_logger(plugin_id: str, name: str | None = None) -> PluginLogger:

@@ -36,7 +36,7 @@ def loads_bounded(raw: str | bytes, max_depth: int) -> Any:
         value = json.loads(raw)
     except RecursionError:
         raise NestingError(f"nested more than {max_depth} levels deep") from None
-    brackets = (b"[", b"{") if isinstance(raw, bytes) else ("[", "{")
-    if raw.count(brackets[0]) + raw.count(brackets[1]) > max_depth and nesting_depth(value) > max_depth:
+    brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) else raw.count("[") + raw.count("{")
+    if brackets > max_depth and nesting_depth(value) > max_depth:
         raise NestingError(f"nested more than {max_depth} levels deep")
     return value

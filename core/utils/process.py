@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Awaitable
+from typing import Any
 
 __all__ = ["StopSignals"]
 
@@ -44,7 +45,7 @@ class StopSignals:
 
     async def wait(self, work: Awaitable[None] | None = None) -> None:
         """Wait for a signal, or until `work` ends (it is cancelled when the signal comes first)."""
-        waiting = [asyncio.ensure_future(self._requested.wait())]
+        waiting: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._requested.wait())]
         if work is not None:
             waiting.append(asyncio.ensure_future(work))
         try:

@@ -42,7 +42,7 @@ loop_stalled = _ns.signal("loop-stalled")
 message_sent = _ns.signal("message-sent")
 
 
-def send(signal: blinker.Signal, sender: object, **kwargs: object) -> None:
+def send(signal: blinker.NamedSignal, sender: object, **kwargs: object) -> None:
     """Send `signal`, logging (never raising) a receiver's failure."""
     if not signal.receivers:
         return

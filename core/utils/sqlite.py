@@ -171,7 +171,10 @@ class SqliteWorker:
         if isinstance(self.path, Path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         # With group commit the worker writes BEGIN and COMMIT itself, so the module must not open transactions.
-        conn = sqlite3.connect(self.path, timeout=5.0, **({"isolation_level": None} if self.group_commit else {}))
+        if self.group_commit:
+            conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        else:
+            conn = sqlite3.connect(self.path, timeout=5.0)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode: a commit is in the WAL (the OS holds it) before it returns, so a killed process

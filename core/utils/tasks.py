@@ -36,7 +36,7 @@ SHUTDOWN_GRACE = 5.0
 
 
 #: The frame a real Ctrl-C raises `KeyboardInterrupt` from under `asyncio.run` (its second SIGINT handler call).
-_SIGINT_HANDLER = asyncio.runners.Runner._on_sigint.__code__
+_SIGINT_HANDLER = asyncio.runners.Runner._on_sigint.__code__  # pyright: ignore[reportAttributeAccessIssue] - private to asyncio, so not in typeshed
 
 
 def must_propagate(exc: BaseException) -> bool:

@@ -41,8 +41,9 @@ class ToolDefinitionError(ValueError):
     """A tool breaks the rules (bad name, bad timeout, bad schema); the message says which rule and how to fix it."""
 
 
-def validate_tool_rules(name: str, timeout: float, parameters: Any, *, where: str = "") -> None:
-    """Check the rules every tool follows; raise `ToolDefinitionError` naming the tool (and `where` it came from)."""
+def validate_tool_rules(name: object, timeout: object, parameters: Any, *, where: str = "") -> None:
+    """Check the rules every tool follows; raise `ToolDefinitionError` naming the tool (and `where` it came from).
+    Any value is checked (a remote registration's are the caller's JSON)."""
     origin = f" (registered by {where})" if where else ""
     if not isinstance(name, str) or not TOOL_NAME_RE.fullmatch(name):
         raise ToolDefinitionError(
@@ -133,8 +134,9 @@ class BaseTool:
         """The plugin id this tool belongs to, if it came from a plugin."""
         return getattr(self.ctx, "plugin_id", None)
 
-    async def execute(self, **params: Any) -> Any:
-        """Run the tool with the model's (validated) arguments; return a str, a `ToolResult` or JSON data."""
+    async def execute(self, *args: Any, **params: Any) -> Any:
+        """Run the tool with the model's (validated) arguments; return a str, a `ToolResult` or JSON data. A tool
+        written for KiraAI takes the event first (`execute(self, event, **params)`)."""
         raise NotImplementedError(f"tool {self.name!r} does not implement execute()")
 
     async def invoke(self, event: Any, arguments: dict[str, Any]) -> Any:

@@ -12,7 +12,6 @@ import secrets
 import stat
 from http.cookies import SimpleCookie
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -196,7 +195,7 @@ def _bearer(value: str) -> str | None:
 def _cookie(value: str) -> str | None:
     if not value:
         return None
-    jar: SimpleCookie[Any] = SimpleCookie()
+    jar = SimpleCookie()
     try:
         jar.load(value)
     except Exception:

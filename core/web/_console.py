@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,9 @@ class WebConsole:
         hosts = list(allowed_hosts if allowed_hosts is not None else cfg.allowed_hosts)
         if not is_loopback_host(self.host) and self.host not in ("0.0.0.0", "::"):
             hosts.append(self.host)  # the address it is bound to is a name it is reached by
-        self.chat = app.adapters.get("web") if isinstance(app.adapters.get("web"), WebChatAdapter) else None
-        if self.chat is None:
-            self.chat = WebChatAdapter()
+        existing = app.adapters.get("web")
+        self.chat = existing if isinstance(existing, WebChatAdapter) else WebChatAdapter()
+        if self.chat is not existing:
             app.add_adapter(self.chat)
         self.logs = LogHub()
         self.pages = PluginPages(app)
@@ -300,7 +301,7 @@ class WebConsole:
     async def log_stream(self, request: Request) -> Response:
         wanted = self._log_filter(request)
 
-        async def events() -> Any:
+        async def events() -> AsyncIterator[str]:
             yield ": connected\n\n"
             async for entry in self.logs.follow(wanted):
                 yield f"id: {entry.seq}\ndata: {json.dumps(entry.to_dict(), ensure_ascii=False)}\n\n"

@@ -376,6 +376,7 @@ class OneBotAdapter(Adapter):
         if not isinstance(frame, MessageEvent) or frame.post_type == "message_sent" or frame.user_id == frame.self_id:
             return  # no one to tell: a notice (poke, recall...) or the bot's own message
         message = message_of(frame, self.name, to_me=False, raw=raw)
+        assert message.session is not None, "message_of gives every message its session"
         sid = message.session.sid
         self._accounts.route(sid, message.self_id)
         session, texts, count = self._refused.get(sid) or (message.session, [], 0)
@@ -443,6 +444,7 @@ class OneBotAdapter(Adapter):
                 message = await self._message_of(connection, frame, raw)
                 if message is None:
                     continue
+                assert message.session is not None, "message_of gives every message its session"
                 self._accounts.route(message.session.sid, message.self_id)
                 assert self.app is not None
                 await self.app.receive(message)
@@ -472,6 +474,7 @@ class OneBotAdapter(Adapter):
             )
         else:
             message = message_of(frame, self.name, to_me=False, raw=raw)
+            assert message.session is not None, "message_of gives every message its session"
             self._remember_temp_chat(message.session.sid, frame.temp_group)
         message.is_mentioned = (
             frame.message_type == "private"
@@ -525,7 +528,9 @@ class OneBotAdapter(Adapter):
             return False
         if not isinstance(quoted, dict):
             return False
-        sender = quoted.get("sender") if isinstance(quoted.get("sender"), dict) else {}
+        sender = quoted.get("sender")
+        if not isinstance(sender, dict):
+            sender = {}
         return str(sender.get("user_id") or quoted.get("user_id") or "") == self_id
 
     def _remember_own(self, self_id: str, message_id: str) -> None:

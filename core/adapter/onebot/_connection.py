@@ -79,7 +79,7 @@ def _compact_encoder() -> Callable[[Any], str]:
     # Compact JSON, non-ASCII as it is. `JSONEncoder.encode` builds its C encoder anew on every call; the one
     # built here serves every action (a third less time per frame). No circular-reference check: params are data.
     encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-    make = json.encoder.c_make_encoder
+    make = getattr(json.encoder, "c_make_encoder", None)  # private, so not in the stubs
     if make is None:  # a Python without the C accelerator
         return encoder.encode
     encode_once = make(None, encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, True)
@@ -240,7 +240,7 @@ class Connection:
     def _handle(self, raw: str | bytes) -> asyncio.Future[None] | None:
         # An answer (no `post_type` anywhere in it, as most are) is parsed by pydantic straight from the text: no
         # dict to build first. Anything else, or an answer that does not validate, takes the general path below.
-        if (b'"post_type"' if isinstance(raw, bytes) else '"post_type"') not in raw:
+        if (b'"post_type"' not in raw) if isinstance(raw, bytes) else ('"post_type"' not in raw):
             try:
                 answer = ActionResponse.model_validate_json(raw)
             except ValidationError:
@@ -248,6 +248,7 @@ class Connection:
             else:
                 self._answered(answer)
                 return None
+        data: Any = None
         try:
             data = loads_bounded(raw, MAX_FRAME_DEPTH)
             frame = parse_frame(data)

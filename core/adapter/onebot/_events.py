@@ -128,7 +128,7 @@ class OtherEvent(Frame):
     self_id: str = ""
 
 
-_EVENT_MODELS: dict[str, type[Frame]] = {
+_EVENT_MODELS: dict[str, type[MessageEvent | NoticeEvent | MetaEvent]] = {
     "message": MessageEvent,
     "message_sent": MessageEvent,
     "notice": NoticeEvent,
@@ -136,7 +136,7 @@ _EVENT_MODELS: dict[str, type[Frame]] = {
 }
 
 
-def parse_frame(data: Any) -> Frame:
+def parse_frame(data: Any) -> MessageEvent | NoticeEvent | MetaEvent | ActionResponse | OtherEvent:
     """The model of one decoded frame: an event by its `post_type`, else an `ActionResponse`. Raises
     `MalformedFrame` saying what is wrong."""
     if not isinstance(data, dict):

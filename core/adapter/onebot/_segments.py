@@ -164,7 +164,7 @@ def to_messages(segments: list[Segment]) -> list[list[Segment]]:
             (kind == "node" and last[-1]["type"] == "node")
             or (kind not in SOLO_TYPES and last[-1]["type"] not in SOLO_TYPES)
         )
-        if joins:
+        if last is not None and joins:
             last.append(segment)
         else:
             messages.append([segment])

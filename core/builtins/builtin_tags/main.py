@@ -70,6 +70,10 @@ def _and_text(elements: list[BaseMessageElement], rest: str) -> list[BaseMessage
     return [*elements, Text(rest)] if rest.strip() else elements
 
 
+#: The element types a tool returns as attachments.
+_MEDIA = (Image, Record, File, Video, Sticker)
+
+
 class StickerTag(BaseTag):
     """KiraAI's `<sticker>ID</sticker>`: a sticker of the operator's sticker folder, sent as a sticker where the
     platform has them and as a picture elsewhere; an unknown id is sent as its text."""
@@ -211,7 +215,7 @@ class BuiltinTagsPlugin(BasePlugin):
         attachments = getattr(current_event(), "tool_attachments", None) or []
         attachment = find_attachment(source, attachments)
         if attachment is not None:
-            if tag == "file" or isinstance(attachment, kind):
+            if tag == "file" or isinstance(attachment, kind) or not isinstance(attachment, _MEDIA):
                 return [attachment]
             return [
                 kind(

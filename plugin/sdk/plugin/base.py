@@ -63,7 +63,7 @@ class NekoPluginBase(BasePlugin):
     def _hookchat_construct(cls, ctx: PluginContext, cfg: dict[str, Any]) -> NekoPluginBase:
         """How the hookchat loader builds an SDK plugin: with `ctx` only (its `config` is the validated `cfg`)."""
         if ctx.config is not cfg:
-            ctx.config = cfg
+            ctx.config = ctx.config.with_settings(cfg)
         return cls(ctx)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------

@@ -40,11 +40,15 @@ NEKO_PLUGIN_ATTR = "__neko_plugin__"
 QUICK_ACTION_ATTR = "__hookchat_quick_action__"
 
 
+def _is_plugin_class(cls: object) -> bool:
+    return isinstance(cls, type) and issubclass(cls, NekoPluginBase)
+
+
 def neko_plugin(cls: C) -> C:
     """Mark a `NekoPluginBase` subclass as a plugin (the loader finds it by its base class; this records its
     `PluginMeta` and checks the base)."""
 
-    if not isinstance(cls, type) or not issubclass(cls, NekoPluginBase):
+    if not _is_plugin_class(cls):
         raise TypeError(f"@neko_plugin decorates a NekoPluginBase subclass, not {cls!r}")
     setattr(cls, NEKO_PLUGIN_ATTR, PluginMeta(id=cls.__name__, name=cls.__name__, description=(cls.__doc__ or "")))
     return cls

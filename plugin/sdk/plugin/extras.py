@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.services import Err, Result, SdkError, declared_entries
+from core.services import EntryMeta, Err, Result, SdkError, declared_entries
 
 __all__ = [
     "PluginI18n",
@@ -117,7 +117,7 @@ class PluginRouter:
         self.plugin: Any = None
         self.mounted_ids: list[str] = []
 
-    def entries(self) -> list[tuple[str, Any]]:
+    def entries(self) -> list[tuple[EntryMeta, Any]]:
         """`(entry meta, bound method)` of this router's declared entries."""
         return declared_entries(self)
 

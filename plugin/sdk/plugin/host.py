@@ -87,7 +87,7 @@ class BusList(list):
 
     where = filter
 
-    def sort(
+    def sort(  # pyright: ignore[reportIncompatibleMethodOverride] - N.E.K.O's sort(by=...) returns a sorted copy
         self,
         *,
         by: str | None = None,

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,8 +143,8 @@ class HookChat:
         config: HookchatConfig | None = None,
         *,
         provider: LLMProvider | None = None,
-        adapters: list[Adapter] = (),  # type: ignore[assignment]
-        plugins: list[type | str | Path] = (),  # type: ignore[assignment]
+        adapters: Sequence[Adapter] = (),
+        plugins: Sequence[type | str | Path] = (),
         history: bool | SessionHistory = True,
         entry_points: bool = True,
         builtins: Iterable[str] = BUILTIN_PLUGINS,

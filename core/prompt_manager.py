@@ -105,7 +105,7 @@ class UserPrompt(list):
         else:
             super().__setitem__(index, _as_prompt(value))
 
-    def __iadd__(self, other: Any) -> UserPrompt:  # type: ignore[override, misc]
+    def __iadd__(self, other: Any) -> UserPrompt:
         if isinstance(other, str):
             self.append(other)
         else:
@@ -125,14 +125,14 @@ class UserPrompt(list):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    __hash__ = None  # type: ignore[assignment]  # mutable, like list
+    __hash__ = None  # mutable, like list
 
     def __contains__(self, item: object) -> bool:
         if isinstance(item, str):
             return item in self.text
         return list.__contains__(self, item)
 
-    def __add__(self, other: Any) -> Any:  # type: ignore[override]
+    def __add__(self, other: Any) -> Any:
         if isinstance(other, str):
             return self.text + other
         return UserPrompt([*self, *other])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -391,7 +391,7 @@ class KiraMessageBatchEvent(KiraEvent):
 
     def __init__(
         self,
-        messages: list[KiraMessageEvent] | list[KiraIMMessage] = (),  # type: ignore[assignment]
+        messages: Sequence[KiraMessageEvent] | Sequence[KiraIMMessage] = (),
         session: Session | None = None,
         *,
         capabilities: frozenset[str] | None = None,

@@ -36,7 +36,13 @@ from core.chat.session import SessionIdError
 from core.history import HistoryStore, SessionHistory
 from core.kira._config import KiraConfigView
 from core.kira._stickers import StickerManager
-from core.plugin import NotSupportedHere, custom_event_name
+from core.plugin import (
+    KiraAdapterManager,
+    KiraEventBus,
+    KiraMessageProcessor,
+    NotSupportedHere,
+    custom_event_name,
+)
 from core.provider.llm import ChatMessage, OpenAIMessage, ToolCall
 from core.provider.model_client import LLMModelClient, ModelInfo, ModelType
 from core.services import PluginHost
@@ -383,7 +389,7 @@ def _from_kira_dict(item: dict[str, Any] | OpenAIMessage | ChatMessage) -> ChatM
     )
 
 
-class AwaitableList(list):  # type: ignore[type-arg]
+class AwaitableList(list):
     """A list that may also be awaited (to itself): what KiraAI's synchronous history methods return here, so
     KiraAI plugins use it plainly and code written for hookchat's earlier `await` form keeps working."""
 
@@ -718,13 +724,17 @@ class KiraRuntimeImpl:
     def __init__(self, app: KiraApp) -> None:
         self._app = app
         self.config = KiraConfigView(app)
+        # Typed as the protocols core.plugin hands plugins, so the checker holds the facades to them.
+        message_processor: KiraMessageProcessor = MessageProcessorFacade(app)
+        adapter_mgr: KiraAdapterManager = AdapterManagerFacade(app)
+        event_bus: KiraEventBus = EventBusFacade(app)
         self._managers: dict[str, object] = {
-            "message_processor": MessageProcessorFacade(app),
-            "adapter_mgr": AdapterManagerFacade(app),
+            "message_processor": message_processor,
+            "adapter_mgr": adapter_mgr,
             "session_mgr": SessionManagerFacade(app),
             "provider_mgr": ProviderManagerFacade(app),
             "persona_mgr": PersonaManagerFacade(app),
-            "event_bus": EventBusFacade(app),
+            "event_bus": event_bus,
             "sticker_manager": StickerManager(Path(app.config.data.dir) / "sticker"),
         }
 

@@ -10,7 +10,18 @@ from core.plugin._decorators import on, register, register_tool
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
 from core.plugin._events import EventType, Priority, custom_event_name, priority_name
 from core.plugin._ids import check_plugin_id, module_name_for
-from core.plugin._kira import KiraRuntime, NotSupportedHere, PluginConfig, wants_whole_output
+from core.plugin._kira import (
+    KiraAdapter,
+    KiraAdapterManager,
+    KiraEventBus,
+    KiraMessageProcessor,
+    KiraRuntime,
+    KiraSessionBuffer,
+    KiraSessionBuffers,
+    NotSupportedHere,
+    PluginConfig,
+    wants_whole_output,
+)
 from core.plugin._loader import (
     ENTRY_POINT_GROUP,
     KIRA_API_VERSION,
@@ -26,6 +37,12 @@ from core.utils.log import get_logger, logger
 from core.utils.registry import OwnedRegistry
 
 __all__ = [
+    "KiraAdapter",
+    "KiraAdapterManager",
+    "KiraEventBus",
+    "KiraMessageProcessor",
+    "KiraSessionBuffer",
+    "KiraSessionBuffers",
     "BasePlugin",
     "ENTRY_POINT_GROUP",
     "EventType",

@@ -8,15 +8,23 @@ without an application each one answers every call with `NotSupportedHere`, nami
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from core.chat.message_utils import KiraCustomEvent, KiraIMMessage, KiraMessageEvent, MessageChain
-from core.chat.session import Group, Session, SessionIdError, User
+from core.chat.message_utils import (
+    KiraCustomEvent,
+    KiraEvent,
+    KiraIMMessage,
+    KiraIMSentResult,
+    KiraMessageEvent,
+    MessageChain,
+)
+from core.chat.session import AdapterInfo, Group, Session, SessionIdError, User
 from core.plugin._decorators import HOOK_ATTR, HookMeta
 from core.plugin._events import EventType, custom_event_name
 
@@ -33,6 +41,12 @@ __all__ = [
     "wants_whole_output",
     "PluginInfo",
     "PluginManagerFacade",
+    "KiraSessionBuffer",
+    "KiraSessionBuffers",
+    "KiraMessageProcessor",
+    "KiraAdapter",
+    "KiraAdapterManager",
+    "KiraEventBus",
 ]
 
 #: The manager attributes of KiraAI's `PluginContext`.
@@ -81,6 +95,135 @@ class KiraRuntime(Protocol):
         """The facade for one of `MANAGER_NAMES`."""
 
 
+# What KiraAI's managers offer plugins, as protocols: the facades over the running app (core.kira, a higher layer)
+# implement them, so a plugin's `ctx.message_processor...` is checked without core.plugin importing core.kira.
+
+
+class KiraSessionBuffer(Protocol):
+    """One session's buffered messages (`ctx.get_buffer(sid)`, KiraAI's `SessionBuffer`)."""
+
+    @property
+    def buffer(self) -> list[KiraMessageEvent]:
+        """The buffered message events, oldest first (a copy)."""
+        ...
+
+    def get_length(self) -> int:
+        """How many messages are buffered."""
+        ...
+
+    def get_buffer_lock(self) -> asyncio.Lock:
+        """The session's lock, for a plugin that reads and changes the buffer in several steps."""
+        ...
+
+    def add(self, message: KiraMessageEvent) -> None:
+        """Buffer one more message."""
+        ...
+
+    def pop(self, count: int = 1) -> list[KiraMessageEvent]:
+        """Take the `count` oldest messages out of the buffer."""
+        ...
+
+    def flush(self, count: int | None = None) -> list[KiraMessageEvent]:
+        """Take every buffered message out (at most `count`) without starting a turn."""
+        ...
+
+
+class KiraSessionBuffers(Protocol):
+    """The session buffers by session id (`ctx.message_processor.session_buffer`)."""
+
+    def get_buffer(self, session: str) -> KiraSessionBuffer:
+        """The buffer of session `session` (`adapter:dm|gm:id`)."""
+        ...
+
+
+class KiraMessageProcessor(Protocol):
+    """KiraAI's `MessageProcessor` (`ctx.message_processor`): session buffers, flushing a session, sending."""
+
+    @property
+    def session_buffer(self) -> KiraSessionBuffers:
+        """The session buffers."""
+        ...
+
+    def get_session_buffer_length(self, sid: str) -> int:
+        """How many messages session `sid` has buffered."""
+        ...
+
+    def get_session_lock(self, sid: str) -> asyncio.Lock:
+        """The lock of session `sid`'s buffer."""
+        ...
+
+    async def pop_session_messages(self, sid: str, count: int = 1) -> None:
+        """Drop the `count` oldest buffered messages of session `sid`."""
+        ...
+
+    async def flush_session_messages(self, sid: str, extra_event: KiraMessageEvent | None = None) -> bool:
+        """Turn session `sid`'s buffer (and `extra_event`) into a batch now; False when there was nothing."""
+        ...
+
+    async def send_message_chain(self, session: str, chain: MessageChain) -> KiraIMSentResult:
+        """Send `chain` to session `adapter:dm|gm:id`."""
+        ...
+
+    async def message_format_to_text(self, message_chain: MessageChain) -> str:
+        """The chain as the text the model reads."""
+        ...
+
+
+class KiraAdapter(Protocol):
+    """One adapter as KiraAI's adapter manager hands it out (`ctx.adapter_mgr.get_adapter(name)`)."""
+
+    @property
+    def info(self) -> AdapterInfo:
+        """Its name, platform and options."""
+        ...
+
+    @property
+    def message_types(self) -> list[str]:
+        """The element types it can send."""
+        ...
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The adapter's options (`self_id`, ...)."""
+        ...
+
+    async def send_group_message(self, group_id: str | int, send_message_obj: MessageChain) -> KiraIMSentResult:
+        """Send a chain to a group."""
+        ...
+
+    async def send_direct_message(self, user_id: str | int, send_message_obj: MessageChain) -> KiraIMSentResult:
+        """Send a chain to one user."""
+        ...
+
+
+class KiraAdapterManager(Protocol):
+    """KiraAI's adapter manager (`ctx.adapter_mgr`)."""
+
+    def get_adapter(self, name: str) -> KiraAdapter | None:
+        """The adapter called `name`, or None."""
+        ...
+
+    def get_adapters(self) -> Mapping[str, KiraAdapter]:
+        """Every adapter, by name."""
+        ...
+
+    def get_adapter_info(self, adapter_id: str) -> AdapterInfo | None:
+        """One adapter's info, or None."""
+        ...
+
+    def get_adapters_info(self) -> list[AdapterInfo]:
+        """Every adapter's info."""
+        ...
+
+
+class KiraEventBus(Protocol):
+    """KiraAI's event bus (`ctx.event_bus`)."""
+
+    async def publish(self, event: KiraEvent) -> None:
+        """Deliver a message, batch or custom event as if it had come in."""
+        ...
+
+
 class _Absent:
     """A manager without an application behind it: every method KiraAI has raises `NotSupportedHere`."""
 
@@ -124,7 +267,7 @@ class PluginConfig(dict):
             where = "the application's config" if self._app_config else "the application's config (none is running)"
             raise KeyError(f"{key!r} is neither a setting of plugin {self._plugin_id!r} nor a key of {where}") from None
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         """The plugin's setting `key`, else the application's, else `default`."""
         if dict.__contains__(self, key):
             return dict.__getitem__(self, key)
@@ -166,7 +309,7 @@ class PluginConfig(dict):
         """KiraAI writes its config file here; hookchat's config is the operator's file."""
         raise NotSupportedHere("config.save_config", "the configuration is the operator's hookchat.toml")
 
-    def copy(self) -> dict[str, Any]:  # type: ignore[override]
+    def copy(self) -> dict[str, Any]:
         """The plugin's settings as a plain dict."""
         return dict(self)
 
@@ -286,11 +429,11 @@ class PluginManagerFacade:
 
     _WHY = "plugins are installed as folders or packages by the operator"
 
-    def uninstall_plugin(self, plugin_id: str) -> Any:
+    def uninstall_plugin(self, plugin_id: str) -> NoReturn:
         """Refused: the operator installs and removes plugins."""
         raise NotSupportedHere("plugin_mgr.uninstall_plugin", self._WHY)
 
-    def install_plugin(self, *args: Any, **kwargs: Any) -> Any:
+    def install_plugin(self, *args: Any, **kwargs: Any) -> NoReturn:
         """Refused: the operator installs and removes plugins."""
         raise NotSupportedHere("plugin_mgr.install_plugin", self._WHY)
 
@@ -312,12 +455,12 @@ class KiraContextMixin:
         return runtime.manager(name)
 
     @property
-    def message_processor(self) -> Any:
+    def message_processor(self) -> KiraMessageProcessor:
         """KiraAI's message processor: session buffers, flushing a session, sending a chain."""
         return self._kira_manager("message_processor")
 
     @property
-    def adapter_mgr(self) -> Any:
+    def adapter_mgr(self) -> KiraAdapterManager:
         """KiraAI's adapter manager: `get_adapter(name)` and the adapters' info."""
         return self._kira_manager("adapter_mgr")
 
@@ -337,7 +480,7 @@ class KiraContextMixin:
         return self._kira_manager("persona_mgr")
 
     @property
-    def event_bus(self) -> Any:
+    def event_bus(self) -> KiraEventBus:
         """KiraAI's event bus: `await publish(event)` for message, batch and custom events."""
         return self._kira_manager("event_bus")
 
@@ -349,7 +492,7 @@ class KiraContextMixin:
         return PluginManagerFacade(self.manager)
 
     @property
-    def tool_mgr(self) -> Any:
+    def tool_mgr(self) -> object:
         """KiraAI's function tool manager (absent: use `@register.tool` or `self.register_llm_tool`)."""
         return _Absent("tool_mgr", "register tools with @register.tool or register_llm_tool")
 
@@ -385,16 +528,16 @@ class KiraContextMixin:
         """The fast model's client; hookchat has one default model, so this is the same client."""
         return self.get_llm_client(llm_type="fast")
 
-    def get_default_embedding_client(self) -> Any:
+    def get_default_embedding_client(self) -> None:
         """KiraAI's embedding client: None here (hookchat has no embedding models), as KiraAI answers when none is
         configured."""
         return None
 
-    def get_embedding_client(self, model_uuid: str = "", default: bool = False) -> Any:
+    def get_embedding_client(self, model_uuid: str = "", default: bool = False) -> None:
         """None: hookchat has no embedding models."""
         return None
 
-    def get_buffer(self, sid: str) -> Any:
+    def get_buffer(self, sid: str) -> KiraSessionBuffer:
         """The message buffer of session `sid` (`get_length()`, `buffer`, `pop()`, `flush()`)."""
         return self.message_processor.session_buffer.get_buffer(sid)
 
@@ -402,7 +545,7 @@ class KiraContextMixin:
         """Turn what session `sid` has buffered into a batch for the model now; False when it had nothing."""
         return await self.message_processor.flush_session_messages(sid)
 
-    async def send_message_chain(self, session: str, chain: MessageChain) -> Any:
+    async def send_message_chain(self, session: str, chain: MessageChain) -> KiraIMSentResult:
         """Send `chain` to the session `adapter:dm|gm:id` through its adapter; returns the `KiraIMSentResult`."""
         return await self.message_processor.send_message_chain(session, chain)
 

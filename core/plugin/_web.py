@@ -137,7 +137,7 @@ def declare_web(kind: str, path: str, auth: bool = True, **options: Any) -> Call
     def decorate(fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"@register.{kind} decorates a plugin method, not {type(fn).__name__}")
-        found = (*getattr(fn, WEB_ATTR, ()), WebDeclaration(kind, path or fn.__name__, auth, options))  # type: ignore[arg-type]
+        found = (*getattr(fn, WEB_ATTR, ()), WebDeclaration(kind, path or fn.__name__, auth, options))  # type: ignore[arg-type] - `kind` is one of the Literal's values (the decorators pass them)
         setattr(fn, WEB_ATTR, found)
         return fn
 

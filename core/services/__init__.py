@@ -27,7 +27,7 @@ from core.services._host import PluginDirectory, PluginHandle, PluginHost, Plugi
 from core.services._mixin import PluginContextServicesMixin, PluginServicesMixin
 from core.services._pictures import MAX_INLINE_PICTURE, PICTURE_BUDGET, apply_picture_budget, reencode_picture
 from core.services._plugins import Plugins
-from core.services._push import PUSH_REASONS, PushMessageError, PushService
+from core.services._push import PUSH_REASONS, PushMessageError, PushReceipt, PushService
 from core.services._result import Err, Ok, Result, SdkError, TransportError, UnwrapError, unwrap, unwrap_or
 from core.services._schema import PluginConfigError, validate_config
 from core.services._services import PluginServices, bind_plugin, clear_remote_tools, services_for
@@ -79,6 +79,7 @@ __all__ = [
     "Plugins",
     "PushMessageError",
     "PushService",
+    "PushReceipt",
     "Result",
     "SdkError",
     "SqliteWorker",

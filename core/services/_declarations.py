@@ -263,6 +263,6 @@ def entry_hook(*, target: str = "*", timing: str = "before", priority: int = 0, 
     return decorate
 
 
-def declared_entries(instance: Any) -> list[tuple[EntryMeta, Any]]:
+def declared_entries(instance: object) -> list[tuple[EntryMeta, Any]]:
     """`(EntryMeta, bound method)` of every `@plugin_entry` method of `instance`, in source order."""
     return [(getattr(fn, ENTRY_ATTR), getattr(instance, name)) for name, fn in declared(instance, ENTRY_ATTR)]

@@ -22,6 +22,7 @@ from core.services._declarations import (
     declared,
     declared_entries,
 )
+from core.services._host import PluginHandle
 from core.services._result import Err, Ok, Result, SdkError
 from core.services._tools import refuse_if_stopping
 from core.utils.tasks import call_handler, must_propagate, raised_at
@@ -72,7 +73,7 @@ class EntryRegistry:
     """The entries of one plugin and the hooks around them; `call` runs one and always returns a `Result`.
     Once the plugin of `ctx` is stopping, adding an entry or hook raises `SdkError(code="plugin_stopped")`."""
 
-    def __init__(self, plugin_id: str, logger: logging.Logger | logging.LoggerAdapter, ctx: Any = None) -> None:
+    def __init__(self, plugin_id: str, logger: logging.Logger | logging.LoggerAdapter, ctx: PluginHandle) -> None:
         self.plugin_id = plugin_id
         self.logger = logger
         self.ctx = ctx
@@ -80,7 +81,7 @@ class EntryRegistry:
         self._hooks: list[_Hook] = []
         self._collected = False
 
-    def collect(self, instance: Any) -> None:
+    def collect(self, instance: object) -> None:
         """Register the `@plugin_entry` methods and entry hooks of `instance` (once; later calls do nothing)."""
         if self._collected:
             return
@@ -217,13 +218,13 @@ class TimerRunner:
     """The `@timer_interval` timers of one plugin, each a task the plugin owns (`ctx.spawn`). Once the plugin is
     stopping, adding or starting a timer raises `SdkError(code="plugin_stopped")`."""
 
-    def __init__(self, ctx: Any, logger: logging.Logger | logging.LoggerAdapter) -> None:
+    def __init__(self, ctx: PluginHandle, logger: logging.Logger | logging.LoggerAdapter) -> None:
         self.ctx = ctx
         self.logger = logger
         self._timers: dict[str, tuple[TimerMeta, Callable[..., Any]]] = {}
         self._tasks: dict[str, asyncio.Task[Any]] = {}
 
-    def collect(self, instance: Any) -> None:
+    def collect(self, instance: object) -> None:
         """Register the timers of `instance` and start those with `auto_start`."""
         for attr, fn in declared(instance, TIMER_ATTR):
             meta: TimerMeta = getattr(fn, TIMER_ATTR)

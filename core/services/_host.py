@@ -25,6 +25,7 @@ from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool
 
 if TYPE_CHECKING:  # annotations only: PluginServices is built on these protocols
+    from core.services._push import PushService
     from core.services._services import PluginServices
 
 __all__ = ["PluginHost", "PluginHandle", "PluginDirectory", "PluginStatusView"]
@@ -39,6 +40,11 @@ class PluginHost(Protocol):
     @property
     def buffers(self) -> SessionBuffers:
         """The per-session buffers of the `buffer` strategy."""
+        ...
+
+    @property
+    def push(self) -> PushService | None:
+        """The proactive-message service, or None when the app runs without one."""
         ...
 
     def serves(self, session: Session) -> bool:
@@ -92,10 +98,14 @@ class PluginHost(Protocol):
 class PluginStatusView(Protocol):
     """The part of a plugin's status the services read."""
 
-    plugin_id: str
-    state: str
-    version: str
-    reason: str | None
+    @property
+    def plugin_id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
 
 
 class PluginDirectory(Protocol):

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from core.services._declarations import EntryMeta
+from core.services._host import PluginHandle
+from core.services._push import PushReceipt
 from core.services._services import PluginServices, services_for
 from core.services._tools import add_function_tool, plugin_tools, remove_function_tool
 
@@ -30,6 +32,15 @@ class _Service:
         return services if self.part is None else getattr(services, self.part)
 
 
+class _Plugin(Protocol):
+    """What the mixin's methods need of the plugin they are part of."""
+
+    @property
+    def ctx(self) -> PluginHandle:
+        """The plugin's context."""
+        ...
+
+
 def _svc(plugin: Any) -> PluginServices:
     return services_for(plugin.ctx, plugin)
 
@@ -47,7 +58,7 @@ class PluginServicesMixin:
     # -- tools -----------------------------------------------------------------------------------------------------
 
     def register_llm_tool(
-        self,
+        self: _Plugin,
         name: str,
         description: str,
         parameters: dict[str, Any] | None,
@@ -66,11 +77,11 @@ class PluginServicesMixin:
         )
         return True
 
-    def unregister_llm_tool(self, name: str) -> bool:
+    def unregister_llm_tool(self: _Plugin, name: str) -> bool:
         """Remove this plugin's tool `name`; False when it has none (other plugins' tools are never touched)."""
         return remove_function_tool(self.ctx, name)
 
-    def list_llm_tools(self) -> list[dict[str, Any]]:
+    def list_llm_tools(self: _Plugin) -> list[dict[str, Any]]:
         """This plugin's tools: name, description, parameters, timeout, role, owner, remote, active."""
         return plugin_tools(self.ctx)
 
@@ -146,7 +157,7 @@ class PluginServicesMixin:
 
     # -- messages --------------------------------------------------------------------------------------------------
 
-    def push_message(self, **kwargs: Any) -> dict[str, Any]:
+    def push_message(self, **kwargs: Any) -> PushReceipt:
         """Push a proactive message (v2 schema: source, visibility, ai_behavior, parts, priority; plus session).
 
         Returns at once with a receipt: `submitted` True means only that the local submission path accepted
@@ -161,7 +172,7 @@ class PluginContextServicesMixin:
 
     plugin_dir: Path | None
 
-    async def update_own_config(self, patch: dict[str, Any]) -> dict[str, Any]:
+    async def update_own_config(self: PluginHandle, patch: dict[str, Any]) -> dict[str, Any]:
         """Update this plugin's config (validated against its schema, saved); returns the new config."""
         return await services_for(self).config.update(patch)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.services._host import PluginHandle
 from core.services._result import Err, Ok, Result, SdkError
 
 __all__ = ["Plugins"]
@@ -15,7 +16,7 @@ __all__ = ["Plugins"]
 class Plugins:
     """The cross-plugin helper of one plugin (`caller`), over the plugin manager that loaded it."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: PluginHandle) -> None:
         self.ctx = ctx
 
     @property

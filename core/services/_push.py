@@ -14,7 +14,7 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from core.chat import (
     KiraIMMessage,
@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the host protocol names PushService, so this module only an
 
 __all__ = [
     "PushService",
+    "PushReceipt",
     "PushMessageError",
     "PUSH_REASONS",
     "VISIBILITIES",
@@ -76,7 +77,18 @@ class _Push:
     created: float = field(default_factory=time.time)
 
 
-def _rejected(reason: str) -> dict[str, Any]:
+class PushReceipt(TypedDict):
+    """What `push_message` returns at once: `submitted` (and `ok`) True when the local submission path accepted
+    the message, with its `id` and `session`; else False with one of `PUSH_REASONS` as `reason`."""
+
+    submitted: bool
+    ok: bool
+    reason: NotRequired[str]
+    id: NotRequired[str]
+    session: NotRequired[str]
+
+
+def _rejected(reason: str) -> PushReceipt:
     return {"submitted": False, "ok": False, "reason": reason}
 
 
@@ -234,7 +246,7 @@ class PushService:
 
     # -- submission ------------------------------------------------------------------------------------------------
 
-    def submit(self, plugin_id: str, **kwargs: Any) -> dict[str, Any]:
+    def submit(self, plugin_id: str, **kwargs: Any) -> PushReceipt:
         """Queue a proactive message of `plugin_id`; returns the receipt (see the class). Any thread may call it."""
         fields = _translate_v1(dict(kwargs))
         unknown = sorted(set(fields) - _V2_FIELDS)

@@ -14,7 +14,7 @@ from core.services._declarations import ENTRY_ATTR, ENTRY_HOOK_ATTR, LLM_TOOL_AT
 from core.services._entries import EntryRegistry, TimerRunner
 from core.services._host import PluginHandle
 from core.services._plugins import Plugins
-from core.services._push import PushService
+from core.services._push import PushReceipt, PushService
 from core.services._result import SdkError
 from core.services._store import PluginStore, PluginStoreLike
 from core.services._tools import add_function_tool, remote_owner
@@ -117,7 +117,7 @@ class PluginServices:
 
     # -- proactive messages ------------------------------------------------------------------------------------------
 
-    def push_message(self, **kwargs: Any) -> dict[str, Any]:
+    def push_message(self, **kwargs: Any) -> PushReceipt:
         """Submit a proactive message (see `PushService`). `transport_unavailable` when the app has no push service
         or the plugin is stopping (`ctx.closing`): a stopping plugin must not leave messages behind it."""
         app = self.ctx.app

@@ -134,7 +134,7 @@ class FunctionTag(BaseTag):
         self.handler = handler
         self.root = root
         if inspect.iscoroutinefunction(handler):
-            self.handle = handler  # type: ignore[method-assign]  # one coroutine less per tag on the hot path
+            self.handle = handler  # one coroutine less per tag on the hot path
         super().__init__(ctx=ctx)
 
     async def handle(self, value: str, **kwargs: Any) -> list[BaseMessageElement]:

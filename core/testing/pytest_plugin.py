@@ -25,7 +25,7 @@ def _asyncio_backend() -> str:
 # Registered in `pytest_configure`, after every installed plugin, so that it overrides anyio's own `anyio_backend`
 # (which would run each test on every backend installed, trio too).
 _BACKEND = types.ModuleType("hookchat_asyncio_backend")
-_BACKEND.anyio_backend = pytest.fixture(scope="module", name="anyio_backend")(_asyncio_backend)  # type: ignore[attr-defined]
+_BACKEND.anyio_backend = pytest.fixture(scope="module", name="anyio_backend")(_asyncio_backend)  # type: ignore[attr-defined] - a module made at run time, its attributes too
 
 
 @pytest.fixture

@@ -98,7 +98,7 @@ class NekoPluginBase(BasePlugin):
     # -- properties of the seed ---------------------------------------------------------------------------------------
 
     @property
-    def logger(self) -> PluginLogger:  # type: ignore[override]
+    def logger(self) -> PluginLogger:
         """This plugin's logger; `{}` and `%s` placeholders both work."""
         return self._logger
 
@@ -207,7 +207,7 @@ class NekoPluginBase(BasePlugin):
     def exclude_router(self, router_or_name: Any) -> bool:
         """Unmount a router (or router name) and remove its entries; False when it is not mounted."""
         name = router_or_name if isinstance(router_or_name, str) else getattr(router_or_name, "name", None)
-        router = self._routers.pop(name, None)
+        router = self._routers.pop(name, None) if isinstance(name, str) else None
         if router is None:
             return False
         entries = services_for(self.ctx, self).entries

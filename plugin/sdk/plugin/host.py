@@ -91,16 +91,18 @@ class BusList(list):
         self,
         *,
         by: str | None = None,
-        key: Callable[[Any], Any] | None = None,  # type: ignore[override]
+        key: Callable[[Any], Any] | None = None,
         reverse: bool = False,
     ) -> BusList:
         """A sorted copy, by field `by` or by `key`."""
         if by is not None:
 
-            def key(record: Any) -> Any:
+            def by_field(record: Any) -> Any:
                 return record.get(by) if isinstance(record, dict) else getattr(record, by, None)
 
-        return BusList(sorted(self, key=key, reverse=reverse))  # type: ignore[arg-type]
+            key = by_field
+
+        return BusList(sorted(self, key=key, reverse=reverse))
 
     def limit(self, n: int) -> BusList:
         """The first `n` records."""

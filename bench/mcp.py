@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # This file is called mcp.py: its own folder first on the path would shadow the `mcp` package.
 sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402 - after the sys.path fix above
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402 - after the sys.path fix above
 
-from core.config import HookchatConfig  # noqa: E402
-from core.mcp import McpManager  # noqa: E402
-from core.utils.registry import OwnedRegistry  # noqa: E402
+from core.config import HookchatConfig  # noqa: E402 - after the sys.path fix above
+from core.mcp import McpManager  # noqa: E402 - after the sys.path fix above
+from core.utils.registry import OwnedRegistry  # noqa: E402 - after the sys.path fix above
 
 SERVER = ROOT / "tests" / "mcp" / "stdio_server.py"
 ENV = {"HOLD_PID_FILE": "/dev/null", "CHILD_PID_FILE": "/dev/null"}

@@ -50,11 +50,11 @@ import nats.js.errors
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.chat import KiraIMMessage, MessageChain, Session, User  # noqa: E402
-from core.chat.message_elements import Text  # noqa: E402
-from core.cluster import Gateway, owner_of  # noqa: E402
-from core.config import load_config  # noqa: E402
-from core.testing import ChatHarness, EchoProvider, NatsServer, RecordingAdapter  # noqa: E402
+from core.chat import KiraIMMessage, MessageChain, Session, User  # noqa: E402 - after ROOT is on sys.path
+from core.chat.message_elements import Text  # noqa: E402 - after ROOT is on sys.path
+from core.cluster import Gateway, owner_of  # noqa: E402 - after ROOT is on sys.path
+from core.config import load_config  # noqa: E402 - after ROOT is on sys.path
+from core.testing import ChatHarness, EchoProvider, NatsServer, RecordingAdapter  # noqa: E402 - after ROOT is on sys.path
 
 SESSIONS = 200
 MESSAGES = 2_500  # per run, after the warm-up message of each session

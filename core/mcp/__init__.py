@@ -8,7 +8,7 @@ tools in the app's tool registry owned by `mcp:<server>`), hookchat's own tools 
     await manager.aclose()
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.mcp._errors import McpConfigError
 from core.mcp._manager import McpManager, read_servers_file
@@ -34,6 +34,22 @@ _LAZY = {
     **dict.fromkeys(("LOOPBACK_HOSTS", "McpHttpListener", "McpServeError", "McpToolServer"), "core.mcp._serve"),
     **dict.fromkeys(("MAX_MEDIA_BASE64", "MAX_RESULT_CHARS", "to_tool_result"), "core.mcp._results"),
 }
+
+
+if TYPE_CHECKING:  # what the checker sees of the lazy names (the same modules as `_LAZY` names)
+    from core.mcp._connection import (
+        MAX_DESCRIPTION,
+        MAX_SCHEMA_BYTES,
+        MAX_TOOLS,
+        OWNER_PREFIX,
+        McpConnection,
+        McpTool,
+        ServerState,
+        ToolListing,
+        expand_env,
+    )
+    from core.mcp._results import MAX_MEDIA_BASE64, MAX_RESULT_CHARS, to_tool_result
+    from core.mcp._serve import LOOPBACK_HOSTS, McpHttpListener, McpServeError, McpToolServer
 
 
 def __getattr__(name: str) -> Any:

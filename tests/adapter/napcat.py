@@ -23,7 +23,7 @@ from tests.adapter.nonebot_models import assert_sent_parses
 os.environ.setdefault("LOG_FILE_PATH", os.path.join(tempfile.gettempdir(), "hookchat-tests-ncatbot-logs"))
 _root = logging.getLogger()
 _handlers, _level = list(_root.handlers), _root.level
-from ncatbot.utils.testing import NapCatMockServer, create_bot_data, get_standard_data  # noqa: E402
+from ncatbot.utils.testing import NapCatMockServer, create_bot_data, get_standard_data  # noqa: E402 - after its log settings, which it reads on import
 
 for _handler in list(_root.handlers):
     if _handler not in _handlers:

@@ -28,7 +28,7 @@ class Out(io.StringIO):
         self._encoding = encoding
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override] - read-only here, an attribute on TextIOWrapper
         return self._encoding
 
 

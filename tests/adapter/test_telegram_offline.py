@@ -232,12 +232,12 @@ async def test_typing_shows_while_the_model_writes(monkeypatch: pytest.MonkeyPat
 
 
 async def test_telegram_is_not_offered_the_embed_tag(offline: Offline):
-    offline.app.provider.add("plain")  # type: ignore[attr-defined]
+    offline.app.provider.add("plain")  # type: ignore[attr-defined] - the ScriptedProvider this test set up
     await offline.deliver(chat=Chat(id=7, type="private"), text="hi")
     with anyio.fail_after(10):
         while not offline.client.capture.get_sent_messages():
             await anyio.sleep(0.01)
-    system = offline.app.provider.requests[0].render_system()  # type: ignore[attr-defined]
+    system = offline.app.provider.requests[0].render_system()  # type: ignore[attr-defined] - the ScriptedProvider records requests
     assert "<img" in system and "<embed" not in system
 
 

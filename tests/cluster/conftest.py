@@ -35,7 +35,7 @@ class WorkerProcess:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env)
 
     def wait_ready(self) -> None:
-        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        line = self.proc.stdout.readline()  # type: ignore[union-attr] - started with stdout=PIPE
         if b"ready" not in line:
             raise RuntimeError(f"worker {self.name} did not start (exit {self.proc.poll()})")
 

@@ -229,7 +229,7 @@ def test_hookchat_status_shows_a_worker_started_by_the_command_and_gone_after_si
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     try:
-        assert b"worker cli-worker on" in worker.stderr.readline()  # type: ignore[union-attr]
+        assert b"worker cli-worker on" in worker.stderr.readline()  # type: ignore[union-attr] - started with stderr=PIPE
         status = subprocess.run([*hookchat, "status", "-c", str(config)], capture_output=True, text=True, timeout=60)
         assert status.returncode == 0, status.stderr
         assert "0 gateway(s), 1 worker(s)" in status.stdout

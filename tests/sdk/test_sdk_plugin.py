@@ -104,7 +104,7 @@ async def test_a_router_mounts_its_entries_with_a_prefix():
 
 async def test_host_only_parts_say_they_are_not_available():
     with pytest.raises(SdkError, match="no hosted UI"):
-        ui.panel  # noqa: B018
+        ui.panel  # noqa: B018 - reading it is what raises
     assert isinstance(get_os_activity_snapshot(), Err)
     async with ChatHarness(plugins=[Host], builtins=()) as bot:
         host = bot.plugin("host")

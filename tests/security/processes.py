@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,7 +91,7 @@ class SlowModel:
         self.server.server_close()
 
 
-def write_config(tmp_path: Path, model_url: str, *, plugin_dirs: list[str] = (), extra: str = "") -> Path:  # type: ignore[assignment]
+def write_config(tmp_path: Path, model_url: str, *, plugin_dirs: Sequence[str] = (), extra: str = "") -> Path:
     """A `hookchat.toml` in `tmp_path`: data in `data/`, the plugin folders `plugin_dirs` (default none), the model
     at `model_url`, a tool registry on a free port; `extra` is appended (more TOML)."""
     config = tmp_path / "hookchat.toml"

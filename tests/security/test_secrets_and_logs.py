@@ -51,7 +51,7 @@ def test_plain_brace_templates_still_format() -> None:
     log = get_plugin_logger("notes")
     record = []
     handler = logging.Handler()
-    handler.emit = record.append  # type: ignore[method-assign]
+    handler.emit = record.append  # type: ignore[method-assign] - capture records, nothing else
     log.logger.addHandler(handler)
     try:
         log.warning("Processing request: {} ({!r}, {:>4})", "r1", "x", 7)

@@ -49,9 +49,9 @@ def test_bad_names_are_refused(name: str) -> None:
 
 def test_only_tags_can_be_registered() -> None:
     with pytest.raises(TagDefinitionError):
-        TagSet().register(object())  # type: ignore[arg-type]
+        TagSet().register(object())  # type: ignore[arg-type] - the wrong type is the point
     with pytest.raises(TagDefinitionError):
-        TagSet().register(dict)  # type: ignore[arg-type]
+        TagSet().register(dict)  # type: ignore[arg-type] - the wrong type is the point
 
 
 def test_owner_is_the_plugin_id_of_ctx() -> None:

@@ -113,7 +113,7 @@ class PluginContext(PluginContextServicesMixin, KiraContextMixin):
         tag ever sends them, whatever the media directories say."""
         return list(self.manager.private_paths) if self.manager is not None else [self.data_dir]
 
-    async def dispatch_custom(self, event_name: str, data: Any = None) -> Any:
+    async def dispatch_custom(self, event_name: str, data: Any = None) -> KiraCustomEvent:
         """Dispatch the custom event `event_name` to every `@on.custom_event(event_name=...)` hook; returns it."""
         event = KiraCustomEvent(event_name, data)
         if self.manager is not None:

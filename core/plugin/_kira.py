@@ -168,6 +168,10 @@ class KiraMessageProcessor(Protocol):
         """The chain as the text the model reads."""
         ...
 
+    async def handle_im_message(self, event: KiraMessageEvent) -> None:
+        """Put the event's message through the pipeline as if its adapter had delivered it."""
+        ...
+
 
 class KiraAdapter(Protocol):
     """One adapter as KiraAI's adapter manager hands it out (`ctx.adapter_mgr.get_adapter(name)`)."""
@@ -185,6 +189,15 @@ class KiraAdapter(Protocol):
     @property
     def config(self) -> Mapping[str, Any]:
         """The adapter's options (`self_id`, ...)."""
+        ...
+
+    @property
+    def emoji_dict(self) -> dict[str, Any] | None:
+        """KiraAI's emoji table (None here)."""
+        ...
+
+    def get_client(self) -> Any:
+        """The platform's client (OneBot's NapCat-shaped client; its shape is the platform's)."""
         ...
 
     async def send_group_message(self, group_id: str | int, send_message_obj: MessageChain) -> KiraIMSentResult:

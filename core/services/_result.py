@@ -32,7 +32,7 @@ class TransportError(SdkError):
 class UnwrapError(SdkError):
     """`unwrap()` was given an `Err` whose error is not an exception (the value is in `.error`)."""
 
-    def __init__(self, error: Any) -> None:
+    def __init__(self, error: object) -> None:
         super().__init__(f"called unwrap() on Err({error!r})", code="unwrap_error")
         self.error = error
 
@@ -55,7 +55,7 @@ class Ok(Generic[T]):
         """The value."""
         return self.value
 
-    def unwrap_or(self, default: Any) -> T:
+    def unwrap_or(self, default: object) -> T:
         """The value (the default is ignored)."""
         return self.value
 

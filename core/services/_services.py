@@ -34,7 +34,7 @@ class PluginServices:
     """Everything seed 002 gives a plugin beyond hooks, for the plugin of `ctx`. Each part is created on first use;
     `aclose()` (registered with `ctx.on_stop`) stops timers, forgets entries and closes the store and database."""
 
-    def __init__(self, ctx: PluginHandle, instance: Any = None) -> None:
+    def __init__(self, ctx: PluginHandle, instance: object = None) -> None:
         self.ctx = ctx
         self.instance = instance
         self.plugin_id: str = ctx.plugin_id
@@ -140,7 +140,7 @@ class PluginServices:
                 await part.close()
 
 
-def services_for(ctx: PluginHandle, instance: Any = None) -> PluginServices:
+def services_for(ctx: PluginHandle, instance: object = None) -> PluginServices:
     """The services of the plugin of `ctx`, created (and registered for closing on `ctx.on_stop`) on first use."""
     services = ctx.services
     if services is None:
@@ -165,7 +165,7 @@ async def clear_remote_tools(ctx: PluginHandle) -> None:
         ctx.manager.tools.remove_owner(remote_owner(source))
 
 
-def bind_plugin(instance: Any, ctx: PluginHandle) -> None:
+def bind_plugin(instance: object, ctx: PluginHandle) -> None:
     """Act on a plugin's declarations, once: register its `@register.tool` and `@llm_tool` tools (the same path as
     `register_llm_tool`), collect its `@plugin_entry` entries, start its `@timer_interval` timers, and arrange that
     its remote tools (source `plugin:<id>`) are cleared when it stops. Calling it again does nothing."""

@@ -23,13 +23,13 @@ from pydantic import ValidationError
 
 from core.adapter import Adapter, AdapterError, AdapterHost, options_error
 from core.adapter.discord._convert import (
-    MediaElement,
     Part,
     attachment_element,
     content_to_elements,
     to_parts,
 )
 from core.adapter.discord._options import DiscordOptions
+from core.adapter.media import MediaElement, upload_name
 from core.chat.message_elements import BaseMessageElement, MediaError, Reply, Sticker
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
@@ -309,8 +309,7 @@ class DiscordAdapter(Adapter):
                 f"{media.type} of {len(data):,} bytes is above max_upload_bytes "
                 f"({self.settings.max_upload_bytes:,}; Discord's limit depends on the server)"
             )
-        name = media.name or (media.path.rsplit("/", 1)[-1] if media.path else f"{media.type}")
-        return discord.File(io.BytesIO(data), filename=name)
+        return discord.File(io.BytesIO(data), filename=upload_name(media))
 
     async def recall(self, receipt: KiraIMSentResult) -> None:
         """Delete every message of one send (each id of `receipt.message_ids`). Every part is tried; then the first

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.adapter.media import MediaElement
 from core.chat.message_elements import (
     At,
     BaseMessageElement,
@@ -19,8 +20,6 @@ from core.chat.message_elements import (
     Text,
     Video,
 )
-
-MediaElement = Image | Sticker | Record | File | Video
 
 __all__ = ["TEXT_LIMIT", "MediaElement", "Outgoing", "entities_to_elements", "to_outgoing", "utf16_len", "split_text"]
 

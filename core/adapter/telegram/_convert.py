@@ -9,17 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.adapter.media import MediaElement
-from core.chat.message_elements import (
-    At,
-    BaseMessageElement,
-    File,
-    Image,
-    Record,
-    Reply,
-    Sticker,
-    Text,
-    Video,
-)
+from core.chat.message_elements import At, BaseMessageElement, File, Image, Record, Reply, Sticker, Text, Video
 
 __all__ = ["TEXT_LIMIT", "MediaElement", "Outgoing", "entities_to_elements", "to_outgoing", "utf16_len", "split_text"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import logging
 import random
 from collections import deque
@@ -77,6 +78,9 @@ class DiscordAdapter(Adapter):
         self._queue: deque[discord.Message] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._own_ids: deque[int] = deque(maxlen=_OWN_IDS)
+        # Each message's nonce (Discord posts a nonce once): from a random start, not discord.py's os.urandom per
+        # message, a system call that gives up the interpreter lock (seen in a profile of bench/adapters.py).
+        self._nonces = itertools.count(random.getrandbits(62))
         self._tasks: list[asyncio.Task[None]] = []
         self.dropped_messages = 0
         self._dropping = False
@@ -288,7 +292,7 @@ class DiscordAdapter(Adapter):
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0], message_ids=tuple(ids))
 
     async def _send_kwargs(self, channel: discord.abc.Messageable, part: Part) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"nonce": next(self._nonces)}
         if part.content:
             kwargs["content"] = part.content
         if part.files:

@@ -3,11 +3,12 @@ so hookchat runs without it; `pip install 'hookchat[matrix]'`).
 
 One task long-polls `/sync` and puts the events into one bounded queue (a full queue holds the next sync back: the
 homeserver keeps what is not fetched yet, so nothing is dropped); another delivers them in order and records the
-sync token once a batch is delivered; the state file is written at most once a second while messages flow (one
-write per message cost more than the rest of the adapter's work) and at `stop`, so a restart goes on from there and
-answers nothing twice (a crash, with no `stop`, may answer again what the last second delivered). Replies wait for a
-homeserver that is away (up to `offline_send_timeout`), each event under one transaction id, so a retry never posts
-it twice. End-to-end encrypted rooms are refused: the bot says so in the room and leaves it.
+sync token once a batch is delivered. The state file is written at most once a second while messages flow (not
+once per sync: with messages coming one at a time that was a file write and a thread hop for each) and at `stop`,
+so a restart goes on from there and answers nothing twice (a crash, with no `stop`, may answer again what the last
+second delivered). Replies wait for a homeserver that is away (up to `offline_send_timeout`), each event under one
+transaction id, so a retry never posts it twice. End-to-end encrypted rooms are refused: the bot says so in the
+room and leaves it.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def _events(section: Any) -> list[dict[str, Any]]:
 
 
 class _Batch:
-    """The end of one sync response in the queue: once the dispatcher reaches it, its token is written."""
+    """The end of one sync response in the queue: once the dispatcher reaches it, its token is the state's (and is
+    written to the state file within `_SAVE_EVERY`)."""
 
     __slots__ = ("token",)
 

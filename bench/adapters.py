@@ -1,14 +1,16 @@
 """Messages per second and the latency each platform adapter adds, against the testing kit (`ChatHarness`, its
 `RecordingAdapter`) in the same run.
 
-Run: .venv/bin/python bench/adapters.py [--adapter telegram --adapter matrix ...] [--rounds N]
+Run: nice .venv/bin/python bench/adapters.py [--adapter telegram --adapter matrix ...] [--rounds N]
 Target: each adapter at least 0.7x the kit's rate (the median of the per-round ratios), printed with met / not met.
 
 The workload is the same on every path: SESSIONS conversations at once, each person writing their next message when
 the bot has answered the last (so every message is its own turn: nothing waits to be joined into a batch), TURNS
-messages in all; then LATENCY_SAMPLES messages one at a time, each in a new chat, timed to the bot's answer.
+messages in all; then LATENCY_SAMPLES messages one at a time, each in a new chat, timed to the bot's answer. (Not a
+flood: messages that reach a session while its turn runs wait and are joined into one batch, so a flood would
+measure how many get joined, which depends on each path's timing, rather than what each message costs.)
 
-- kit: the messages go straight to `app.receive`; the answer is the end of the turn.
+- kit: the messages go straight to `app.receive`; the answer is the `RecordingAdapter`'s send.
 - telegram: a Bot API server (getMe, getUpdates long polling, sendMessage, sendChatAction) in another process
   injects private messages and times them to the bot's `sendMessage`; the adapter runs as in production (aiogram's
   HTTP client, long polling over loopback, the typing indicator).
@@ -16,10 +18,11 @@ messages in all; then LATENCY_SAMPLES messages one at a time, each in a new chat
   two members per chat; event in a /sync answer -> PUT send, through the adapter's HTTP client.
 - discord: dpytest's backend in the bot's own process (Discord's gateway cannot be run here): guild messages that
   mention the bot are made by dpytest and dispatched by discord.py; sends go to dpytest's fake HTTP. dpytest's own
-  work (it inspects the caller's stack on every send) is charged to the bot's process.
+  work (it inspects the caller's stack on every send, builds every message twice) is charged to the bot's process:
+  in a py-spy profile, about as much as the adapter's and discord.py's together.
 
 All paths: the chat plugin (flushing every message at once) and the built-in tags, history on (SQLite), the same
-scripted model, the bot pinned to one core and the peer process to the other. Each path runs ROUNDS times,
+scripted model, the bot pinned to one core and the peer process to the other. Each path runs `--rounds` times,
 alternating which goes first, each from a collected heap; the headline ratio is the median of the per-round ratios.
 """
 
@@ -491,6 +494,6 @@ if __name__ == "__main__":
     parser.add_argument(
         "--adapter", action="append", choices=list(DESCRIPTIONS), help="measure this adapter (repeat it; default all)"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="runs of each path, alternating the order (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="runs of each path, alternating the order (default 5)")
     arguments = parser.parse_args()
     asyncio.run(main(arguments.adapter or list(DESCRIPTIONS), arguments.rounds))

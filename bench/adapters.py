@@ -18,7 +18,7 @@ measure how many get joined, which depends on each path's timing, rather than wh
   two members per chat; event in a /sync answer -> PUT send, through the adapter's HTTP client.
 - discord: dpytest's backend in the bot's own process (Discord's gateway cannot be run here): guild messages that
   mention the bot are made by dpytest and dispatched by discord.py; sends go to dpytest's fake HTTP. dpytest's own
-  work (it inspects the caller's stack on every send, builds every message twice) is charged to the bot's process:
+  work (it inspects the caller's stack on every send) is charged to the bot's process:
   in a py-spy profile, about as much as the adapter's and discord.py's together.
 
 All paths: the chat plugin (flushing every message at once) and the built-in tags, history on (SQLite), the same

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import importlib.metadata
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -30,6 +31,7 @@ __all__ = [
     "build_adapters",
     "ADAPTER_ENTRY_POINT_GROUP",
     "options_error",
+    "require_library",
 ]
 
 #: Element type names an adapter may support; the built-in tags offered to the model follow this set.
@@ -63,6 +65,18 @@ def options_error(
         reason = (reasons or {}).get((where, e["type"]), reason)
         lines.append(f"adapter {adapter_name!r} ({adapter_type}): options{where}: {reason}")
     return "\n".join(lines)
+
+
+def require_library(module: str, adapter_type: str, package: str) -> ModuleType:
+    """`module` imported, for an adapter type whose library is the optional extra `hookchat[<adapter_type>]`; when
+    it is not installed, `AdapterError` names the package and the command that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise AdapterError(
+            f"the {adapter_type} adapter needs {package}, which is not installed ({exc}): "
+            f"pip install 'hookchat[{adapter_type}]'"
+        ) from None
 
 
 class AdapterHost(Protocol):
@@ -136,6 +150,8 @@ _BUILTIN_TYPES = {
     "discord": "core.adapter.discord:DiscordAdapter",
     "matrix": "core.adapter.matrix:MatrixAdapter",
 }
+#: The library (module, package) of each built-in type that needs an optional extra, `hookchat[<type>]`.
+_EXTRAS = {"telegram": ("aiogram", "aiogram"), "discord": ("discord", "discord.py"), "matrix": ("nio", "matrix-nio")}
 
 
 def adapter_class(type_name: str) -> type[Adapter]:
@@ -149,6 +165,9 @@ def adapter_class(type_name: str) -> type[Adapter]:
             )
             raise AdapterError(f"unknown adapter type {type_name!r}; known types: {', '.join(known)}")
         return found[0].load()
+    if type_name in _EXTRAS:
+        library, package = _EXTRAS[type_name]
+        require_library(library, type_name, package)
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
 

@@ -12,6 +12,8 @@ test_a_reply_goes_out_as_a_message_reference; a thread is a channel whose messag
 from __future__ import annotations
 
 import base64
+import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,6 +32,7 @@ from core.config import HookchatConfig
 from core.plugin import BasePlugin, Priority, on
 from core.testing import ScriptedProvider
 from tests.adapter.conftest import GatedProvider, running_bot
+from tests.security.processes import ROOT, SlowModel, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -342,3 +345,73 @@ async def test_the_embed_tag_is_offered_on_discord_and_sends_an_embed(discord_bo
     assert "<embed" in request.render_system() and "<poke" not in request.render_system()
     assert sent.embeds[0].title == "Weather" and sent.embeds[0].description == "Sunny all day"
     assert sent.embeds[0].color.value == 0x3366FF
+
+
+# `hookchat run` itself, in its own process, with the instance block of docs/adapters.md: only `connect` (Discord's
+# gateway) is dpytest's backend; the config, the model over HTTP, the adapter's start, the replies and the stop by
+# SIGTERM are the command's own. Ann mentions the bot in a channel and writes to it in private; each reply is printed.
+RUN_ON_DPYTEST = """
+import asyncio, os, signal, sys
+import discord
+import discord.ext.test as dpytest
+from discord.ext.test import callbacks
+from core import cli
+from core.adapter.discord import INTENTS, DiscordAdapter
+
+async def connect(self):
+    await self.client._async_setup_hook()
+    dpytest.configure(self.client, members=["Ann"])
+    replies = []
+
+    async def on_send(message):
+        replies.append(message)
+        where = "dm" if isinstance(message.channel, discord.DMChannel) else "channel"
+        print(f"discord {where}> {message.content}", file=sys.stderr, flush=True)
+        if len(replies) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    async def ann():
+        await dpytest.message(f"<@{self.client.user.id}> hello from the channel", channel=0, member=0)
+        dm = await dpytest.get_config().members[0].create_dm()
+        await dpytest.message("hello in private", channel=dm, member=0)
+
+    callbacks.set_callback(on_send, "send_message")
+    self._ann = asyncio.get_running_loop().create_task(ann())
+
+async def disconnect(self):
+    pass
+
+DiscordAdapter.intents = INTENTS | discord.Intents(members=True)  # dpytest keeps its members in the member cache
+DiscordAdapter.connect, DiscordAdapter.disconnect = connect, disconnect
+sys.exit(cli.main(["run", "-c", sys.argv[1]]))
+"""
+
+
+def test_hookchat_run_with_the_documented_instance_answers_on_dpytest_and_stops_on_sigterm(tmp_path):
+    docs = (ROOT / "docs" / "adapters.md").read_text(encoding="utf-8").split("\n## Discord\n", 1)[1]
+    (instance,) = re.findall(r"```toml\n(.*?)```", docs.split("\n## ", 1)[0], re.S)
+    model = SlowModel(0)
+    try:
+        config = write_config(tmp_path, model.url, extra="[adapters]\nconsole = false\n" + instance)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(ROOT),
+            "HOME": str(tmp_path),
+            "DISCORD_BOT_TOKEN": "doc.discord.token",
+        }
+        run = subprocess.run(
+            [sys.executable, "-c", RUN_ON_DPYTEST, str(config)],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        model.close()
+    said = run.stderr
+    assert run.returncode == 0, said
+    assert re.search(r"^discord channel> .*answer: .*hello from the channel", said, re.M), said
+    assert re.search(r"^discord dm> .*answer: .*hello in private", said, re.M), said
+    assert "Traceback" not in said, said

@@ -8,15 +8,6 @@ elements. Needs the `discord` extra: `pip install 'hookchat[discord]'`.
 See docs/adapters.md ("Discord") for every option, the intents, and how to set the bot up in the Developer Portal.
 """
 
-from core.adapter import AdapterError
-
-try:
-    import discord  # noqa: F401
-except ImportError as exc:  # the optional extra is not installed
-    raise AdapterError(
-        "the discord adapter needs discord.py, which is not installed: pip install 'hookchat[discord]'"
-    ) from exc
-
 from core.adapter.discord._adapter import CAPABILITIES, INTENTS, DiscordAdapter
 from core.adapter.discord._convert import (
     TEXT_LIMIT,

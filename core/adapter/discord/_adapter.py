@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import logging
 import random
 from collections import deque
@@ -23,13 +24,13 @@ from pydantic import ValidationError
 
 from core.adapter import Adapter, AdapterError, AdapterHost, options_error
 from core.adapter.discord._convert import (
-    MediaElement,
     Part,
     attachment_element,
     content_to_elements,
     to_parts,
 )
 from core.adapter.discord._options import DiscordOptions
+from core.adapter.media import MediaElement, upload_name
 from core.chat.message_elements import BaseMessageElement, MediaError, Reply, Sticker
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
@@ -77,6 +78,9 @@ class DiscordAdapter(Adapter):
         self._queue: deque[discord.Message] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._own_ids: deque[int] = deque(maxlen=_OWN_IDS)
+        # Each message's nonce (Discord posts a nonce once): from a random start, not discord.py's os.urandom per
+        # message, a system call that gives up the interpreter lock (seen in a profile of bench/adapters.py).
+        self._nonces = itertools.count(random.getrandbits(62))
         self._tasks: list[asyncio.Task[None]] = []
         self.dropped_messages = 0
         self._dropping = False
@@ -288,7 +292,7 @@ class DiscordAdapter(Adapter):
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0], message_ids=tuple(ids))
 
     async def _send_kwargs(self, channel: discord.abc.Messageable, part: Part) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"nonce": next(self._nonces)}
         if part.content:
             kwargs["content"] = part.content
         if part.files:
@@ -309,8 +313,7 @@ class DiscordAdapter(Adapter):
                 f"{media.type} of {len(data):,} bytes is above max_upload_bytes "
                 f"({self.settings.max_upload_bytes:,}; Discord's limit depends on the server)"
             )
-        name = media.name or (media.path.rsplit("/", 1)[-1] if media.path else f"{media.type}")
-        return discord.File(io.BytesIO(data), filename=name)
+        return discord.File(io.BytesIO(data), filename=upload_name(media))
 
     async def recall(self, receipt: KiraIMSentResult) -> None:
         """Delete every message of one send (each id of `receipt.message_ids`). Every part is tried; then the first

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.adapter.media import MediaElement
 from core.chat.message_elements import At, BaseMessageElement, File, Image, Json, Record, Reply, Sticker, Text, Video
 
 __all__ = [
@@ -26,7 +27,6 @@ TEXT_LIMIT = 2000
 MAX_ATTACHMENTS = 10
 
 _MENTION = re.compile(r"<@!?(\d+)>")
-MediaElement = Image | Sticker | Record | File | Video
 
 
 def content_to_elements(content: str, names: dict[int, str]) -> list[BaseMessageElement]:

@@ -2,10 +2,13 @@
 so hookchat runs without it; `pip install 'hookchat[matrix]'`).
 
 One task long-polls `/sync` and puts the events into one bounded queue (a full queue holds the next sync back: the
-homeserver keeps what is not fetched yet, so nothing is dropped); another delivers them in order and writes the
-sync token once a batch is delivered, so a restart goes on from there and answers nothing twice. Replies wait for a
-homeserver that is away (up to `offline_send_timeout`), each event under one transaction id, so a retry never posts
-it twice. End-to-end encrypted rooms are refused: the bot says so in the room and leaves it.
+homeserver keeps what is not fetched yet, so nothing is dropped); another delivers them in order and records the
+sync token once a batch is delivered. The state file is written at most once a second while messages flow (not
+once per sync: with messages coming one at a time that was a file write and a thread hop for each) and at `stop`,
+so a restart goes on from there and answers nothing twice (a crash, with no `stop`, may answer again what the last
+second delivered). Replies wait for a homeserver that is away (up to `offline_send_timeout`), each event under one
+transaction id, so a retry never posts it twice. End-to-end encrypted rooms are refused: the bot says so in the
+room and leaves it.
 """
 
 from __future__ import annotations
@@ -15,12 +18,10 @@ import hashlib
 import io
 import json
 import logging
-import mimetypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -28,7 +29,7 @@ import anyio
 import httpx
 from pydantic import ValidationError
 
-from core.adapter import Adapter, AdapterError, AdapterHost, options_error
+from core.adapter import Adapter, AdapterError, AdapterHost, options_error, require_library
 from core.adapter.matrix._content import (
     MEDIA_MSGTYPES,
     MediaPart,
@@ -43,6 +44,7 @@ from core.adapter.matrix._content import (
 from core.adapter.matrix._options import MatrixOptions
 from core.adapter.matrix._rooms import Rooms
 from core.adapter.matrix._state import MatrixState, load_state, save_state
+from core.adapter.media import file_suffix, upload_name
 from core.chat.message_elements import BaseMessageElement, MediaError, Reply, Sticker, Text
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
@@ -70,6 +72,7 @@ _OWN_IDS = 1000  # event ids the bot sent, to tell a reply to the bot without as
 _SEEN_IDS = 2000  # event ids delivered lately, so a batch fetched twice is delivered once
 _DELIVERED_KEPT = 1000  # delivered ids written to the state file, for a stop in the middle of a batch
 _TIMELINE_LIMIT = 100  # events per room per sync; after a longer absence older ones are skipped (logged)
+_SAVE_EVERY = 1.0  # seconds between writes of the state file while it changes (and once more at stop)
 
 
 class MatrixError(AdapterError):
@@ -99,19 +102,9 @@ def _events(section: Any) -> list[dict[str, Any]]:
     return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
 
 
-def _nio() -> ModuleType:
-    try:
-        import nio
-    except ImportError as exc:
-        raise ImportError(
-            f"the Matrix adapter needs matrix-nio, which is not installed ({exc}); install it with "
-            "pip install 'hookchat[matrix]'"
-        ) from None
-    return nio
-
-
 class _Batch:
-    """The end of one sync response in the queue: once the dispatcher reaches it, its token is written."""
+    """The end of one sync response in the queue: once the dispatcher reaches it, its token is the state's (and is
+    written to the state file within `_SAVE_EVERY`)."""
 
     __slots__ = ("token",)
 
@@ -148,10 +141,7 @@ class MatrixAdapter(Adapter):
             self._secret_kind, self._secret = self.settings.secret()
         except ValueError as exc:
             raise AdapterError(f"adapter {self.name!r} (matrix): {exc}") from None
-        try:
-            self._nio = _nio()
-        except ImportError as exc:
-            raise AdapterError(f"adapter {self.name!r} (matrix): {exc}") from None
+        self._nio = require_library("nio", "matrix", "matrix-nio")
         self.client: nio.AsyncClient | None = None
         self._state = MatrixState(self.settings.homeserver, self.settings.user_id)
         self._state_path: Path | None = None
@@ -175,6 +165,8 @@ class MatrixAdapter(Adapter):
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._pending_token: str | None = None  # the newest batch fetched, not yet all delivered
+        self._state_dirty = False  # changed since the state file was last written
+        self._saver: asyncio.Task[None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -221,6 +213,8 @@ class MatrixAdapter(Adapter):
                 await cancel_and_wait(task)
         finally:
             try:
+                if self._saver is not None:
+                    await cancel_and_wait(self._saver)  # a write under way finishes first (its thread is not cut)
                 if self._state_path is not None and self._logged_in:
                     await save_state(self._state_path, self._state)
             finally:
@@ -306,7 +300,7 @@ class MatrixAdapter(Adapter):
     # -- incoming -------------------------------------------------------------------------------------------------
 
     async def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout: float | None = None
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, request_timeout: float | None = None
     ) -> tuple[int, dict[str, Any]]:
         """One client-server API request through nio's HTTP session, answered as (status, JSON body). Used for the
         two requests made per message (`/sync`, `send`): nio's own methods check every event against JSON schemas,
@@ -314,7 +308,7 @@ class MatrixAdapter(Adapter):
         assert self.client is not None
         headers = {"Authorization": f"Bearer {self.client.access_token}", "Content-Type": "application/json"}
         response = await self.client.send(
-            method, path, json.dumps(body) if body is not None else None, headers, timeout=timeout
+            method, path, json.dumps(body) if body is not None else None, headers, timeout=request_timeout
         )
         async with response:
             try:
@@ -353,7 +347,9 @@ class MatrixAdapter(Adapter):
                 if not self._logged_in:
                     await self._login()
                 status, data = await self._request(
-                    "GET", f"/_matrix/client/v3/sync?{urlencode(query)}", timeout=s.sync_timeout + s.request_timeout
+                    "GET",
+                    f"/_matrix/client/v3/sync?{urlencode(query)}",
+                    request_timeout=s.sync_timeout + s.request_timeout,
                 )
             except AdapterError as exc:
                 logger.error("%s; trying again later", exc)
@@ -489,8 +485,7 @@ class MatrixAdapter(Adapter):
                 self._state.delivered.clear()
                 if self._pending_token == item.token:
                     self._pending_token = None
-                if self._state_path is not None:
-                    await save_state(self._state_path, self._state)
+                self._state_changed()
                 self._notify()
                 continue
             room_id, source = item
@@ -506,6 +501,24 @@ class MatrixAdapter(Adapter):
             finally:
                 self._processed += 1
                 self._notify()
+
+    def _state_changed(self) -> None:
+        self._state_dirty = True
+        if self._saver is None or self._saver.done():
+            self._saver = asyncio.get_running_loop().create_task(
+                self._save_while_changing(), name=f"hookchat:matrix:{self.name}:state"
+            )
+
+    async def _save_while_changing(self) -> None:
+        while self._state_dirty:
+            await asyncio.sleep(_SAVE_EVERY)
+            self._state_dirty = False
+            if self._state_path is None:
+                return
+            try:
+                await save_state(self._state_path, self._state)
+            except OSError as exc:  # tried again with the next change, and at stop
+                logger.warning("matrix %s: cannot write %s: %s", self.name, self._state_path, exc)
 
     async def _message_of(self, room_id: str, source: dict[str, Any]) -> KiraIMMessage | None:
         event_id, sender = str(source.get("event_id") or ""), str(source.get("sender") or "")
@@ -634,10 +647,7 @@ class MatrixAdapter(Adapter):
                     break
         except httpx.HTTPError as exc:
             raise MediaError(f"cannot download {mxc}: {exc}") from exc
-        suffix = Path(name or "").suffix
-        if not 0 < len(suffix) <= 8:
-            suffix = mimetypes.guess_extension((mime or "").split(";")[0].strip()) or ""
-        target = self._media_dir / f"{hashlib.sha256(data).hexdigest()[:32]}{suffix}"
+        target = self._media_dir / f"{hashlib.sha256(data).hexdigest()[:32]}{file_suffix(name, mime)}"
 
         def write() -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -755,11 +765,7 @@ class MatrixAdapter(Adapter):
     async def _media_content(self, part: MediaPart, deadline: float) -> tuple[str, dict[str, Any]]:
         element = part.element
         mime = element.guess_mime()
-        name = (
-            element.name
-            or (Path(element.path).name if element.path else None)
-            or f"{element.type}{mimetypes.guess_extension(mime) or ''}"
-        )
+        name = upload_name(element)
         info: dict[str, Any] = {"mimetype": mime}
         if element.source == "url":  # mxc:// (plan_events sends other URLs as links)
             url = str(element.url)

@@ -9,17 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.chat.message_elements import (
-    At,
-    BaseMessageElement,
-    File,
-    Image,
-    Record,
-    Reply,
-    Sticker,
-    Text,
-    Video,
-)
+from core.chat.message_elements import At, BaseMessageElement, File, Image, Record, Reply, Sticker, Text, Video
 
 __all__ = [
     "MEDIA_MSGTYPES",

@@ -9,15 +9,6 @@ with entities and hookchat's elements. Needs the `telegram` extra: `pip install 
 See docs/adapters.md ("Telegram") for every option and how to set the bot up with @BotFather.
 """
 
-from core.adapter import AdapterError
-
-try:
-    import aiogram  # noqa: F401
-except ImportError as exc:  # the optional extra is not installed
-    raise AdapterError(
-        "the telegram adapter needs aiogram, which is not installed: pip install 'hookchat[telegram]'"
-    ) from exc
-
 from core.adapter.telegram._adapter import CAPABILITIES, SECRET_HEADER, TelegramAdapter
 from core.adapter.telegram._convert import TEXT_LIMIT, entities_to_elements, split_text, to_outgoing, utf16_len
 from core.adapter.telegram._options import TelegramOptions

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import mimetypes
 import random
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,7 +36,8 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from core.adapter import Adapter, AdapterError, AdapterHost, options_error
-from core.adapter.telegram._convert import MediaElement, Outgoing, entities_to_elements, to_outgoing
+from core.adapter.media import MediaElement, file_suffix, upload_name
+from core.adapter.telegram._convert import Outgoing, entities_to_elements, to_outgoing
 from core.adapter.telegram._options import LOOPBACK_HOSTS, TelegramOptions
 from core.chat.message_elements import BaseMessageElement, File, Image, MediaError, Record, Reply, Sticker, Video
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
@@ -462,10 +462,7 @@ class TelegramAdapter(Adapter):
         the file's name or MIME type. Only letters, digits, `_` and `-` of the id and a short alphanumeric suffix
         are used, so no name a sender chooses can point elsewhere."""
         safe_id = re.sub(r"[^A-Za-z0-9_-]", "_", unique_id)[:64] or "file"
-        suffix = Path(name).suffix if name else ""
-        if not re.fullmatch(r"\.[A-Za-z0-9]{1,8}", suffix):
-            suffix = mimetypes.guess_extension(mime or "") or ""
-        return get_data_path() / "telegram" / self.name / f"{safe_id}{suffix}"
+        return get_data_path() / "telegram" / self.name / f"{safe_id}{file_suffix(name, mime)}"
 
     # -- outgoing -------------------------------------------------------------------------------------------------
 
@@ -510,7 +507,7 @@ class TelegramAdapter(Adapter):
             return await self.bot.send_message(chat_id, out.text, entities=entities, reply_parameters=reply)
         assert out.media is not None
         return await self._senders[out.method](
-            chat_id=chat_id, reply_parameters=reply, **{out.method: await _input_file(out.media, out.method)}
+            chat_id=chat_id, reply_parameters=reply, **{out.method: await _input_file(out.media)}
         )
 
     def typing(self, session: Session) -> AbstractAsyncContextManager[None]:
@@ -569,16 +566,12 @@ class TelegramAdapter(Adapter):
             raise failures[0]
 
 
-async def _input_file(media: MediaElement, method: str) -> Any:
+async def _input_file(media: MediaElement) -> Any:
     """What the Bot API takes for a media element: a file to upload (path or bytes) or a URL Telegram fetches."""
-    name = media.name or (Path(media.path).name if media.path else None)
     if media.path:
-        return FSInputFile(media.path, filename=name)
+        return FSInputFile(media.path, filename=upload_name(media))
     if media.source in ("base64", "data_url"):
-        data = await media.get_bytes()
-        return BufferedInputFile(
-            data, filename=name or f"{method}{mimetypes.guess_extension(media.guess_mime()) or ''}"
-        )
+        return BufferedInputFile(await media.get_bytes(), filename=upload_name(media))
     if media.url:
         return media.url
     raise MediaError(f"{media.type} has nothing to send (no url, path or base64)")

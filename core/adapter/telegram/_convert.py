@@ -8,19 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.chat.message_elements import (
-    At,
-    BaseMessageElement,
-    File,
-    Image,
-    Record,
-    Reply,
-    Sticker,
-    Text,
-    Video,
-)
-
-MediaElement = Image | Sticker | Record | File | Video
+from core.adapter.media import MediaElement
+from core.chat.message_elements import At, BaseMessageElement, File, Image, Record, Reply, Sticker, Text, Video
 
 __all__ = ["TEXT_LIMIT", "MediaElement", "Outgoing", "entities_to_elements", "to_outgoing", "utf16_len", "split_text"]
 

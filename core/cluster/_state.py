@@ -48,12 +48,11 @@ async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
 
 
 async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision: int) -> int | None:
-    """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`. The new revision (0 after
-    a deletion, whose revision the server does not return); None if the key had moved on."""
+    """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`. The new revision (that of
+    the deletion marker after a deletion); None if the key had moved on."""
     try:
         if value is None:
-            await kv.delete(key, last=revision)
-            return 0
+            return await _delete(kv, key, revision)
         data = json.dumps(value, ensure_ascii=False).encode()
         return await (kv.update(key, data, last=revision) if revision else kv.create(key, data))
     except nats.js.errors.KeyWrongLastSequenceError:
@@ -62,6 +61,16 @@ async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision:
         if exc.err_code == _WRONG_LAST_SEQUENCE:
             return None
         raise
+
+
+async def _delete(kv: KeyValue, key: str, revision: int) -> int:
+    """`kv.delete(key, last=revision)`, returning the deletion marker's revision (nats-py's `delete` drops it), so
+    the next write to the key needs no read first."""
+    headers = {"KV-Operation": "DEL"}
+    if revision:
+        headers["Nats-Expected-Last-Subject-Sequence"] = str(revision)
+    ack = await kv._js.publish(f"{kv._pre}{key}", headers=headers)
+    return ack.seq
 
 
 _Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
@@ -117,10 +126,7 @@ class _OwnedValues:
                 self._values.pop(slot, None)
                 await asyncio.sleep(0)
                 continue
-            if written:
-                self._keep(slot, sid, new, written)
-            else:  # deleted: the server does not say at which revision
-                self._values.pop(slot, None)
+            self._keep(slot, sid, new, written)
             return new
         raise HistoryError(f"{what}: gave up after {_CAS_TRIES} concurrent writers")
 

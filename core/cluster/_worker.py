@@ -40,6 +40,7 @@ from core.utils.tasks import TaskOwner
 __all__ = ["Worker", "RemoteAdapter", "owner_of"]
 
 _SWEEP_EVERY = 8  # heartbeats between sweeps for stranded parked messages
+_TIDY_EVERY = 4  # heartbeats between removals of answered messages from the parked buffers (a lease's time)
 
 
 class Worker:
@@ -120,6 +121,8 @@ class Worker:
         await self._tasks.aclose()
         await self.leases.release_all()
         await self.app.aclose()
+        with contextlib.suppress(HistoryError, *NATS_ERRORS):
+            await self.history.tidy()
         await self.held.let_all_go()
         if self.bus.members is not None:
             with contextlib.suppress(*NATS_ERRORS):
@@ -156,6 +159,8 @@ class Worker:
             beats += 1
             try:
                 await self._heartbeat()
+                if beats % _TIDY_EVERY == 0:
+                    await self.history.tidy()
                 if beats % _SWEEP_EVERY == 0:
                     await self.recovery.sweep(self.partitions, lambda p: p in self.leases.consuming())
             except (HistoryError, *NATS_ERRORS) as exc:

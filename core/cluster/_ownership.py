@@ -260,12 +260,14 @@ class Leases:
         if lease is None or lease.phase is not Phase.CONSUMING:
             return
         lease.enter(Phase.STOPPING)
-        lease.loop.cancel()  # as well as the stop event: Python 3.11's `wait_for` (in nats-py's fetch) can swallow it
         self._tasks.spawn(self._stop(lease), name=f"lost-{partition}")
         logger.warning("cluster: worker %s lost partition %d (its lease expired)", self.name, partition)
 
     async def _stop(self, lease: Lease) -> None:
         try:
+            # Cancelled here, not in `lose`, which the loop itself may be calling; and as well as the stop event:
+            # Python 3.11's `wait_for` (in nats-py's fetch) can swallow a cancellation.
+            lease.loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await lease.loop
             await self._wind_down(lease.partition)

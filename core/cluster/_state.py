@@ -48,12 +48,11 @@ async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
 
 
 async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision: int) -> int | None:
-    """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`. The new revision (0 after
-    a deletion, whose revision the server does not return); None if the key had moved on."""
+    """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`. The new revision (that of
+    the deletion marker after a deletion); None if the key had moved on."""
     try:
         if value is None:
-            await kv.delete(key, last=revision)
-            return 0
+            return await _delete(kv, key, revision)
         data = json.dumps(value, ensure_ascii=False).encode()
         return await (kv.update(key, data, last=revision) if revision else kv.create(key, data))
     except nats.js.errors.KeyWrongLastSequenceError:
@@ -62,6 +61,16 @@ async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision:
         if exc.err_code == _WRONG_LAST_SEQUENCE:
             return None
         raise
+
+
+async def _delete(kv: KeyValue, key: str, revision: int) -> int:
+    """`kv.delete(key, last=revision)`, returning the deletion marker's revision (nats-py's `delete` drops it), so
+    the next write to the key needs no read first."""
+    headers = {"KV-Operation": "DEL"}
+    if revision:
+        headers["Nats-Expected-Last-Subject-Sequence"] = str(revision)
+    ack = await kv._js.publish(f"{kv._pre}{key}", headers=headers)
+    return ack.seq
 
 
 _Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
@@ -117,10 +126,7 @@ class _OwnedValues:
                 self._values.pop(slot, None)
                 await asyncio.sleep(0)
                 continue
-            if written:
-                self._keep(slot, sid, new, written)
-            else:  # deleted: the server does not say at which revision
-                self._values.pop(slot, None)
+            self._keep(slot, sid, new, written)
             return new
         raise HistoryError(f"{what}: gave up after {_CAS_TRIES} concurrent writers")
 
@@ -169,6 +175,7 @@ class ClusterHistory:
         self.keep = bus.config.history_turns
         self._done = done
         self._parked: dict[str, str] = {}  # id of a parked message -> its session
+        self._answered: dict[str, set[str]] = {}  # session -> ids answered by a stored turn, still parked (`tidy`)
 
     @property
     def _kv(self) -> KeyValue:
@@ -269,14 +276,18 @@ class ClusterHistory:
 
         what = f"storing a turn of {sid}"
         await self.patiently(sid, what, lambda: self._values.change(self._kv, encode_key(sid), sid, change, what))
-        await self._finish(done)
+        await self._finish(done, stored=True)
         return number
 
     def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
         """The messages `ids` are answered without a turn (discarded, stopped): unpark and acknowledge them."""
-        return asyncio.ensure_future(self._finish(ids)) if ids else None
+        return asyncio.ensure_future(self._finish(ids, stored=False)) if ids else None
 
-    async def _finish(self, ids: Sequence[str]) -> None:
+    async def _finish(self, ids: Sequence[str], *, stored: bool) -> None:
+        """Unpark and acknowledge the answered messages `ids`. Those of a `stored` turn are in the session's
+        history as answered, which every reader of the parked buffers checks: they leave the buffers with the
+        session's next write there (`intend`) or at the next `tidy`, saving a write per turn. Messages dropped
+        without a turn are recorded nowhere else, so they are unparked before they are acknowledged."""
         if self.abandoned.intersection(ids):  # not answered: left parked and held, to be retried
             self.abandoned.difference_update(ids)
             return
@@ -286,8 +297,19 @@ class ClusterHistory:
             if sid is not None:
                 by_session.setdefault(sid, []).append(i)
         for sid, parked in by_session.items():
-            await self.unpark(sid, parked)
+            if stored:
+                self._answered.setdefault(sid, set()).update(parked)
+            else:
+                await self.unpark(sid, parked)
         await self._done(ids)
+
+    async def tidy(self) -> None:
+        """Take out of the parked buffers the answered messages that `append_turn` left there (the worker calls
+        this each heartbeat): a session's parked buffer holds answered messages for at most that long."""
+        answered, self._answered = self._answered, {}
+        for sid, ids in answered.items():
+            if self._owns(sid):  # otherwise the partition's next owner finds them answered and removes them
+                await self.unpark(sid, list(ids))
 
     def record_received(self, sid: str, message: dict[str, Any], received_at: float | None = None) -> str:
         """Never used on a worker (JetStream holds each message until it is answered)."""
@@ -358,21 +380,25 @@ class ClusterHistory:
         assert buffers is not None
         for message_id in ids:
             self._parked[message_id] = sid
+        answered = self._answered.pop(sid, set())  # earlier turns' messages leave with this write
 
         def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
             value = value or {"messages": [], "turns": []}
-            have = {e["id"] for e in value["messages"]}
+            kept = [e for e in value["messages"] if e["id"] not in answered]
+            have = {e["id"] for e in kept}
             added = [{"id": i, "data": d} for i, d in unparked.items() if i not in have]
-            turns = value.get("turns", [])
-            if list(ids) in turns and not added:
+            left = have | unparked.keys()
+            turns = [t for t in value.get("turns", []) if left.intersection(t)]
+            if list(ids) in turns and not added and len(kept) == len(value["messages"]):
                 return value
-            return {
-                "messages": [*value["messages"], *added],
-                "turns": turns if list(ids) in turns else [*turns, list(ids)],
-            }
+            return {"messages": [*kept, *added], "turns": turns if list(ids) in turns else [*turns, list(ids)]}
 
         what = f"beginning a turn of {sid}"
-        await self.patiently(sid, what, lambda: self._fenced(sid, what, buffers, change))
+        try:
+            await self.patiently(sid, what, lambda: self._fenced(sid, what, buffers, change))
+        except BaseException:
+            self._answered.setdefault(sid, set()).update(answered)  # for `tidy`
+            raise
 
     async def unpark(self, sid: str, ids: Sequence[str]) -> None:
         """Take answered messages out of the session's parked buffer."""
@@ -437,6 +463,8 @@ class ClusterHistory:
         """This worker no longer owns these sessions: their parked messages are the next owner's to answer."""
         for message_id in [i for i, s in self._parked.items() if s in sids]:
             del self._parked[message_id]
+        for sid in sids:
+            self._answered.pop(sid, None)
 
 
 class ClusterPluginStore:

@@ -29,8 +29,8 @@ async def history(nats_server):
 
 async def test_a_buffer_emptied_by_a_turn_takes_the_next_parked_message(history):
     await history.park("s", "m1", {"n": 1})
-    await history.append_turn("s", [ChatMessage("user", "1")], done=["m1"])  # unparks m1: the key is deleted
-    assert await history.parked_of("s") is None
+    await history.append_turn("s", [ChatMessage("user", "1")], done=["m1"])  # m1 answered, left parked for now
+    assert await history.parked_of("s") is None  # answered: not parked, and taken out (the key is deleted)
     await history.park("s", "m2", {"n": 2})  # a conditional update on the deletion marker
     assert await history.parked_of("s") == ([], {"m2": {"n": 2}})
     assert await history.seen("s", "m1") and await history.seen("s", "m2")
@@ -71,3 +71,20 @@ async def test_a_worker_that_remembers_a_value_still_sees_another_workers_write(
     finally:
         await other_bus.close()
     assert [t.messages[0].content for t in await history.list_turns("s")] == ["1", "2", "3"]
+
+
+async def test_answered_messages_leave_the_parked_buffer_with_the_sessions_next_batch_or_at_tidy(history):
+    # A stored turn leaves its messages in the buffers bucket (its history says they are answered) and saves a
+    # write: the session's next batch takes them out, and `tidy` (each lease, on a worker) the rest.
+    buffers, key = history.bus.buffers, history._buffer_key("s")
+    await history.intend("s", ["m1"], {"m1": {"n": 1}})
+    await history.append_turn("s", [ChatMessage("user", "1")], done=["m1"])
+    await history.intend("s", ["m2"], {"m2": {"n": 2}})
+    value, _ = await _read(buffers, key)
+    assert value == {"messages": [{"id": "m2", "data": {"n": 2}}], "turns": [["m2"]]}
+    await history.append_turn("s", [ChatMessage("user", "2")], done=["m2"])
+    assert await history.seen("s", "m2") and await history.parked_of("s") is None
+    await history.intend("s", ["m3"], {"m3": {"n": 3}})
+    await history.append_turn("s", [ChatMessage("user", "3")], done=["m3"])
+    await history.tidy()
+    assert (await _read(buffers, key))[0] is None

@@ -251,7 +251,7 @@ class Bus:
         data: dict[str, Any] | bytes,
         msg_id: str,
         headers: dict[str, str] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - nats-py's publish bounds its own wait
+        timeout: float | None = None,  # nats-py's publish bounds its own wait
     ) -> None:
         """Publish `data` (a dict is sent as JSON) to JetStream and wait, at most `timeout` seconds (default 5),
         for the stream to hold it; the stream drops a second message with the same `msg_id` within

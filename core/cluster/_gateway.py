@@ -156,11 +156,12 @@ class Gateway:
     async def _tell_refused(self, item: Outgoing, reason: str) -> None:
         """The stream refused a message for good: its sender is told (`[limits] refused_notice`)."""
         message = message_from_wire(json.loads(item.payload)["message"])
-        adapter = self.adapters.get(message.session.adapter_name)
-        if adapter is None:
+        session = message.session
+        adapter = self.adapters.get(session.adapter_name) if session is not None else None
+        if session is None or adapter is None:
             return
         text = self.config.limits.refused_notice.format(message=message.chain.message_repr[:80], reason=reason)
-        result = await adapter.send(message.session, MessageChain([Text(text)]))
+        result = await adapter.send(session, MessageChain([Text(text)]))
         if not result.ok:
             logger.warning("cluster: the sender of a refused message of %s was not told: %s", item.sid, result.error)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -153,9 +152,8 @@ class Outbox:
 
     async def aclose(self, grace: float = 5.0) -> None:
         """Let the publishes in flight finish for up to `grace` seconds, spool the rest, and close the spool."""
-        deadline = time.monotonic() + grace
-        while self._lanes and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        if self._lanes:
+            await asyncio.wait([task for _, task in self._lanes.values()], timeout=grace)
         for _, task in list(self._lanes.values()):
             task.cancel()  # its messages go to the spool
         await asyncio.gather(*(t for _, t in list(self._lanes.values())), return_exceptions=True)

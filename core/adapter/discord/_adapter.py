@@ -47,6 +47,16 @@ INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, me
 _OWN_IDS = 1000  # ids of messages the bot sent, to tell a reply to the bot when Discord did not resolve it
 _TYPING_EVERY = 8.0  # seconds; Discord shows "typing" for 10 s after each trigger
 _TYPING_AFTER = 0.5  # seconds of model work before "typing..." is shown: a quick answer needs no indicator
+#: The channels the bot sends to and deletes in: a guild's text, voice or stage channel, a thread, a DM (each has an
+#: id and `get_partial_message`; a group DM, which a bot cannot join, has no `get_partial_message`).
+_Channel = (
+    discord.TextChannel
+    | discord.VoiceChannel
+    | discord.StageChannel
+    | discord.Thread
+    | discord.DMChannel
+    | discord.PartialMessageable
+)
 
 
 class DiscordAdapter(Adapter):
@@ -254,11 +264,11 @@ class DiscordAdapter(Adapter):
 
     # -- outgoing -------------------------------------------------------------------------------------------------
 
-    async def _channel(self, session: Session) -> discord.abc.Messageable:
+    async def _channel(self, session: Session) -> _Channel:
         target = int(session.session_id)
         if session.is_group:
             channel = self.client.get_channel(target) or await self.client.fetch_channel(target)
-            if not isinstance(channel, discord.abc.Messageable):
+            if not isinstance(channel, _Channel):
                 raise AdapterError(f"channel {target} is not one messages can be sent to")
             return channel
         user = self.client.get_user(target) or await self.client.fetch_user(target)
@@ -291,7 +301,7 @@ class DiscordAdapter(Adapter):
             )
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0], message_ids=tuple(ids))
 
-    async def _send_kwargs(self, channel: discord.abc.Messageable, part: Part) -> dict[str, Any]:
+    async def _send_kwargs(self, channel: _Channel, part: Part) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"nonce": next(self._nonces)}
         if part.content:
             kwargs["content"] = part.content
@@ -300,9 +310,8 @@ class DiscordAdapter(Adapter):
         if part.embeds:
             kwargs["embeds"] = [_embed(e) for e in part.embeds]
         if part.reply_to is not None:
-            channel_id = getattr(channel, "id", None)
             kwargs["reference"] = discord.MessageReference(
-                message_id=part.reply_to, channel_id=channel_id, fail_if_not_exists=False
+                message_id=part.reply_to, channel_id=channel.id, fail_if_not_exists=False
             )
         return kwargs
 
@@ -323,7 +332,7 @@ class DiscordAdapter(Adapter):
         failures: list[discord.HTTPException] = []
         for message_id in ids:
             try:
-                await channel.get_partial_message(int(message_id)).delete()  # type: ignore[attr-defined]
+                await channel.get_partial_message(int(message_id)).delete()
             except discord.HTTPException as exc:
                 failures.append(exc)
         if failures:

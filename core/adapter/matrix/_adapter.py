@@ -19,10 +19,10 @@ import io
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import anyio
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 __all__ = ["MatrixAdapter", "MatrixError", "MatrixStats", "CAPABILITIES", "ENCRYPTION_REFUSAL"]
 
 logger = logging.getLogger("hookchat.adapter.matrix")
+_T = TypeVar("_T")
 
 #: What the adapter can send, and so which built-in tags the model is offered.
 CAPABILITIES = frozenset({"text", "at", "reply", "image", "file", "record", "video", "sticker"})
@@ -96,9 +97,15 @@ class MatrixStats:
     next_batch: str | None
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: a field of the homeserver's answer that is missing or of
+    another type reads as empty."""
+    return value if isinstance(value, dict) else {}
+
+
 def _events(section: Any) -> list[dict[str, Any]]:
     """The event dicts of a sync section (`{"events": [...]}`), skipping anything that is not one."""
-    events = section.get("events") if isinstance(section, dict) else None
+    events = _object(section).get("events")
     return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
 
 
@@ -141,7 +148,7 @@ class MatrixAdapter(Adapter):
             self._secret_kind, self._secret = self.settings.secret()
         except ValueError as exc:
             raise AdapterError(f"adapter {self.name!r} (matrix): {exc}") from None
-        self._nio = require_library("nio", "matrix", "matrix-nio")
+        require_library("nio", "matrix", "matrix-nio")  # a missing matrix-nio is an error of building the adapter
         self.client: nio.AsyncClient | None = None
         self._state = MatrixState(self.settings.homeserver, self.settings.user_id)
         self._state_path: Path | None = None
@@ -180,7 +187,8 @@ class MatrixAdapter(Adapter):
         self._state_path, self._media_dir = home / "state.json", home / "media"
         self._state = await load_state(self._state_path, s.homeserver, s.user_id)
         self._seen.update((event_id, None) for event_id in self._state.delivered)
-        nio = self._nio
+        import nio  # installed: __init__ required it
+
         config = nio.AsyncClientConfig(
             max_timeouts=0,
             max_limit_exceeded=5,
@@ -234,12 +242,14 @@ class MatrixAdapter(Adapter):
 
     async def _login(self) -> None:
         """Log in (password) or check the token (`whoami`); raises `AdapterError` when the homeserver refuses."""
-        nio, client, s = self._nio, self.client, self.settings
+        import nio  # installed: __init__ required it
+
+        client, s = self.client, self.settings
         assert client is not None
         where = f"adapter {self.name!r} (matrix)"
         if self._secret_kind == "password":
             response = await client.login(password=self._secret, device_name=s.device_name)
-            if not isinstance(response, nio.LoginResponse):
+            if isinstance(response, nio.LoginError):
                 raise AdapterError(
                     f"{where}: {s.homeserver} refused the password login of {s.user_id}: "
                     f"{response.message} ({response.status_code}); check password_env"
@@ -247,7 +257,7 @@ class MatrixAdapter(Adapter):
         else:
             client.access_token = self._secret
             response = await client.whoami()
-            if not isinstance(response, nio.WhoamiResponse):
+            if isinstance(response, nio.WhoamiError):
                 raise AdapterError(
                     f"{where}: {s.homeserver} refused the access token: {response.message} "
                     f"({response.status_code}); check access_token_env"
@@ -395,21 +405,19 @@ class MatrixAdapter(Adapter):
     async def _take(self, data: dict[str, Any]) -> None:
         """Queue a sync response's messages (waiting while the queue is full), then its token; keep each room's
         state; join the rooms the bot was invited to (when `auto_join`), and refuse the encrypted ones."""
-        rooms = data.get("rooms") if isinstance(data.get("rooms"), dict) else {}
-        invite, join, leave = (
-            rooms.get(k) if isinstance(rooms.get(k), dict) else {} for k in ("invite", "join", "leave")
-        )
+        rooms = _object(data.get("rooms"))
+        invite, join, leave = (_object(rooms.get(k)) for k in ("invite", "join", "leave"))
         for room_id in leave:
             self.rooms.pop(room_id, None)
         for room_id, info in invite.items():
-            await self._invited(room_id, info if isinstance(info, dict) else {})
+            await self._invited(room_id, _object(info))
         first_ever = self._state.next_batch is None and self._pending_token is None
         catching_up = self._syncs == 0  # the first sync of a restart: every room was joined before
         for room_id, info in join.items():
             if not isinstance(info, dict):
                 continue
             state = _events(info.get("state"))
-            timeline_info = info.get("timeline") if isinstance(info.get("timeline"), dict) else {}
+            timeline_info = _object(info.get("timeline"))
             timeline = _events(timeline_info)
             known = catching_up or room_id in self.rooms
             self.rooms.update_from(room_id, state + timeline)
@@ -448,14 +456,16 @@ class MatrixAdapter(Adapter):
                     "matrix %s: %s invited the bot to %s; not joining (auto_join is off)", self.name, inviter, room_id
                 )
             return
+        import nio  # installed: __init__ required it
+
         assert self.client is not None
         response = await self.client.join(room_id)
-        if isinstance(response, self._nio.JoinResponse):
-            logger.info("matrix %s: joined %s (invited by %s)", self.name, room_id, inviter)
-        else:
+        if isinstance(response, nio.JoinError):
             logger.warning(
                 "matrix %s: cannot join %s (invited by %s): %s", self.name, room_id, inviter, response.message
             )
+        else:
+            logger.info("matrix %s: joined %s (invited by %s)", self.name, room_id, inviter)
 
     async def _refuse_if_encrypted(self, room_id: str) -> None:
         room = self.rooms.get(room_id)
@@ -594,7 +604,7 @@ class MatrixAdapter(Adapter):
         kind = Sticker if msgtype == "m.sticker" else MEDIA_MSGTYPES[msgtype]
         body = content.get("body") if isinstance(content.get("body"), str) else ""
         filename = content.get("filename") if isinstance(content.get("filename"), str) else None
-        info = content.get("info") if isinstance(content.get("info"), dict) else {}
+        info = _object(content.get("info"))
         mime = info.get("mimetype") if isinstance(info.get("mimetype"), str) else None
         name = filename or body or None
         url = content.get("url")
@@ -667,12 +677,13 @@ class MatrixAdapter(Adapter):
         room_id = self._state.direct.get(session.session_id)
         if room_id is not None:
             return room_id
+        import nio  # installed: __init__ required it
+
         assert self.client is not None
-        nio = self._nio
         response = await self.client.room_create(
             is_direct=True, invite=[session.session_id], preset=nio.RoomPreset.trusted_private_chat
         )
-        if not isinstance(response, nio.RoomCreateResponse):
+        if isinstance(response, nio.RoomCreateError):
             raise MatrixError(
                 f"no direct chat with {session.session_id} yet, and creating one failed: {response.message}"
             )
@@ -724,7 +735,7 @@ class MatrixAdapter(Adapter):
                 f"({self.settings.offline_send_timeout:g} s)"
             ) from None
 
-    async def _retrying(self, what: str, call: Callable[[], Any], deadline: float) -> Any:
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[_T]], deadline: float) -> _T:
         """`await call()` again after transport failures (the homeserver restarting), with backoff, until
         `deadline`; the caller makes `call` idempotent (one transaction id)."""
         loop = asyncio.get_running_loop()
@@ -763,6 +774,8 @@ class MatrixAdapter(Adapter):
         return event_id
 
     async def _media_content(self, part: MediaPart, deadline: float) -> tuple[str, dict[str, Any]]:
+        import nio  # installed: __init__ required it
+
         element = part.element
         mime = element.guess_mime()
         name = upload_name(element)
@@ -783,7 +796,7 @@ class MatrixAdapter(Adapter):
                 lambda: client.upload(io.BytesIO(data), content_type=mime, filename=name, filesize=len(data)),
                 deadline,
             )
-            if not isinstance(response, self._nio.UploadResponse):
+            if isinstance(response, nio.UploadError):
                 raise MatrixError(f"the homeserver refused the upload of {name}: {response.message}")
             url = response.content_uri
         content: dict[str, Any] = {"body": name, "url": url, "info": info, "m.mentions": {}}
@@ -800,13 +813,15 @@ class MatrixAdapter(Adapter):
     async def recall(self, receipt: KiraIMSentResult) -> None:
         """Redact every event one send posted (`receipt.message_ids`, else its `message_id`). Every one is tried;
         then the first refusal is raised as `MatrixError`."""
+        import nio  # installed: __init__ required it
+
         ids = receipt.message_ids or ((receipt.message_id,) if receipt.message_id else ())
         room_id = await self._room_of(receipt.session)
         assert self.client is not None
         failures: list[str] = []
         for event_id in ids:
             response = await self.client.room_redact(room_id, event_id)
-            if not isinstance(response, self._nio.RoomRedactResponse):
+            if isinstance(response, nio.RoomRedactError):
                 failures.append(f"cannot redact {event_id}: {response.message} ({response.status_code})")
         if failures:
             raise MatrixError(failures[0])

@@ -31,7 +31,7 @@ MEDIA_MSGTYPES: dict[str, type[Image | File | Record | Video]] = {
     "m.audio": Record,
     "m.video": Video,
 }
-_MSGTYPE_OF: dict[type[BaseMessageElement], str] = {
+_MSGTYPE_OF: dict[type[Image | File | Record | Video | Sticker], str] = {
     Image: "m.image",
     File: "m.file",
     Record: "m.audio",
@@ -176,13 +176,12 @@ def plan_events(chain: Iterable[BaseMessageElement], names: dict[str, str] | Non
                 part.formatted += pill(uid, name)
                 part.has_html = True
                 part.user_ids.append(uid)
-        elif type(element) in _MSGTYPE_OF:
-            media = element  # type: ignore[assignment]
-            if media.source == "url" and not str(media.url).startswith("mxc://"):
-                add_text(str(media.url))
+        elif isinstance(element, Image | File | Record | Video | Sticker) and type(element) in _MSGTYPE_OF:
+            if element.source == "url" and not str(element.url).startswith("mxc://"):
+                add_text(str(element.url))
                 continue
             current = None
-            parts.append(MediaPart(media, _MSGTYPE_OF[type(element)]))  # type: ignore[arg-type]
+            parts.append(MediaPart(element, _MSGTYPE_OF[type(element)]))
         else:
             add_text(element.repr_text())
     parts = [p for p in parts if not isinstance(p, TextPart) or p.body.strip() or p.user_ids or p.room]

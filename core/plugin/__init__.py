@@ -8,7 +8,7 @@ Everything a plugin author imports lives here; the modules starting with `_` are
 from core.plugin._base import BasePlugin, Manifest, PluginContext
 from core.plugin._decorators import on, register, register_tool
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
-from core.plugin._events import EventType, Priority, custom_event_name, priority_name
+from core.plugin._events import EventType, Priority, UnknownEventError, custom_event_name, events_table, priority_name
 from core.plugin._ids import check_plugin_id, module_name_for
 from core.plugin._kira import KiraRuntime, NotSupportedHere, PluginConfig, wants_whole_output
 from core.plugin._loader import (
@@ -39,6 +39,7 @@ __all__ = [
     "PluginConfig",
     "check_plugin_id",
     "custom_event_name",
+    "events_table",
     "module_name_for",
     "Manifest",
     "OwnedRegistry",
@@ -61,5 +62,6 @@ __all__ = [
     "register",
     "register_tool",
     "signals",
+    "UnknownEventError",
     "wants_whole_output",
 ]

@@ -210,10 +210,9 @@ def _decorator_for(event: EventType) -> Callable[..., Callable[[F], F]]:
     return decorator
 
 
-for _event in EventType:
-    if _event is not EventType.CUSTOM_EVENT:
-        setattr(_On, _event.value, _decorator_for(_event))
-del _event
+for _name, _row in EventType.__members__.items():
+    if _row is not EventType.CUSTOM_EVENT:
+        setattr(_On, _row.value, _decorator_for(_row))
 
 #: The hook decorators: `@on.im_message()`, `@on.llm_request(priority=Priority.HIGH)`, ...
 on = _On()

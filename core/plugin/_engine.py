@@ -317,9 +317,10 @@ class HookEngine(pluggy.PluginManager):
                         await entry.fn(event, *args)
                     except BaseException as exc:
                         await self._failed(entry, exc, event, task, record)
-            if event.is_stopped and event.stopped_by is None and record.entry is not outer:
+            last = record.entry
+            if event.is_stopped and event.stopped_by is None and last is not outer and last is not None:
                 # The hook that ran last stopped it (a stopped event ends the chain right after its hook).
-                event.stopped_by = f"{record.entry.plugin_id}.{record.entry.hook_name}"
+                event.stopped_by = f"{last.plugin_id}.{last.hook_name}"
         finally:
             record.entry = outer
             record.seq += 1
@@ -473,7 +474,7 @@ class HookEngine(pluggy.PluginManager):
         self.faulty[plugin_id] = reason
         self._chains = {}
 
-    def _mark_faulty(self, entry: HookEntry, task: asyncio.Task[Any]) -> None:
+    def _mark_faulty(self, entry: HookEntry, task: asyncio.Task[Any] | None) -> None:
         """A hook swallowed the cancellation of its deadline and still runs a deadline later: say so, run its
         plugin's hooks no more, and tell the owner of the blocked task (`hook_stuck`), which abandons it: a turn
         scheduler hands the session to a new worker; the task stays blocked in the hook until it returns, and

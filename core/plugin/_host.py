@@ -25,9 +25,11 @@ class KiraRuntime(Protocol):
     @property
     def config(self) -> Mapping[str, Any]:
         """The application's config in KiraAI's shape (`bot_config`, `locale`, `models`, `providers`, ...)."""
+        ...
 
     def manager(self, name: str) -> object:
         """The facade for one of `core.plugin._kira.MANAGER_NAMES`."""
+        ...
 
 
 class PluginManagerView(Protocol):
@@ -45,24 +47,32 @@ class PluginManagerView(Protocol):
 
     def source(self, plugin_id: str) -> PluginSource | None:
         """Where the plugin comes from, or None when unknown."""
+        ...
 
     def get_plugin(self, plugin_id: str) -> Any:
         """The loaded plugin instance, or None (plugins are any class: their type is theirs)."""
+        ...
 
     def loaded_ids(self) -> list[str]:
         """The ids of loaded plugins."""
+        ...
 
     def status(self, plugin_id: str) -> PluginStatus | None:
         """One plugin's status, or None when unknown."""
+        ...
 
     def statuses(self) -> list[PluginStatus]:
         """Every known plugin's status."""
+        ...
 
     async def enable(self, plugin_id: str) -> PluginStatus:
         """Load a disabled (or failed) plugin."""
+        ...
 
     async def disable(self, plugin_id: str) -> None:
         """Stop a plugin but keep it known."""
+        ...
 
     async def configure(self, plugin_id: str, values: dict[str, Any]) -> PluginStatus:
         """Make `values` the plugin's settings (checked against its schema) and reload it if loaded."""
+        ...

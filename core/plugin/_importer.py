@@ -109,11 +109,9 @@ def _free_package_name(plugin_id: str) -> str:
     """`hookchat_plugins.<module name>`, or the same under `hookchat_plugins_2`, `_3`, ... when that name is
     taken (by the running version of the plugin, or by an abandoned import); the root module is made if needed."""
     name = module_name_for(plugin_id)
-    for n in itertools.count(1):
-        root = _MODULE_ROOT if n == 1 else f"{_MODULE_ROOT}_{n}"
-        package = f"{root}.{name}"
-        if package not in sys.modules and package not in _ABANDONED:
-            break
+    roots = (_MODULE_ROOT if n == 1 else f"{_MODULE_ROOT}_{n}" for n in itertools.count(1))
+    root = next(r for r in roots if f"{r}.{name}" not in sys.modules and f"{r}.{name}" not in _ABANDONED)
+    package = f"{root}.{name}"
     if root not in sys.modules:
         module = types.ModuleType(root)
         module.__path__ = []

@@ -65,7 +65,7 @@ class PageMenu:
         return f"PageMenu({self.label!r}, icon={self.icon!r}, order={self.order})"
 
 
-class PluginPageSource(str, enum.Enum):
+class PluginPageSource(enum.StrEnum):
     """Where a page's content comes from."""
 
     FOLDER = "folder"

@@ -5,17 +5,17 @@
 Everything a plugin author imports lives here; the modules starting with `_` are internals with one job each.
 """
 
-from core.plugin._base import BasePlugin, Manifest, PluginContext
+from core.plugin._base import BasePlugin, PluginContext
 from core.plugin._decorators import on, register, register_tool
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
-from core.plugin._events import EventType, Priority, custom_event_name, priority_name
+from core.plugin._events import EventType, Priority, UnknownEventError, custom_event_name, events_table, priority_name
+from core.plugin._host import KiraRuntime
 from core.plugin._ids import check_plugin_id, module_name_for
 from core.plugin._kira import (
     KiraAdapter,
     KiraAdapterManager,
     KiraEventBus,
     KiraMessageProcessor,
-    KiraRuntime,
     KiraSessionBuffer,
     KiraSessionBuffers,
     NotSupportedHere,
@@ -30,6 +30,7 @@ from core.plugin._loader import (
     PluginSource,
     PluginStatus,
 )
+from core.plugin._source import Manifest
 from core.plugin._web import PageMenu, PluginPage, PluginPageSource, WebDeclaration, web_declarations
 from core.services import PluginConfigError
 from core.utils import signals
@@ -56,6 +57,7 @@ __all__ = [
     "PluginConfig",
     "check_plugin_id",
     "custom_event_name",
+    "events_table",
     "module_name_for",
     "Manifest",
     "OwnedRegistry",
@@ -78,5 +80,6 @@ __all__ = [
     "register",
     "register_tool",
     "signals",
+    "UnknownEventError",
     "wants_whole_output",
 ]

@@ -1,18 +1,17 @@
-"""What a plugin is: its `Manifest`, the `PluginContext` the framework hands it, and the `BasePlugin` class."""
+"""What a plugin is: the `PluginContext` the framework hands it, and the `BasePlugin` class."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel, ConfigDict, field_validator
+from typing import Any
 
 from core.chat import KiraCustomEvent
 from core.plugin._events import custom_event_name
-from core.plugin._ids import check_plugin_id
+from core.plugin._host import PluginManagerView
 from core.plugin._kira import KiraContextMixin, PluginConfig
+from core.plugin._source import Manifest
 from core.services import (
     PluginContextServicesMixin,
     PluginHost,
@@ -24,28 +23,7 @@ from core.services import (
 from core.tag import MediaPolicy
 from core.utils.tasks import SHUTDOWN_GRACE, TaskOwner, must_propagate
 
-if TYPE_CHECKING:  # the loader builds contexts, so it imports this module
-    from core.plugin._loader import PluginLoader
-
-__all__ = ["Manifest", "PluginContext", "BasePlugin"]
-
-
-class Manifest(BaseModel):
-    """`manifest.json` of a plugin. `core_version` is a PEP 440 specifier checked against the framework version."""
-
-    model_config = ConfigDict(extra="allow")
-
-    plugin_id: str
-    display_name: str = ""
-    version: str = "0.0.0"
-    author: str = ""
-    description: str = ""
-    core_version: str = ""
-
-    @field_validator("plugin_id")
-    @classmethod
-    def _usable_id(cls, value: str) -> str:
-        return check_plugin_id(value)
+__all__ = ["PluginContext", "BasePlugin"]
 
 
 class PluginContext(PluginContextServicesMixin, KiraContextMixin):
@@ -66,7 +44,7 @@ class PluginContext(PluginContextServicesMixin, KiraContextMixin):
         plugin_dir: Path | None = None,
         data_dir: Path | None = None,
         config: dict[str, Any] | None = None,
-        manager: PluginLoader | None = None,
+        manager: PluginManagerView | None = None,
     ) -> None:
         self.plugin_id = plugin_id
         self.manifest = manifest or Manifest(plugin_id=plugin_id)

@@ -13,7 +13,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pluggy
 
@@ -27,6 +27,7 @@ from core.utils.tool_utils import validate_tool_rules
 __all__ = [
     "PROJECT",
     "hookimpl",
+    "HookDecorator",
     "HookMeta",
     "TagMeta",
     "on",
@@ -166,75 +167,26 @@ def _with_chain(fn: Callable[..., Any]) -> Callable[..., Any]:
     return chain_and_result
 
 
+class HookDecorator(Protocol):
+    """`on.<event>`: called with `priority` and `deadline`, it gives the decorator that marks a hook."""
+
+    def __call__(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
+        """The decorator marking an `async def` method as a hook of this event."""
+        ...
+
+
 class _On:
     """`on.<event>(priority=Priority.MEDIUM, deadline=None)`: mark an `async def` method as a hook for that event.
 
-    Higher priority runs first; `deadline` (seconds) overrides the engine's default hook deadline.
+    There is one such method per row of `EventType` (made below, from the table), plus `custom_event`. Higher
+    priority runs first; `deadline` (seconds) overrides the engine's default hook deadline.
     """
 
-    def im_message(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """An IM message arrived (earliest stage): `(event: KiraMessageEvent)`; choose the strategy here."""
-        return _hook(EventType.IM_MESSAGE.value, priority, deadline)
-
-    def message_buffered(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """A message entered its session buffer: `(event: KiraMessageEvent)`."""
-        return _hook(EventType.MESSAGE_BUFFERED.value, priority, deadline)
-
-    def im_batch_message(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """Messages were merged into a turn: `(event: KiraMessageBatchEvent)`."""
-        return _hook(EventType.IM_BATCH_MESSAGE.value, priority, deadline)
-
-    def llm_request(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """Before each model call: `(event, req: LLMRequest, tag_set: TagSet)`; inject prompts, tools and tags."""
-        return _hook(EventType.LLM_REQUEST.value, priority, deadline)
-
-    def llm_response(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """After the model answered: `(event, resp: LLMResponse)`."""
-        return _hook(EventType.LLM_RESPONSE.value, priority, deadline)
-
-    def after_xml_parse(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """Once per parsed outgoing message, before it is sent: `(event, chain: MessageChain)`, mutable.
-
-        A hook written for KiraAI's runtime, `(event, chains: list[MessageChain], ...)`, instead gets the step's
-        whole output at once as `MessageChains`; which form a hook takes is read off its signature (see
-        docs/kira-compat.md).
-        """
-        return _hook(EventType.AFTER_XML_PARSE.value, priority, deadline)
-
-    def tool_result(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """After each tool call returned: `(event, result: ToolResult)`."""
-        return _hook(EventType.TOOL_RESULT.value, priority, deadline)
-
-    def step_result(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """After each agent step: `(event, resp: LLMResponse)`; `resp.step` holds what the step sent."""
-        return _hook(EventType.STEP_RESULT.value, priority, deadline)
-
-    def final_result(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """Exactly once per turn, at its end: `(event, chain: MessageChain)`, everything the turn sent."""
-        return _hook(EventType.FINAL_RESULT.value, priority, deadline)
-
-    def message_sent(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """After the adapter sent a message: `(event, result: KiraIMSentResult)`; a hook written for KiraAI's
-        runtime, `(event, chain, result)`, gets that (read off its signature; see docs/kira-compat.md)."""
-        return _hook(EventType.MESSAGE_SENT.value, priority, deadline)
-
-    def loaded(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """After plugins were loaded (app start, or this plugin enabled): `(event: KiraLifecycleEvent)`."""
-        return _hook(EventType.LOADED.value, priority, deadline)
-
-    def shutdown(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """Before the app stops: `(event: KiraLifecycleEvent)`."""
-        return _hook(EventType.SHUTDOWN.value, priority, deadline)
-
-    def exception(self, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
-        """A hook, tag handler or pipeline stage failed: `(event: KiraExceptionEvent)`."""
-        return _hook(EventType.EXCEPTION.value, priority, deadline)
-
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> HookDecorator:
         """A misspelt event (`@on.im_mesage()`) fails at import with the events there are and the nearest one."""
         if name.startswith("__"):
             raise AttributeError(name)
-        events = [e.value for e in EventType]
+        events = [e.value for e in EventType if e is not EventType.CUSTOM_EVENT]
         near = difflib.get_close_matches(name, events, n=1)
         hint = f"did you mean on.{near[0]}? " if near else ""
         raise AttributeError(f"there is no hook event on.{name}: {hint}(events: {', '.join(events)})")
@@ -245,6 +197,22 @@ class _On:
             raise ValueError("custom_event needs a non-empty event_name")
         return _hook(custom_event_name(event_name), priority, deadline)
 
+
+def _decorator_for(event: EventType) -> Callable[..., Callable[[F], F]]:
+    """The `on.<event>` method of one row of `EventType`, its docstring read off the row."""
+
+    def decorator(self: _On, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
+        return _hook(event.value, priority, deadline)
+
+    decorator.__name__ = event.value
+    decorator.__qualname__ = f"_On.{event.value}"
+    decorator.__doc__ = f"{event.when[:1].upper()}{event.when[1:]}: `{event.signature}`."
+    return decorator
+
+
+for _name, _row in EventType.__members__.items():
+    if _row is not EventType.CUSTOM_EVENT:
+        setattr(_On, _row.value, _decorator_for(_row))
 
 #: The hook decorators: `@on.im_message()`, `@on.llm_request(priority=Priority.HIGH)`, ...
 on = _On()

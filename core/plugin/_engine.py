@@ -28,7 +28,7 @@ import pluggy
 
 from core.chat import KiraExceptionEvent
 from core.plugin._decorators import HOOK_ATTR, PROJECT, HookMeta
-from core.plugin._events import EventType, event_arguments, pipeline_order
+from core.plugin._events import EventType, check_event_name, event_arguments, pipeline_order
 from core.trace import Tracer, clock
 from core.utils.declarations import declared
 from core.utils.log import logger
@@ -195,7 +195,8 @@ class HookEngine(pluggy.PluginManager):
     # -- chains ---------------------------------------------------------------------------------------------------
 
     def chain(self, event: str) -> tuple[HookEntry, ...]:
-        """The resolved, ordered hooks of `event` (cached until plugins change)."""
+        """The resolved, ordered hooks of `event` (cached until plugins change); `UnknownEventError` for a name
+        that is not an event (see `EventType`)."""
         chain = self._chains.get(event)
         if chain is None:
             chain = self._chains[event] = self._build_chain(event)
@@ -206,6 +207,7 @@ class HookEngine(pluggy.PluginManager):
         return sorted((name for name, caller in vars(self.hook).items() if caller.get_hookimpls()), key=pipeline_order)
 
     def _build_chain(self, event: str) -> tuple[HookEntry, ...]:
+        check_event_name(event)  # a name no hook can listen to raises (UnknownEventError), so a typo shows at once
         caller = getattr(self.hook, event, None)
         if caller is None:
             return ()
@@ -229,13 +231,15 @@ class HookEngine(pluggy.PluginManager):
     async def dispatch(self, event_name: str, event: Any, *args: Any) -> None:
         """Run the hooks of `event_name` as `hook(event, *args)` in order, until one calls `event.stop()`.
 
-        A hook that raises (any `BaseException`: `SystemExit`, `KeyboardInterrupt`, `GeneratorExit`, a
-        `CancelledError` nobody requested) or passes its deadline is reported and skipped; a cancellation from
-        outside and a real Ctrl-C propagate (`core.utils.tasks.must_propagate`).
+        `event_name` is a value of `EventType` (an `EventType` member is one) or `custom_event:<name>`; any other
+        name raises `UnknownEventError`, since no hook could ever listen to it. A hook that raises (any
+        `BaseException`: `SystemExit`, `KeyboardInterrupt`, `GeneratorExit`, a `CancelledError` nobody requested)
+        or passes its deadline is reported and skipped; a cancellation from outside and a real Ctrl-C propagate
+        (`core.utils.tasks.must_propagate`).
         """
         chain = self._chains.get(event_name)
         if chain is None:
-            chain = self.chain(event_name)
+            chain = self.chain(event_name)  # the cache missed: the name is checked against EventType here
         if not chain:
             return
         # The task, asked of the loop the watchdogs run on: without a loop, asyncio first finds the running one,
@@ -245,54 +249,110 @@ class HookEngine(pluggy.PluginManager):
         if record is None or record.task is not task:
             task, record = self._task_record(record)
         outer = record.entry
-        tracer = self.tracer
-        span = tracer.dispatch(event_name, event, args, chain) if tracer.enabled else None  # trace
-        mark = span.append if span is not None else None  # one clock reading after each hook: its end, the next's start
-        # A call with spread arguments costs more than the hooks themselves; most events pass 0 or 2 arguments.
-        arity = len(args)
-        if arity == 2:
-            first, second = args
+        span = None
+        # The loops below differ only in how they call a hook: a call with spread arguments costs more than the
+        # hooks themselves, and a per-hook test of the arity or of tracing costs a tenth of the dispatch. The
+        # watchdog reads `record.entry` to know which hook runs; a traced dispatch takes a clock reading after
+        # each hook (its end, the next one's start).
         try:
-            for entry in chain:
-                if event.is_stopped:
-                    break
-                record.entry = entry
-                try:
-                    if arity == 0:
+            if self.tracer.enabled:  # trace
+                span = self.tracer.dispatch(event_name, event, args, chain)
+                mark = span.append
+                if not args:
+                    for entry in chain:
+                        if event.is_stopped:
+                            break
+                        record.entry = entry
+                        try:
+                            await entry.fn(event)
+                        except BaseException as exc:
+                            await self._failed(entry, exc, event, task, record)
+                        mark(clock())
+                elif len(args) == 1:
+                    (only,) = args
+                    for entry in chain:
+                        if event.is_stopped:
+                            break
+                        record.entry = entry
+                        try:
+                            await entry.fn(event, only)
+                        except BaseException as exc:
+                            await self._failed(entry, exc, event, task, record)
+                        mark(clock())
+                else:
+                    for entry in chain:
+                        if event.is_stopped:
+                            break
+                        record.entry = entry
+                        try:
+                            await entry.fn(event, *args)
+                        except BaseException as exc:
+                            await self._failed(entry, exc, event, task, record)
+                        mark(clock())
+            elif not args:
+                for entry in chain:
+                    if event.is_stopped:
+                        break
+                    record.entry = entry
+                    try:
                         await entry.fn(event)
-                    elif arity == 2:
-                        await entry.fn(event, first, second)
-                    else:
+                    except BaseException as exc:
+                        await self._failed(entry, exc, event, task, record)
+            elif len(args) == 1:
+                (only,) = args
+                for entry in chain:
+                    if event.is_stopped:
+                        break
+                    record.entry = entry
+                    try:
+                        await entry.fn(event, only)
+                    except BaseException as exc:
+                        await self._failed(entry, exc, event, task, record)
+            else:
+                for entry in chain:
+                    if event.is_stopped:
+                        break
+                    record.entry = entry
+                    try:
                         await entry.fn(event, *args)
-                except asyncio.CancelledError as exc:
-                    # Only the watchdog's own cancellation is absorbed; clear its mark either way, or a stale mark
-                    # would disable this task's deadlines and swallow a later cancellation from outside.
-                    expired, record.expired = record.expired, None
-                    if expired is not None:
-                        if not self._absorb_timeout(task):
-                            raise
-                        await self._report(
-                            expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"), event
-                        )
-                    elif task is None or task.cancelling():
-                        raise  # a cancellation of this dispatch, from outside
-                    else:  # a CancelledError nobody requested: the hook raised it
-                        await self._report(entry, exc, event)
-                except Exception as exc:
-                    await self._report(entry, exc, event)
-                except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit of plugin code
-                    if must_propagate(exc):  # a real Ctrl-C
-                        raise
-                    await self._report(entry, exc, event)
-                if mark is not None:  # trace
-                    mark(clock())
-            if event.is_stopped and event.stopped_by is None and record.entry is not outer:
+                    except BaseException as exc:
+                        await self._failed(entry, exc, event, task, record)
+            last = record.entry
+            if event.is_stopped and event.stopped_by is None and last is not outer and last is not None:
                 # The hook that ran last stopped it (a stopped event ends the chain right after its hook).
-                event.stopped_by = f"{record.entry.plugin_id}.{record.entry.hook_name}"
+                event.stopped_by = f"{last.plugin_id}.{last.hook_name}"
         finally:
             record.entry = outer
             record.seq += 1
-        if record.expired is not None and record.entry is None:
+        if record.entry is None and (record.expired is not None or record.swallowed):
+            await self._report_swallowed(record, task, event)
+        if span is not None and (event.is_stopped or type(span) is not list):  # trace: a plain record needs no close
+            self.tracer.dispatched(span, event)
+
+    async def _failed(
+        self, entry: HookEntry, exc: BaseException, event: Any, task: asyncio.Task[Any] | None, record: _Dispatch
+    ) -> None:
+        """`entry` raised `exc`: report it as the hook's failure and return, or raise it again when it must go on
+        up (a cancellation of this dispatch from outside, a real Ctrl-C)."""
+        if isinstance(exc, asyncio.CancelledError):
+            # Only the watchdog's own cancellation is absorbed; clear its mark either way, or a stale mark would
+            # disable this task's deadlines and swallow a later cancellation from outside.
+            expired, record.expired = record.expired, None
+            if expired is not None:
+                if not self._absorb_timeout(task):
+                    raise exc
+                await self._report(expired, HookTimeout(f"hook passed its {expired.deadline:g} s deadline"), event)
+                return
+            if task is None or task.cancelling():
+                raise exc  # a cancellation of this dispatch, from outside
+            # else a CancelledError nobody requested: the hook raised it
+        elif not isinstance(exc, Exception) and must_propagate(exc):  # a real Ctrl-C
+            raise exc
+        await self._report(entry, exc, event)
+
+    async def _report_swallowed(self, record: _Dispatch, task: asyncio.Task[Any] | None, event: Any) -> None:
+        """After the outermost chain: report the hooks that swallowed the watchdog's cancellation."""
+        if record.expired is not None:
             # The last hook swallowed the watchdog's cancellation and returned before the watchdog noticed.
             record.swallowed.append(record.expired)
             record.expired = None
@@ -300,8 +360,6 @@ class HookEngine(pluggy.PluginManager):
         while record.swallowed and record.entry is None:
             entry = record.swallowed.pop(0)
             await self._report(entry, HookTimeout(f"hook passed its {entry.deadline:g} s deadline"), event)
-        if span is not None and (event.is_stopped or type(span) is not list):  # trace: a plain record needs no close
-            tracer.dispatched(span, event)
 
     def _task_record(self, record: _Dispatch | None) -> tuple[asyncio.Task[Any] | None, _Dispatch]:
         """The running task and its watchdog record, found the slow way (a first dispatch, another loop, or a child
@@ -416,7 +474,7 @@ class HookEngine(pluggy.PluginManager):
         self.faulty[plugin_id] = reason
         self._chains = {}
 
-    def _mark_faulty(self, entry: HookEntry, task: asyncio.Task[Any]) -> None:
+    def _mark_faulty(self, entry: HookEntry, task: asyncio.Task[Any] | None) -> None:
         """A hook swallowed the cancellation of its deadline and still runs a deadline later: say so, run its
         plugin's hooks no more, and tell the owner of the blocked task (`hook_stuck`), which abandons it: a turn
         scheduler hands the session to a new worker; the task stays blocked in the hook until it returns, and

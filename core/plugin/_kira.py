@@ -13,7 +13,7 @@ import copy
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from core.chat.message_utils import (
@@ -26,15 +26,12 @@ from core.chat.message_utils import (
 )
 from core.chat.session import AdapterInfo, Group, Session, SessionIdError, User
 from core.plugin._decorators import HOOK_ATTR, HookMeta
+from core.plugin._engine import HookEngine
 from core.plugin._events import EventType, custom_event_name
-
-if TYPE_CHECKING:
-    from core.plugin._engine import HookEngine
-    from core.plugin._loader import PluginLoader as PluginManager
+from core.plugin._host import PluginManagerView
 
 __all__ = [
     "NotSupportedHere",
-    "KiraRuntime",
     "PluginConfig",
     "KiraContextMixin",
     "MANAGER_NAMES",
@@ -81,18 +78,6 @@ class NotSupportedHere(NotImplementedError):
     def __init__(self, method: str, why: str = "") -> None:
         self.method = method
         super().__init__(f"not supported here: {method}" + (f" ({why})" if why else "") + f"; see {self.PAGE}")
-
-
-class KiraRuntime(Protocol):
-    """What a running application gives KiraAI-style plugins: the managers and the config in KiraAI's shape."""
-
-    @property
-    def config(self) -> Mapping[str, Any]:
-        """The application's config in KiraAI's shape (`bot_config`, `locale`, `models`, `providers`, ...)."""
-        ...
-
-    def manager(self, name: str) -> object:
-        """The facade for one of `MANAGER_NAMES`."""
 
 
 # What KiraAI's managers offer plugins, as protocols: the facades over the running app (core.kira, a higher layer)
@@ -360,7 +345,7 @@ class PluginManagerFacade:
     """KiraAI's `PluginManager` (`ctx.plugin_mgr`) over hookchat's plugin loader: list, look up, enable and
     disable plugins, read their manifests, settings and load errors."""
 
-    def __init__(self, loader: PluginManager) -> None:
+    def __init__(self, loader: PluginManagerView) -> None:
         self._loader = loader
 
     def _info(self, plugin_id: str) -> PluginInfo | None:
@@ -456,7 +441,7 @@ class KiraContextMixin:
     `manager` and `config`)."""
 
     plugin_id: str
-    manager: PluginManager | None
+    manager: PluginManagerView | None
     config: PluginConfig
 
     # -- the managers ----------------------------------------------------------------------------------------------

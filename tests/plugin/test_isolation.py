@@ -234,7 +234,7 @@ async def test_cancellation_from_outside_propagates_while_a_hook_timeout_is_pend
 
     # The moment the watchdog asks to cancel the hook, and before the task has run again, shutdown cancels too.
     with anyio.fail_after(5):
-        while task.cancelling() == 0:
+        while task.cancelling() == 0:  # a cancel request sets no event to wait on
             await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -259,7 +259,7 @@ async def test_deadlines_still_work_in_a_task_that_survived_such_a_cancellation(
 
     async def cancel_when_the_watchdog_does() -> None:
         with anyio.fail_after(5):
-            while this_task.cancelling() == 0:
+            while this_task.cancelling() == 0:  # a cancel request sets no event to wait on
                 await asyncio.sleep(0)
         this_task.cancel()
 
@@ -307,7 +307,7 @@ async def test_a_hook_that_blocks_the_event_loop_is_named(caplog: pytest.LogCapt
     class Blocking:
         @on.im_message()
         async def sleepy(self, event):
-            time.sleep(0.3)  # noqa: ASYNC251 - the point of the test: a hook that blocks the loop, so every other task waits
+            time.sleep(0.3)  # noqa: ASYNC251 - blocking on purpose: every other task and hook waits
 
     engine.register(Blocking(), name="blocking")
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.plugin import HookEngine, PluginLoader, _loader
+from core.plugin import HookEngine, PluginLoader, _lifecycle
 
 pytestmark = pytest.mark.anyio
 
@@ -74,7 +74,7 @@ async def test_system_exit_in_initialize_is_the_plugins_failure(tmp_path: Path) 
 
 
 async def test_a_slow_import_is_reported_with_its_time(tmp_path: Path, caplog, monkeypatch) -> None:
-    monkeypatch.setattr(_loader, "SLOW_START", 0.05)
+    monkeypatch.setattr(_lifecycle, "SLOW_START", 0.05)
     statuses = await _load(tmp_path, "import time\ntime.sleep(0.2)\n" + HEALTHY.replace("Healthy", "Slow"))
 
     assert statuses["broken"].state == "loaded"

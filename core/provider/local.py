@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
+from core.config import ProviderConfig
 from core.provider.llm import (
     ContextOverflowError,
     LLMProvider,
@@ -171,6 +172,13 @@ class LocalLlamaProvider(LLMProvider):
         self._worker: threading.Thread | None = None
         self._load_lock = anyio.Lock()
         self._generate_lock = anyio.Lock()
+
+    @classmethod
+    def from_config(cls, config: ProviderConfig) -> Self:
+        """The embedded model of a `type = "local"` entry: its `model_path`, `context_tokens`, `threads` and sampling
+        keys; keys left unset keep the defaults above."""
+        keys = {"model_path", "context_tokens", "threads", "temperature", "top_p", "max_tokens"}
+        return cls(**config.model_dump(include=keys, exclude_none=True), stop=config.stop, name=config.name)
 
     @property
     def model_path(self) -> Path:

@@ -202,7 +202,7 @@ class StreamParser:
         self._names = tuple(sorted({*self._tags, *_STRUCTURAL}))
         # every name the regex knows (lower-cased) to its tag, None for msg, think and reasoning
         self._kinds: dict[str, BaseTag | None] = {name: self._tags.get(name) for name in self._names}
-        self._search = _token_re(self._names).search
+        self._token = _token_re(self._names)
         self._event = event
         self._on_error = on_error
         # scanner state
@@ -285,7 +285,7 @@ class StreamParser:
         self._wait = None
         if self._missing:
             self._missing.clear()
-            self._search = _token_re(self._names).search
+            self._token = _token_re(self._names)
 
     def _stop(self, pos: int, wait: re.Pattern[str] | None) -> None:
         self._pos = pos
@@ -297,7 +297,6 @@ class StreamParser:
         buf = self._buf
         n = len(buf)
         pos = at = self._pos  # `pos`: start of the text not taken yet; `at`: where to look for markup
-        search = self._search
         kinds = self._kinds
         while True:
             if self._hidden is not None:  # everything up to </think> is dropped
@@ -313,8 +312,59 @@ class StreamParser:
                 lt = buf.rfind("<", pos)
                 ends = lt >= 0 and _may_end_hidden(buf[lt:], self._hidden, self._in_msg)
                 return self._stop(lt if ends else n, None)
-            m = search(buf, at)
-            if m is None:
+            # The tags from `at` on, until one makes the scan jump (a hidden block opens; a comment, CDATA or
+            # declaration, handled below) or the markup ends: one `finditer` costs less per tag than a search each.
+            name = None
+            for m in self._token.finditer(buf, at):
+                start, stop = m.span()
+                if start > pos:  # the text before the markup (a `<` that starts no markup is text)
+                    text = buf[pos:start]
+                    self._text(_REF.sub(_ref, text) if "&" in text else text)
+                slash, name, quoted_rest, rest, content = m.groups()
+                if name is None:
+                    break
+                if quoted_rest is not None:
+                    rest = quoted_rest
+                elif not final and "<" not in buf[stop:] and _quote_open(rest):
+                    # The tag ended at a `>` inside an open quote: more data may still close the quote (and then
+                    # the tag ends later), so wait, exactly as for an unfinished tag. The text before it is taken.
+                    return self._stop(start, _WAIT_TAG)
+                pos = at = stop
+                tag = kinds.get(name, _OTHER_CASE)
+                if tag is _OTHER_CASE:  # the regex matched the name in another letter case
+                    name = name.lower()
+                    tag = kinds[name]
+                if tag is None:  # msg, think, reasoning
+                    if name == "msg" and not rest:  # `_structural` of the usual `<msg>` and `</msg>`, inlined
+                        if slash or self._ops or self._bare or self._open is not None:
+                            self._end_message()
+                        self._in_msg = not slash
+                    else:
+                        self._structural(slash, name, rest)
+                elif slash:
+                    if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
+                        self._close_tag()
+                else:
+                    self._start(tag, rest)
+                if content is not None:
+                    if content and "&" in content:
+                        content = _REF.sub(_ref, content)
+                    if self._hidden is not None:  # <think>...</think>: dropped, end tag included
+                        self._hidden = None
+                    elif tag is None:
+                        if content:
+                            self._text(content)
+                        self._structural("/", name, "")
+                    elif self._open is not None:  # <text>hi</text>, the usual case: the tag is still open
+                        self._close_tag(content)
+                    else:  # <at/>hi</at>: the text is outside the (self-closed) tag
+                        if content:
+                            self._text(content)
+                        if self._open is not None:
+                            self._close_tag()
+                elif self._hidden is not None:
+                    break
+            else:  # no more markup: the rest is text, but for what more data could still make markup
                 end = n
                 wait = None
                 if not final:
@@ -328,43 +378,7 @@ class StreamParser:
                 if end > pos:
                     self._text(decode_references(buf[pos:end]))
                 return self._stop(end, wait)
-            start, stop = m.span()
-            if start > pos:  # the text before the markup (a `<` that starts no markup is text)
-                self._text(decode_references(buf[pos:start]))
-            slash, name, quoted_rest, rest, content = m.groups()
-            if name is not None:
-                if quoted_rest is not None:
-                    rest = quoted_rest
-                elif not final and "<" not in buf[stop:] and _quote_open(rest):
-                    # The tag ended at a `>` inside an open quote: more data may still close the quote (and then
-                    # the tag ends later), so wait, exactly as for an unfinished tag. The text before it is taken.
-                    return self._stop(start, _WAIT_TAG)
-                pos = at = stop
-                tag = kinds.get(name, _OTHER_CASE)
-                if tag is _OTHER_CASE:  # the regex matched the name in another letter case
-                    name = name.lower()
-                    tag = kinds[name]
-                if tag is None:  # msg, think, reasoning
-                    self._structural(slash, name, rest)
-                elif slash:
-                    if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
-                        self._close_tag()
-                else:
-                    self._start(tag, rest)
-                if content is not None:
-                    if self._hidden is not None:  # <think>...</think>: dropped, end tag included
-                        self._hidden = None
-                    elif tag is None:
-                        if content:
-                            self._text(decode_references(content))
-                        self._structural("/", name, "")
-                    elif self._open is not None:  # <text>hi</text>, the usual case: the tag is still open
-                        self._close_tag(decode_references(content))
-                    else:  # <at/>hi</at>: the text is outside the (self-closed) tag
-                        if content:
-                            self._text(decode_references(content))
-                        if self._open is not None:
-                            self._close_tag()
+            if name is not None:  # a hidden block opened: dropped up to its end, above
                 continue
             opener = m.group(0)
             if opener == "<!--":
@@ -379,7 +393,7 @@ class StreamParser:
                 if not final:
                     return self._stop(start, wait)
                 self._missing.add(end_mark)  # unclosed at the end: the `<` is text, and so is what follows
-                search = self._search = _token_re(self._names, frozenset(self._missing)).search
+                self._token = _token_re(self._names, frozenset(self._missing))
                 pos, at = start, start + 1
                 continue
             if keep and close > stop:
@@ -483,22 +497,33 @@ class StreamParser:
         chains: list[MessageChain] = []
         token = _current_event.set(self._event)
         # Every handler runs under its tag's deadline (a hung one would hold its session and a turn slot for
-        # ever), without a timer per tag: one `_Deadline` per call, armed only while a handler runs long.
+        # ever), without a timer or a clock read per tag: one `_Deadline` per call, told which handler runs.
         deadline = _Deadline()
         try:
             for ops in done:
                 chain = MessageChain()
+                append = chain.append
                 for op in ops:
                     if op.__class__ is str:
-                        chain.append(Text(op))
+                        append(Text(op))
                         continue
                     tag, value, attrs = op
-                    deadline.start(tag.timeout)
+                    deadline.handler += 1  # `deadline.start(tag.timeout)`, inlined: this loop is the hot path
+                    deadline.limit = limit = tag.timeout
+                    deadline.running = True
+                    if deadline.timer is None and limit is not None:
+                        deadline.arm(limit)
                     try:
                         # `**attrs` of an empty dict passes nothing, but costs a slower call on the hot path
                         elements = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
-                        deadline.finish()
-                        _add_elements(chain, elements, tag)
+                        deadline.running = False
+                        if deadline.fired:
+                            deadline.finish()
+                        if elements.__class__ is list and len(elements) == 1 and elements[0].__class__ is Text:
+                            if elements[0].text:  # the usual result: one Text; an empty one is dropped
+                                append(elements[0])
+                        else:
+                            _add_elements(chain, elements, tag)
                     except BaseException as caught:  # a handler's SystemExit or KeyboardInterrupt is its failure
                         deadline.running = False
                         exc = caught
@@ -508,7 +533,7 @@ class StreamParser:
                             raise
                         await self._report(tag, exc)
                         if value and not value.isspace():
-                            chain.append(Text(value))
+                            append(Text(value))
                 if chain:
                     chains.append(chain)
         finally:
@@ -530,55 +555,59 @@ class StreamParser:
 
 
 class _Deadline:
-    """The deadline of the tag handler running now, in the task that runs it: `start()` costs a clock read; one
-    timer, armed at the first handler and re-armed only while handlers run, cancels a handler that passed its
-    timeout, and `absorb()` tells that cancellation from one coming from outside (which propagates)."""
+    """The deadline of the tag handler running now, in the task that runs it, at no cost per handler: the caller
+    numbers each handler (`handler += 1`, with its `limit`, `running` while it runs). One timer, armed at the first
+    handler with a limit, looks every quarter of that limit at which handler runs and cancels it once it has seen the
+    same one running for its whole limit: never early, late by at most a quarter. `absorb()` tells that cancellation
+    from one coming from outside (which propagates)."""
 
-    __slots__ = ("_loop", "_task", "_timer", "_started", "_limit", "running", "_fired")
+    __slots__ = ("_loop", "_task", "timer", "handler", "limit", "running", "fired", "_seen", "_seen_at")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
-        self._timer: asyncio.TimerHandle | None = None
-        self._started = 0.0
-        self._limit: float | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.handler = 0  # the number of the handler running (or last run)
+        self.limit: float | None = None
         self.running = False
-        self._fired = False
+        self.fired = False
+        self._seen = -1  # the handler the timer saw running, and since when
+        self._seen_at = 0.0
 
-    def start(self, limit: float | None) -> None:
-        self._started, self._limit, self.running = self._loop.time(), limit, True
-        if self._timer is None and limit is not None:
-            self._timer = self._loop.call_at(self._started + limit, self._check)
+    def arm(self, limit: float) -> None:
+        """Start watching (the caller set `limit` and `running`)."""
+        self._seen, self._seen_at = self.handler, self._loop.time()
+        self.timer = self._loop.call_later(limit / 4, self._check)
 
     def _check(self) -> None:
-        self._timer = None
-        if not self.running or self._limit is None:
-            return
-        due = self._started + self._limit
-        if self._loop.time() >= due and self._task is not None:
-            self._fired = True
+        self.timer = None
+        if not self.running or self.limit is None:
+            return  # between handlers, or one without a limit: the next one with a limit arms again
+        now = self._loop.time()
+        if self.handler != self._seen:
+            self._seen, self._seen_at = self.handler, now  # another handler: its time starts now at the latest
+        elif now - self._seen_at >= self.limit and self._task is not None:
+            self.fired = True
             self.running = False
             self._task.cancel()
-        else:
-            self._timer = self._loop.call_at(due, self._check)
+            return
+        self.timer = self._loop.call_later(self.limit / 4, self._check)
 
     def finish(self) -> None:
-        """The handler returned; if it swallowed this deadline's cancellation, undo the cancel request."""
-        self.running = False
-        if self._fired:
-            self._fired = False
-            if self._task is not None:
-                self._task.uncancel()
+        """The handler returned although this deadline fired: it swallowed the cancellation, so undo the request."""
+        self.fired = False
+        if self._task is not None:
+            self._task.uncancel()
 
     def absorb(self) -> bool:
         """After a `CancelledError`: True when it was this deadline's (now undone), False when it came from outside."""
-        fired, self._fired = self._fired, False
+        fired, self.fired = self.fired, False
         return fired and self._task is not None and self._task.uncancel() == 0
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 async def parse_output(

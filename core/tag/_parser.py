@@ -100,7 +100,19 @@ def _ref(m: re.Match[str]) -> str:
 
 def decode_references(text: str) -> str:
     """Decode `&amp; &lt; &gt; &quot; &apos;` and numeric references (`&#39;`, `&#x1F600;`); keep anything else."""
-    return _REF.sub(_ref, text) if "&" in text else text
+    if "&" not in text:
+        return text
+    if "&#" in text:
+        return _REF.sub(_ref, text)
+    # Named references only: replacing them in C is the same (none can overlap another or form a new one when
+    # `&amp;` goes last), and much faster than a Python call per reference.
+    return (
+        text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", '"')
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+    )
 
 
 def _may_grow(tail: str) -> bool:
@@ -158,15 +170,6 @@ def _start_tag_rest(rest: str) -> tuple[dict[str, str], str, bool]:
 def _add_elements(chain: MessageChain, result: Any, tag: BaseTag) -> None:
     """Append a handler's return value to `chain`: None, one element, a str or an iterable of them. Empty Texts are
     dropped; anything else raises TypeError, and then nothing is appended."""
-    if result.__class__ is list and len(result) == 1:  # the usual result, on the hot path
-        element = result[0]
-        if element.__class__ is Text:
-            if element.text:
-                chain.append(element)
-            return
-        if isinstance(element, BaseMessageElement) and not isinstance(element, Text):  # a Text subclass: below
-            chain.append(element)
-            return
     if result is None:
         return
     if isinstance(result, (BaseMessageElement, str)):
@@ -200,8 +203,12 @@ class StreamParser:
     def __init__(self, tag_set: TagSet | None, event: Any = None, on_error: OnTagError | None = None) -> None:
         self._tags: dict[str, BaseTag] = {t.name.lower(): t for t in (tag_set or ())}
         self._names = tuple(sorted({*self._tags, *_STRUCTURAL}))
-        # every name the regex knows (lower-cased) to its tag, None for msg, think and reasoning
-        self._kinds: dict[str, BaseTag | None] = {name: self._tags.get(name) for name in self._names}
+        # every name the regex knows (lower-cased) to its tag's op with neither value nor attributes (ops are
+        # tuples, never mutated, so one is shared), None for msg, think and reasoning
+        self._kinds: dict[str, _TagOp | None] = {
+            name: (tag, "", _NO_ATTRIBUTES) if (tag := self._tags.get(name)) is not None else None
+            for name in self._names
+        }
         self._token = _token_re(self._names)
         self._event = event
         self._on_error = on_error
@@ -228,9 +235,6 @@ class StreamParser:
         self._done: list[list[_Op]] = []
         # what follows a start tag's name, parsed: models repeat the same attributes (ids) a lot
         self._attr_cache: dict[str, tuple[dict[str, str], str, bool]] = {}
-        # the op of each tag with neither value nor attributes, by id(tag) (a tag need not be hashable): ops are
-        # tuples, never mutated, so one can be shared
-        self._empty_ops = {id(tag): (tag, "", _NO_ATTRIBUTES) for tag in self._tags.values()}
 
     async def feed(self, chunk: str) -> list[MessageChain]:
         """Add the next chunk of output; returns the messages completed by it (often none)."""
@@ -318,8 +322,7 @@ class StreamParser:
             for m in self._token.finditer(buf, at):
                 start, stop = m.span()
                 if start > pos:  # the text before the markup (a `<` that starts no markup is text)
-                    text = buf[pos:start]
-                    self._text(_REF.sub(_ref, text) if "&" in text else text)
+                    self._text(decode_references(buf[pos:start]))
                 slash, name, quoted_rest, rest, content = m.groups()
                 if name is None:
                     break
@@ -330,11 +333,11 @@ class StreamParser:
                     # the tag ends later), so wait, exactly as for an unfinished tag. The text before it is taken.
                     return self._stop(start, _WAIT_TAG)
                 pos = at = stop
-                tag = kinds.get(name, _OTHER_CASE)
-                if tag is _OTHER_CASE:  # the regex matched the name in another letter case
+                empty = kinds.get(name, _OTHER_CASE)
+                if empty is _OTHER_CASE:  # the regex matched the name in another letter case
                     name = name.lower()
-                    tag = kinds[name]
-                if tag is None:  # msg, think, reasoning
+                    empty = kinds[name]
+                if empty is None:  # msg, think, reasoning
                     if name == "msg" and not rest:  # `_structural` of the usual `<msg>` and `</msg>`, inlined
                         if slash or self._ops or self._bare or self._open is not None:
                             self._end_message()
@@ -345,13 +348,13 @@ class StreamParser:
                     if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
                         self._close_tag()
                 else:
-                    self._start(tag, rest)
+                    self._start(empty, rest)
                 if content is not None:
                     if content and "&" in content:
-                        content = _REF.sub(_ref, content)
+                        content = decode_references(content)
                     if self._hidden is not None:  # <think>...</think>: dropped, end tag included
                         self._hidden = None
-                    elif tag is None:
+                    elif empty is None:
                         if content:
                             self._text(content)
                         self._structural("/", name, "")
@@ -417,15 +420,20 @@ class StreamParser:
         elif not slash and not rest.rstrip().endswith("/"):
             self._hidden = name
 
-    def _start(self, tag: BaseTag, rest: str) -> None:
-        """A start tag of the tag set: ends an open tag, then opens this one (and closes it if self-closing)."""
+    def _start(self, empty: _TagOp, rest: str) -> None:
+        """A start tag of the tag set (`empty`: its op without value or attributes): ends an open tag, then opens
+        this one (and closes it if self-closing)."""
+        tag = empty[0]
         if tag.root and not self._in_msg:
             self._end_message()  # closes the open tag too
             self._open_alone = True
         else:
             # A tag opened inside another ends it: <text>a<at id=1/>b</text> is text, at, text.
-            if self._open is not None:
-                self._close_tag()
+            if (op := self._open) is not None:
+                if self._open_value or self._open_alone:
+                    self._close_tag()
+                else:  # `_close_tag()` of a tag that holds no text, inlined (`_open` is set below)
+                    self._ops.append(op)
             if self._bare:
                 self._flush_bare()
         if rest:
@@ -437,7 +445,7 @@ class StreamParser:
             if alone:
                 self._close_tag()
         else:
-            self._open = self._empty_ops[id(tag)]
+            self._open = empty
 
     def _close_tag(self, content: str = "") -> None:
         """Close the open tag (callers check there is one); its value is the text collected since it opened,
@@ -519,9 +527,15 @@ class StreamParser:
                         deadline.running = False
                         if deadline.fired:
                             deadline.finish()
-                        if elements.__class__ is list and len(elements) == 1 and elements[0].__class__ is Text:
-                            if elements[0].text:  # the usual result: one Text; an empty one is dropped
-                                append(elements[0])
+                        if elements.__class__ is list and len(elements) == 1:  # the usual result: one element
+                            element = elements[0]
+                            if element.__class__ is Text:
+                                if element.text:  # an empty Text is dropped
+                                    append(element)
+                            elif isinstance(element, BaseMessageElement) and not isinstance(element, Text):
+                                append(element)
+                            else:  # a Text subclass, or not an element at all
+                                _add_elements(chain, elements, tag)
                         else:
                             _add_elements(chain, elements, tag)
                     except BaseException as caught:  # a handler's SystemExit or KeyboardInterrupt is its failure

@@ -35,7 +35,6 @@ _NAMED = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
 
 _SLICE = 1 << 16  # parse_output feeds long outputs in slices of this many characters
 
-_OTHER_CASE: Any = object()  # a tag name not written in lower case: looked up again, lowered
 _NO_ATTRIBUTES: dict[str, str] = {}  # shared, never mutated: handlers receive a copy through **attrs
 _ATTR = re.compile(r"""([^\s=/"']+)(?:\s*=\s*(?:"([^"]*)"?|'([^']*)'?|([^\s"']+)))?""")
 
@@ -333,8 +332,9 @@ class StreamParser:
                     # the tag ends later), so wait, exactly as for an unfinished tag. The text before it is taken.
                     return self._stop(start, _WAIT_TAG)
                 pos = at = stop
-                empty = kinds.get(name, _OTHER_CASE)
-                if empty is _OTHER_CASE:  # the regex matched the name in another letter case
+                try:
+                    empty = kinds[name]
+                except KeyError:  # the regex matched the name in another letter case
                     name = name.lower()
                     empty = kinds[name]
                 if empty is None:  # msg, think, reasoning
@@ -347,8 +347,12 @@ class StreamParser:
                 elif slash:
                     if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
                         self._close_tag()
-                else:
+                elif rest or self._open_alone or self._open_value or self._bare or (empty[0].root and not self._in_msg):
                     self._start(empty, rest)
+                else:  # `_start` of a tag without attributes after a tag that holds no text, inlined
+                    if self._open is not None:
+                        self._ops.append(self._open)
+                    self._open = empty
                 if content is not None:
                     if content and "&" in content:
                         content = decode_references(content)
@@ -516,15 +520,13 @@ class StreamParser:
                         append(Text(op))
                         continue
                     tag, value, attrs = op
-                    deadline.handler += 1  # `deadline.start(tag.timeout)`, inlined: this loop is the hot path
+                    deadline.handler += 1  # the deadline's start, inlined: this loop is the hot path
                     deadline.limit = limit = tag.timeout
-                    deadline.running = True
                     if deadline.timer is None and limit is not None:
                         deadline.arm(limit)
                     try:
                         # `**attrs` of an empty dict passes nothing, but costs a slower call on the hot path
                         elements = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
-                        deadline.running = False
                         if deadline.fired:
                             deadline.finish()
                         if elements.__class__ is list and len(elements) == 1:  # the usual result: one element
@@ -539,7 +541,7 @@ class StreamParser:
                         else:
                             _add_elements(chain, elements, tag)
                     except BaseException as caught:  # a handler's SystemExit or KeyboardInterrupt is its failure
-                        deadline.running = False
+                        deadline.limit = None  # no handler runs while the failure is reported
                         exc = caught
                         if isinstance(caught, asyncio.CancelledError) and deadline.absorb():
                             exc = TagTimeout(f"tag <{tag.name}> did not finish within {tag.timeout:g} s")
@@ -570,12 +572,13 @@ class StreamParser:
 
 class _Deadline:
     """The deadline of the tag handler running now, in the task that runs it, at no cost per handler: the caller
-    numbers each handler (`handler += 1`, with its `limit`, `running` while it runs). One timer, armed at the first
-    handler with a limit, looks every quarter of that limit at which handler runs and cancels it once it has seen the
-    same one running for its whole limit: never early, late by at most a quarter. `absorb()` tells that cancellation
-    from one coming from outside (which propagates)."""
+    numbers each handler (`handler += 1`) and sets its `limit` (None while no handler runs: the caller awaits nothing
+    else between handlers, and `close()` ends the watch). One timer, armed at the first handler with a limit, looks
+    every quarter of that limit at which handler runs and cancels it once it has seen the same one running for its
+    whole limit: never early, late by at most a quarter. `absorb()` tells that cancellation from one coming from
+    outside (which propagates)."""
 
-    __slots__ = ("_loop", "_task", "timer", "handler", "limit", "running", "fired", "_seen", "_seen_at")
+    __slots__ = ("_loop", "_task", "timer", "handler", "limit", "fired", "_seen", "_seen_at")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -583,26 +586,25 @@ class _Deadline:
         self.timer: asyncio.TimerHandle | None = None
         self.handler = 0  # the number of the handler running (or last run)
         self.limit: float | None = None
-        self.running = False
         self.fired = False
         self._seen = -1  # the handler the timer saw running, and since when
         self._seen_at = 0.0
 
     def arm(self, limit: float) -> None:
-        """Start watching (the caller set `limit` and `running`)."""
+        """Start watching (the caller set `limit`)."""
         self._seen, self._seen_at = self.handler, self._loop.time()
         self.timer = self._loop.call_later(limit / 4, self._check)
 
     def _check(self) -> None:
         self.timer = None
-        if not self.running or self.limit is None:
-            return  # between handlers, or one without a limit: the next one with a limit arms again
+        if self.limit is None:
+            return  # no handler runs, or one without a limit: the next one with a limit arms again
         now = self._loop.time()
         if self.handler != self._seen:
             self._seen, self._seen_at = self.handler, now  # another handler: its time starts now at the latest
         elif now - self._seen_at >= self.limit and self._task is not None:
             self.fired = True
-            self.running = False
+            self.limit = None
             self._task.cancel()
             return
         self.timer = self._loop.call_later(self.limit / 4, self._check)

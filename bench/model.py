@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import statistics
 import sys
 import threading
@@ -44,6 +45,8 @@ def direct_server(threads: int, context_tokens: int) -> xllamacpp.Server:
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
     params.warmup, params.verbosity, params.chat_template = False, -1, TOOLS_CHAT_TEMPLATE
     params.n_threads_http, params.ui, params.endpoint_slots = 1, False, False
+    # as the provider does: a random loopback port (two servers alive at once must not both want 8080)
+    params.hostnames, params.port, params.api_keys = ["127.0.0.1"], 0, [secrets.token_urlsafe(24)]
     return xllamacpp.Server(params)
 
 

@@ -308,9 +308,9 @@ class LocalLlamaProvider(LLMProvider):
     def _model_file(self) -> tuple[Path, int]:
         """The model file and its size in bytes (0 when it is missing), read through once; runs in a worker thread.
 
-        Reading it here puts it in the page cache while the GIL is free (a read releases it): xllamacpp's `Server`
-        then reads the file from memory, not from the disk, during the part of the load that holds the GIL.
-        Measured with a cold cache: 1.5-3.1 s of event-loop stall without this, 0.45 s with it (bench/model.py).
+        Reading it here puts it in the page cache while the GIL is free (a read releases it), so that with a cold
+        cache the disk is not waited for inside xllamacpp's `Server` constructor, which holds the GIL throughout
+        (`bench/model.py --load-only --cold` compares the two).
         """
         path = self.model_path
         if not path.is_file():

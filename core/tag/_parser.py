@@ -321,7 +321,10 @@ class StreamParser:
             for m in self._token.finditer(buf, at):
                 start, stop = m.span()
                 if start > pos:  # the text before the markup (a `<` that starts no markup is text)
-                    self._text(decode_references(buf[pos:start]))
+                    text = buf[pos:start]
+                    # (layout whitespace between messages, which `_text` would drop, is dropped without the calls)
+                    if self._ops or self._bare or self._open is not None or not text.isspace():
+                        self._text(decode_references(text))
                 slash, name, quoted_rest, rest, content = m.groups()
                 if name is None:
                     break

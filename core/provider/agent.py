@@ -212,13 +212,13 @@ class AgentLoop:
 
     async def _run_turn(self, batch: KiraMessageBatchEvent) -> TurnResult:
         """`im_batch_message`, the steps while the model calls tools, the turn stored, then `final_result`."""
-        turn = _Turn(batch, TurnResult(batch), self._user_prompt(batch))
         await self.engine.dispatch("im_batch_message", batch)
         if batch.is_stopped:
-            turn.result.stopped = True
             await self._store(batch, [])
-            return turn.result
-        turn.history = await self.history.get_history(batch.sid) if self.history is not None else []
+            return TurnResult(batch, stopped=True)
+        history = await self.history.get_history(batch.sid) if self.history is not None else []
+        # The user's words as the `im_batch_message` hooks left them (they may rewrite `message_str`).
+        turn = _Turn(batch, TurnResult(batch), self._user_prompt(batch), history)
         max_steps = max(1, self.settings.max_steps)
         for index in range(max_steps):
             if not await self._run_step(turn, index, last=index == max_steps - 1):

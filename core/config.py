@@ -53,6 +53,7 @@ __all__ = [
     "WEB_TOKEN_ENV",
     "PROVIDER_ENTRY_POINT_GROUP",
     "installed_provider_types",
+    "unknown_provider_type",
 ]
 
 DEFAULT_CONFIG_PATH = Path("hookchat.toml")
@@ -189,6 +190,15 @@ def installed_provider_types() -> list[str]:
     return sorted({ep.name for ep in importlib.metadata.entry_points(group=PROVIDER_ENTRY_POINT_GROUP)})
 
 
+def unknown_provider_type(name: str, installed: list[str]) -> str:
+    """Why `type = name` cannot be used: the installed types, and how to get hookchat's own back when even they are
+    missing (they come from its package metadata, which an install older than them lacks)."""
+    reason = f"unknown provider type {name!r}; installed types: {', '.join(installed) or 'none'}"
+    if not set(_BUILTIN_PROVIDER_TYPES) <= set(installed):
+        reason += " (hookchat's own types are missing: reinstall hookchat, e.g. `pip install -e .`)"
+    return reason
+
+
 class ProviderConfig(_Section):
     """One `[[providers]]` entry: a model backend and its models in failover order.
 
@@ -233,13 +243,9 @@ class ProviderConfig(_Section):
     @classmethod
     def _installed_type(cls, value: str) -> str:
         installed = installed_provider_types()
-        if value in installed:
-            return value
-        reason = f"unknown provider type {value!r}; installed types: {', '.join(installed) or 'none'}"
-        if not set(_BUILTIN_PROVIDER_TYPES) <= set(installed):
-            # hookchat's own types come from its package metadata: an install older than them lacks them
-            reason += " (hookchat's own types are missing: reinstall hookchat, e.g. `pip install -e .`)"
-        raise ValueError(reason)
+        if value not in installed:
+            raise ValueError(unknown_provider_type(value, installed))
+        return value
 
     @model_validator(mode="after")
     def _embedded_keys(self) -> ProviderConfig:

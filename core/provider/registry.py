@@ -12,6 +12,7 @@ from core.config import (
     HookchatConfig,
     ProviderConfig,
     installed_provider_types,
+    unknown_provider_type,
 )
 from core.provider.llm import LLMProvider
 
@@ -26,8 +27,7 @@ def provider_class(type_name: str) -> type[LLMProvider]:
     is none, or naming the entry point when it cannot be imported or is not a provider."""
     found = [ep for ep in importlib.metadata.entry_points(group=PROVIDER_ENTRY_POINT_GROUP) if ep.name == type_name]
     if not found:
-        installed = ", ".join(installed_provider_types()) or "none"
-        raise ConfigError(f"unknown provider type {type_name!r}; installed types: {installed}")
+        raise ConfigError(unknown_provider_type(type_name, installed_provider_types()))
     entry_point = found[0]
     try:
         loaded = entry_point.load()

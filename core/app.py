@@ -40,7 +40,7 @@ from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
 from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
 from core.provider.agent import AgentLoop, AgentSettings
-from core.provider.local import LocalLlamaProvider
+from core.provider.registry import build_provider
 from core.services import PluginStoreLike, PushService
 from core.tag import MediaPolicy
 from core.trace import Tracer, default_file
@@ -92,38 +92,6 @@ def _media_policy(config: HookchatConfig) -> MediaPolicy:
         raise ConfigError(
             f"{config.source}: {exc}", path=config.file, issues=[("media.allowed_url_hosts", str(exc))]
         ) from None
-
-
-def build_provider(config: HookchatConfig) -> LLMProvider:
-    """The provider the config chooses (`HookchatConfig.provider()`); the embedded local model when it names none.
-
-    A `local` provider with a `base_url` is a local OpenAI-compatible server, reached like any other endpoint.
-    Keys left unset keep the provider's own defaults.
-    """
-    chosen = config.provider()
-    if chosen is None:
-        return LocalLlamaProvider()
-    if chosen.embedded:
-        keys = {"model_path", "context_tokens", "threads", "temperature", "top_p", "max_tokens"}
-        return LocalLlamaProvider(
-            **chosen.model_dump(include=keys, exclude_none=True), stop=chosen.stop, name=chosen.name
-        )
-    # Imported when chosen: the `openai` client costs a third of a second to import, which `hookchat --help`, the
-    # embedded model and a plugin's tests should not pay (bench/startup.py).
-    from core.provider.openai_provider import OpenAIProvider
-
-    extra_body = chosen.model_dump(include={"top_p", "stop"}, exclude_none=True, exclude_defaults=True)
-    return OpenAIProvider(
-        base_url=chosen.base_url,
-        models=list(chosen.models) or ["default"],
-        api_key=chosen.api_key.get_secret_value() if chosen.api_key else None,
-        timeout=chosen.timeout,
-        max_retries=chosen.max_retries,
-        temperature=chosen.temperature,
-        max_tokens=chosen.max_tokens,
-        extra_body=extra_body,
-        name=chosen.name,
-    )
 
 
 def _with_skills(builtins: tuple[str, ...], config: HookchatConfig) -> tuple[str, ...]:

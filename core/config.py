@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import re
 import tempfile
@@ -50,6 +51,9 @@ __all__ = [
     "API_KEY_ENV",
     "SERVER_TOKEN_ENV",
     "WEB_TOKEN_ENV",
+    "PROVIDER_ENTRY_POINT_GROUP",
+    "installed_provider_types",
+    "unknown_provider_type",
 ]
 
 DEFAULT_CONFIG_PATH = Path("hookchat.toml")
@@ -62,6 +66,12 @@ SERVER_TOKEN_ENV = "HOOKCHAT_SERVER_TOKEN"
 """Default name of the environment variable holding the HTTP tool registry's bearer token."""
 WEB_TOKEN_ENV = "HOOKCHAT_WEB_TOKEN"
 """Default name of the environment variable holding the web console's token."""
+
+PROVIDER_ENTRY_POINT_GROUP = "hookchat.providers"
+"""Entry point group of the provider types (`type = "pkg.module:ProviderClass"`); hookchat's own `openai` and
+`local` are registered in it too, in hookchat's pyproject.toml."""
+#: The types hookchat itself registers, whose keys are the named fields of `ProviderConfig` (not `options`).
+_BUILTIN_PROVIDER_TYPES = ("openai", "local")
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _MIB = 1024 * 1024
@@ -174,18 +184,35 @@ class PluginsConfig(_Section):
         return not self.enabled or plugin_id in self.enabled
 
 
+def installed_provider_types() -> list[str]:
+    """The provider types installed packages offer in the `hookchat.providers` entry point group, sorted; what a
+    `[[providers]]` entry's `type` may name. Read at each call: installing a package adds its types."""
+    return sorted({ep.name for ep in importlib.metadata.entry_points(group=PROVIDER_ENTRY_POINT_GROUP)})
+
+
+def unknown_provider_type(name: str, installed: list[str]) -> str:
+    """Why `type = name` cannot be used: the installed types, and how to get hookchat's own back when even they are
+    missing (they come from its package metadata, which an install older than them lacks)."""
+    reason = f"unknown provider type {name!r}; installed types: {', '.join(installed) or 'none'}"
+    if not set(_BUILTIN_PROVIDER_TYPES) <= set(installed):
+        reason += " (hookchat's own types are missing: reinstall hookchat, e.g. `pip install -e .`)"
+    return reason
+
+
 class ProviderConfig(_Section):
     """One `[[providers]]` entry: a model backend and its models in failover order.
 
-    `type = "openai"` is any OpenAI-compatible HTTP API (needs `base_url` or the official default, and at least one
-    model); `type = "local"` is the embedded local model, or a local server when `base_url` is given. The key comes
-    from the environment variable named by `api_key_env`; `api_key` in the file works but is discouraged.
-    `temperature`, `top_p`, `max_tokens` and `stop` are sampling defaults for every request (unset: the backend's
-    own); `context_tokens`, `threads` and `model_path` configure the embedded model and nothing else.
+    `type` names a provider type of the `hookchat.providers` entry point group (an unknown one is a config error
+    listing the installed ones). `type = "openai"` is any OpenAI-compatible HTTP API (needs `base_url` or the
+    official default, and at least one model); `type = "local"` is the embedded local model, or a local server when
+    `base_url` is given. The key comes from the environment variable named by `api_key_env`; `api_key` in the file
+    works but is discouraged. `temperature`, `top_p`, `max_tokens` and `stop` are sampling defaults for every
+    request (unset: the backend's own); `context_tokens`, `threads` and `model_path` configure the embedded model
+    and nothing else; `options` holds the keys of a provider type installed from another package.
     """
 
     name: str = Field(min_length=1)
-    type: Literal["openai", "local"]
+    type: str = Field(min_length=1)
     base_url: str | None = None
     api_key_env: str | None = Field(default=None, pattern=_ENV_NAME)
     api_key: SecretStr | None = None
@@ -199,14 +226,33 @@ class ProviderConfig(_Section):
     context_tokens: int | None = Field(default=None, gt=0)
     threads: int | None = Field(default=None, gt=0)
     model_path: _ResolvedPath | None = None
+    options: dict[str, Any] = {}
 
     @property
     def embedded(self) -> bool:
         """Whether this entry is the embedded model: `type = "local"` without a `base_url`."""
         return self.type == "local" and not self.base_url
 
+    @property
+    def served_by(self) -> str:
+        """The provider type that serves this entry: `type`, except that a `local` entry with a `base_url` is a
+        local OpenAI-compatible server, served by `openai`."""
+        return "openai" if self.type == "local" and self.base_url else self.type
+
+    @field_validator("type")
+    @classmethod
+    def _installed_type(cls, value: str) -> str:
+        installed = installed_provider_types()
+        if value not in installed:
+            raise ValueError(unknown_provider_type(value, installed))
+        return value
+
     @model_validator(mode="after")
     def _embedded_keys(self) -> ProviderConfig:
+        if self.options and self.type in _BUILTIN_PROVIDER_TYPES:
+            raise ValueError(
+                f"options: only for provider types of other packages; type {self.type!r} takes its keys directly"
+            )
         given = [key for key in ("context_tokens", "threads", "model_path") if getattr(self, key) is not None]
         if given and not self.embedded:
             raise ValueError(f'{", ".join(given)}: only for the embedded model (type = "local" without base_url)')

@@ -19,7 +19,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -49,6 +49,7 @@ from core.provider.llm import (
     ToolCall,
     ToolResult,
 )
+from core.provider.window import ContextWindow
 from core.services import apply_picture_budget, current_tool_call, visible_tools
 from core.tag import BaseTag, StreamParser, TagSet, parse_output
 from core.trace import current_trace
@@ -140,6 +141,32 @@ class TurnHistory(Protocol):
         """Mark inbox entries done when their turn stored nothing (an awaitable, or None when there were none)."""
 
 
+@dataclass
+class _Turn:
+    """What one turn has gathered so far: the history it started from, its own messages (for history), everything
+    it sent, and how often each exact tool call ran."""
+
+    batch: KiraMessageBatchEvent
+    result: TurnResult
+    user_prompt: UserPrompt
+    history: list[ChatMessage] = field(default_factory=list)
+    messages: list[ChatMessage] = field(default_factory=list)
+    sent_all: MessageChain = field(default_factory=MessageChain)
+    calls_seen: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Step:
+    """One model step of a turn: its request and tags (traced when the turn is), whether it streams, what it sent."""
+
+    index: int
+    req: LLMRequest
+    tag_set: TagSet
+    streaming: bool = False
+    whole_output: bool = False  # a KiraAI-style after_xml_parse hook sees all the step's messages at once
+    sent: list[KiraIMSentResult] = field(default_factory=list)
+
+
 #: The one send path: `send(session, chain, event)` delivers through the session's adapter and fires
 #: `message_sent` (the app's `send`).
 SendPath = Callable[[Session, MessageChain, KiraEvent], Awaitable[KiraIMSentResult]]
@@ -170,8 +197,8 @@ class AgentLoop:
         self.drafts = drafts
         #: Held around each model call of a session (its adapter's typing indicator); none by default.
         self._typing = typing or (lambda session: contextlib.nullcontext())
-        #: Characters per token assumed when fitting requests to the window; lowered by what the model counts.
-        self.chars_per_token = _CHARS_PER_TOKEN
+        #: What fits the model's context window; learns the model's characters per token from its answers.
+        self.window = ContextWindow(provider)
         self.settings = settings or AgentSettings()
 
     # -- the turn -------------------------------------------------------------------------------------------------
@@ -184,113 +211,153 @@ class AgentLoop:
             return result
 
     async def _run_turn(self, batch: KiraMessageBatchEvent) -> TurnResult:
-        result = TurnResult(batch)
-        dispatch = self.engine.dispatch
-        await dispatch("im_batch_message", batch)
+        """`im_batch_message`, the steps while the model calls tools, the turn stored, then `final_result`."""
+        await self.engine.dispatch("im_batch_message", batch)
         if batch.is_stopped:
-            result.stopped = True
             await self._store(batch, [])
-            return result
+            return TurnResult(batch, stopped=True)
         history = await self.history.get_history(batch.sid) if self.history is not None else []
-        turn: list[ChatMessage] = []
-        sent_all = MessageChain()
-        calls_seen: dict[str, int] = {}
-        user_prompt = self._user_prompt(batch)
+        # The user's words as the `im_batch_message` hooks left them (they may rewrite `message_str`).
+        turn = _Turn(batch, TurnResult(batch), self._user_prompt(batch), history)
         max_steps = max(1, self.settings.max_steps)
-        for step in range(max_steps):
-            last = step == max_steps - 1
-            req, tag_set = self._build_request(batch, history, turn, user_prompt if step == 0 else "")
-            await dispatch("llm_request", batch, req, tag_set)
-            if batch.is_stopped:
+        for index in range(max_steps):
+            if not await self._run_step(turn, index, last=index == max_steps - 1):
                 break
-            self._finish_request(req, tag_set, last)
-            cut = self._fit_to_window(req, len(history), first_step=step == 0)
-            if step == 0:
-                turn.append(ChatMessage("user", req.user_prompt.persisted_text))  # persist=False parts stay out
-                if cut:
-                    notice = MessageChain([Text(self.settings.cut_text.format(kept=cut))])
-                    sent_all.extend((await self._send(batch, notice, result)).chain)
-            step_sent: list[KiraIMSentResult] = []
-            # Stream only when no plugin needs the whole response before anything is sent (an `llm_response`
-            # hook may rewrite or stop it); otherwise the stages keep their documented order.
-            whole_output = wants_whole_output(self.engine)  # a KiraAI-style after_xml_parse hook needs all of it
-            streaming = (
-                self.settings.stream
-                and self.provider.supports_streaming
-                and not self.engine.chain("llm_response")
-                and not whole_output
-            )
-            trace = current_trace()  # trace
-            if trace is not None:
-                tag_set, model_started = self.engine.tracer.traced_tags(tag_set), time.perf_counter_ns()
-            try:
-                for attempt in (1, 2):
-                    try:
-                        async with self._typing(batch.session):  # the platform's "typing..." while the model writes
-                            if streaming:
-                                resp = await self._stream_model(batch, req, tag_set, result, step_sent)
-                            else:
-                                resp = await self._call_model(req)
-                        break
-                    except ContextOverflowError as exc:
-                        # The estimate was too kind for this text: learn the model's own count, fit, retry once.
-                        if attempt == 2 or step_sent or not self._learn_overflow(req, exc):
-                            raise
-                        # History left in the request: all but this turn's own messages (none yet on step 0).
-                        self._fit_to_window(req, len(req.messages) - (len(turn) if step else 0), first_step=step == 0)
-                        if step == 0:
-                            turn[0] = ChatMessage("user", req.user_prompt.persisted_text)
-                self._learn_ratio(req, resp)
-                if trace is not None:  # trace
-                    trace.model_call(self.provider.name, req, resp, model_started, streamed=streaming)
-            except ProviderError as exc:
-                if trace is not None:  # trace
-                    trace.model_call(self.provider.name, req, None, model_started, streamed=streaming, error=str(exc))
-                    trace.error = str(exc)
-                logger.error("model call failed for %s: %s", batch.sid, exc)
-                result.error = exc.public  # shown to whoever chats (the web chat's `turn_ended`): no URL, no body
-                sent_all.extend(e for r in step_sent for e in r.chain)  # a stream may have sent part of it
-                if step_sent:
-                    turn.append(ChatMessage("assistant", _sent_text(step_sent)))
-                elif step == 0:
-                    turn.clear()  # nothing happened: a failed first call leaves no trace that could wedge the session
-                # `exc.public`, never `exc`: the user sees no server text, URL or key (the log above has them).
-                notice = MessageChain([Text(self.settings.error_text.format(reason=exc.public))])
-                sent_all.extend((await self._send(batch, notice, result)).chain)
-                break
-            _make_valid(resp)
-            if not batch.is_stopped:
-                await dispatch("llm_response", batch, resp)
-            if not batch.is_stopped and not streaming:
-                await self._deliver(batch, resp, tag_set, result, step_sent, whole_output)
-            resp.step = KiraStepResult(raw_output=resp.text_response, sent=step_sent, step=step)
-            sent_all.extend(e for r in step_sent for e in r.chain)
-            if batch.is_stopped or result.capped:  # capped: the answer is over, what was sent is what it said
-                if step_sent:
-                    turn.append(ChatMessage("assistant", _sent_text(step_sent)))
-                break
-            calls = resp.tool_calls if not last else []
-            turn.append(ChatMessage("assistant", resp.text_response, tool_calls=list(calls)))
-            if calls:
-                resp.tool_results = await self._run_tools(batch, req.tool_set, calls, calls_seen)
-                for tool_result in resp.tool_results:
-                    turn.append(ChatMessage("tool", tool_result.text, tool_call_id=tool_result.call_id))
-                for tool_result in resp.tool_results:
-                    await dispatch("tool_result", batch, tool_result)
-                    if batch.is_stopped:
-                        break
-                if batch.is_stopped:
-                    break
-            await dispatch("step_result", batch, resp)
-            if batch.is_stopped or not calls:
-                break
-        result.stopped = batch.is_stopped
+        turn.result.stopped = batch.is_stopped
         # Stored before `final_result`: a reply that was sent is in history even if the process dies while those
         # hooks (a memory plugin, say) still run, and its messages leave the inbox in the same transaction.
-        await self._store(batch, turn)
+        await self._store(batch, turn.messages)
         if not batch.is_stopped:
-            await dispatch("final_result", batch, sent_all)
-        return result
+            await self.engine.dispatch("final_result", batch, turn.sent_all)
+        return turn.result
+
+    async def _run_step(self, turn: _Turn, index: int, *, last: bool) -> bool:
+        """One step: request, model, output, tools, `step_result`. True when the turn goes on to another step."""
+        step = await self._prepare_step(turn, index, last=last)
+        if step is None:
+            return False
+        try:
+            resp = await self._traced_model_call(turn, step)
+        except ProviderError as exc:
+            await self._model_failed(turn, step, exc)
+            return False
+        return await self._use_answer(turn, step, resp, last=last)
+
+    async def _prepare_step(self, turn: _Turn, index: int, *, last: bool) -> _Step | None:
+        """The step's request, after the `llm_request` hooks and fitted to the window; None when a hook stopped."""
+        batch = turn.batch
+        req, tag_set = self._build_request(batch, turn.history, turn.messages, turn.user_prompt if index == 0 else "")
+        await self.engine.dispatch("llm_request", batch, req, tag_set)
+        if batch.is_stopped:
+            return None
+        self._finish_request(req, tag_set, last)
+        step = _Step(index, req, tag_set)
+        await self._fit(turn, step)
+        # Stream only when no plugin needs the whole response before anything is sent (an `llm_response` hook may
+        # rewrite or stop it, a KiraAI-style after_xml_parse hook needs all of it); else the stages keep their order.
+        step.whole_output = wants_whole_output(self.engine)
+        step.streaming = (
+            self.settings.stream
+            and self.provider.supports_streaming
+            and not self.engine.chain("llm_response")
+            and not step.whole_output
+        )
+        return step
+
+    async def _use_answer(self, turn: _Turn, step: _Step, resp: LLMResponse, *, last: bool) -> bool:
+        """`llm_response`, the output sent (unless it streamed), the tools run, `step_result`. True when the model
+        called tools and the turn goes on."""
+        batch, dispatch = turn.batch, self.engine.dispatch
+        _make_valid(resp)
+        if not batch.is_stopped:
+            await dispatch("llm_response", batch, resp)
+        if not batch.is_stopped and not step.streaming:
+            await self._deliver(batch, resp, step.tag_set, turn.result, step.sent, step.whole_output)
+        resp.step = KiraStepResult(raw_output=resp.text_response, sent=step.sent, step=step.index)
+        turn.sent_all.extend(e for r in step.sent for e in r.chain)
+        if batch.is_stopped or turn.result.capped:  # capped: the answer is over, what was sent is what it said
+            if step.sent:
+                turn.messages.append(ChatMessage("assistant", _sent_text(step.sent)))
+            return False
+        calls = resp.tool_calls if not last else []
+        turn.messages.append(ChatMessage("assistant", resp.text_response, tool_calls=list(calls)))
+        if calls and not await self._step_tools(turn, step.req.tool_set, resp, calls):
+            return False
+        await dispatch("step_result", batch, resp)
+        return bool(calls) and not batch.is_stopped
+
+    async def _fit(self, turn: _Turn, step: _Step) -> None:
+        """Fit the step's request to the window; on the first step the user's message joins the turn (as
+        persisted) and, when it had to be cut, the user is told."""
+        cut = self.window.fit(step.req, len(turn.history), cut_user=step.index == 0)
+        if step.index == 0:
+            turn.messages.append(ChatMessage("user", step.req.user_prompt.persisted_text))  # persist=False stays out
+            if cut:
+                notice = MessageChain([Text(self.settings.cut_text.format(kept=cut))])
+                turn.sent_all.extend((await self._send(turn.batch, notice, turn.result)).chain)
+
+    async def _traced_model_call(self, turn: _Turn, step: _Step) -> LLMResponse:
+        """`_model_call`, recorded in the turn's trace (with the step's tags traced) when there is one."""
+        trace = current_trace()
+        if trace is None:
+            return await self._model_call(turn, step)
+        step.tag_set, started = self.engine.tracer.traced_tags(step.tag_set), time.perf_counter_ns()
+        try:
+            resp = await self._model_call(turn, step)
+        except ProviderError as exc:
+            trace.model_call(self.provider.name, step.req, None, started, streamed=step.streaming, error=str(exc))
+            trace.error = str(exc)
+            raise
+        trace.model_call(self.provider.name, step.req, resp, started, streamed=step.streaming)
+        return resp
+
+    async def _model_call(self, turn: _Turn, step: _Step) -> LLMResponse:
+        """The model's answer, under the session's typing indicator. A request the model says does not fit is fitted
+        again by the model's own count and sent once more, unless part of the answer was already sent."""
+        try:
+            resp = await self._answer(turn, step)
+        except ContextOverflowError as exc:
+            # The estimate was too kind for this text: learn the model's own count, fit, retry once.
+            if step.sent or not self.window.learn_overflow(step.req, exc):
+                raise
+            # History left in the request: all but this turn's own messages (none in it yet on the first step).
+            history_len = len(step.req.messages) - (len(turn.messages) if step.index else 0)
+            self.window.fit(step.req, history_len, cut_user=step.index == 0)
+            if step.index == 0:
+                turn.messages[0] = ChatMessage("user", step.req.user_prompt.persisted_text)
+            resp = await self._answer(turn, step)
+        self.window.learn(step.req, resp)
+        return resp
+
+    async def _answer(self, turn: _Turn, step: _Step) -> LLMResponse:
+        async with self._typing(turn.batch.session):  # the platform's "typing..." while the model writes
+            if step.streaming:
+                return await self._stream_model(turn.batch, step.req, step.tag_set, turn.result, step.sent)
+            return await self._call_model(step.req)
+
+    async def _model_failed(self, turn: _Turn, step: _Step, exc: ProviderError) -> None:
+        """The model could not answer: keep what a stream sent, tell the user (never the server's own words)."""
+        logger.error("model call failed for %s: %s", turn.batch.sid, exc)
+        turn.result.error = exc.public  # shown to whoever chats (the web chat's `turn_ended`): no URL, no body
+        turn.sent_all.extend(e for r in step.sent for e in r.chain)  # a stream may have sent part of it
+        if step.sent:
+            turn.messages.append(ChatMessage("assistant", _sent_text(step.sent)))
+        elif step.index == 0:
+            turn.messages.clear()  # nothing happened: a failed first call leaves no trace that could wedge the session
+        # `exc.public`, never `exc`: the user sees no server text, URL or key (the log above has them).
+        notice = MessageChain([Text(self.settings.error_text.format(reason=exc.public))])
+        turn.sent_all.extend((await self._send(turn.batch, notice, turn.result)).chain)
+
+    async def _step_tools(self, turn: _Turn, tool_set: ToolSet, resp: LLMResponse, calls: list[ToolCall]) -> bool:
+        """Run the step's tool calls into `resp.tool_results` and the turn, then `tool_result` for each; False once
+        a hook stopped the turn."""
+        resp.tool_results = await self._run_tools(turn.batch, tool_set, calls, turn.calls_seen)
+        turn.messages.extend(ChatMessage("tool", r.text, tool_call_id=r.call_id) for r in resp.tool_results)
+        for tool_result in resp.tool_results:
+            await self.engine.dispatch("tool_result", turn.batch, tool_result)
+            if turn.batch.is_stopped:
+                return False
+        return True
 
     async def _store(self, batch: KiraMessageBatchEvent, turn: list[ChatMessage]) -> None:
         """Append the turn to history (if it has messages) and mark the batch's inbox entries done."""
@@ -343,59 +410,6 @@ class AgentLoop:
                 section.content = filled[section.name]()
         req = LLMRequest(messages=[*history, *turn], system_prompt=system, user_prompt=user_prompt, tool_set=tool_set)
         return req, tag_set
-
-    def _fit_to_window(self, req: LLMRequest, history_len: int, *, first_step: bool) -> int | None:
-        """Make the request fit the model's context window with room for the reply: drop the oldest history
-        (whole turns: the kept part starts at a user message), then, on the first step, cut the user's message.
-        Returns how many characters of the message were kept when it was cut, else None. Without a known window
-        (`provider.context_tokens` None) the request goes as it is."""
-        window = self.provider.context_tokens
-        if not window:
-            return None
-        reply = req.max_tokens or self.provider.max_tokens or window // 4
-        budget = window - reply
-        ratio = self.chars_per_token
-        text = str(req.user_prompt)
-        fixed = (len(req.render_system()) + len(text) + _tools_chars(req)) / ratio + 16
-        sizes = [_message_chars(m) / ratio + 8 for m in req.messages]
-        dropped, total = 0, fixed + sum(sizes)
-        while total > budget and dropped < history_len:
-            total -= sizes[dropped]
-            dropped += 1
-            while dropped < history_len and req.messages[dropped].role != "user":
-                total -= sizes[dropped]
-                dropped += 1
-        if dropped:
-            logger.info(
-                "history of this session cut by %d message(s) to fit the model's %d-token window", dropped, window
-            )
-            del req.messages[:dropped]
-        if total <= budget or not first_step or not text:
-            return None
-        room = budget - (total - len(text) / ratio)
-        kept = max(0, int(room * ratio) - len(_CUT_MARK))
-        if kept >= len(text):
-            return None
-        req.user_prompt = text[:kept] + _CUT_MARK
-        return kept
-
-    def _learn_ratio(self, req: LLMRequest, resp: LLMResponse) -> None:
-        """Lower `chars_per_token` to what the model counted for this request (never raise it: the next text may
-        tokenize worse)."""
-        if resp.usage.prompt_tokens > 0:
-            observed = _request_chars(req) / resp.usage.prompt_tokens
-            self.chars_per_token = max(_MIN_CHARS_PER_TOKEN, min(self.chars_per_token, observed * 0.95))
-
-    def _learn_overflow(self, req: LLMRequest, exc: ContextOverflowError) -> bool:
-        """After an overflow the model counted: lower `chars_per_token` to match; False when it did not count."""
-        if not exc.prompt_tokens:
-            return False
-        observed = _request_chars(req) / exc.prompt_tokens
-        self.chars_per_token = max(_MIN_CHARS_PER_TOKEN, min(self.chars_per_token, observed * 0.9))
-        logger.info(
-            "request did not fit the model's window; fitting again at %.2f characters a token", self.chars_per_token
-        )
-        return True
 
     @staticmethod
     def _finish_request(req: LLMRequest, tag_set: TagSet, last: bool) -> None:
@@ -704,27 +718,3 @@ def visible_draft(raw: str) -> str:
     """What a person would see of a message still being written: markup and `<think>` removed, entities
     decoded. A preview only: the finished message is parsed properly and sent whole."""
     return html.unescape(_MARKUP.sub("", _THINK.sub("", raw))).strip()
-
-
-#: Characters per token first assumed when fitting a request to a window: on the safe side for English (about 4);
-#: each model call's own count lowers it for text that tokenizes worse (markup, digits, other scripts).
-_CHARS_PER_TOKEN = 3.0
-_MIN_CHARS_PER_TOKEN = 1.0
-_CUT_MARK = "\n[...the rest of this message was cut: it was too long for the model]"
-
-
-def _message_chars(message: ChatMessage) -> int:
-    return len(message.content) + sum(len(c.name) + len(c.raw_arguments or "") for c in message.tool_calls)
-
-
-def _tools_chars(req: LLMRequest) -> int:
-    return len(json.dumps([t.to_openai() for t in req.tool_set])) if req.tool_set else 0
-
-
-def _request_chars(req: LLMRequest) -> int:
-    return (
-        len(req.render_system())
-        + len(str(req.user_prompt))
-        + _tools_chars(req)
-        + sum(_message_chars(m) for m in req.messages)
-    )

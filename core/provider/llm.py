@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field
 
 from core.chat import BaseMessageElement, KiraStepResult
+from core.config import ProviderConfig
 from core.prompt_manager import Prompt, UserPrompt, default_system_prompt, render_system_prompt
 from core.utils.tool_utils import ToolCall, ToolSet
 
@@ -289,6 +290,14 @@ class LLMProvider(abc.ABC):
     name: str = "provider"
     #: The reply budget in tokens when a request sets none (None: the backend's own default).
     max_tokens: int | None = None
+
+    @classmethod
+    def from_config(cls, config: ProviderConfig) -> Self:
+        """The provider a `[[providers]]` entry of this type describes (see `core.provider.registry`). The default
+        passes the entry's `options` table as keyword arguments, and its `name`; hookchat's own providers read
+        their named keys instead."""
+        build: Callable[..., Self] = cls  # the base class declares no constructor: each provider has its own
+        return build(name=config.name, **config.options)
 
     @abc.abstractmethod
     async def complete(self, req: LLMRequest) -> LLMResponse:

@@ -16,12 +16,13 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
+from core.config import ProviderConfig
 from core.provider.llm import (
     ContextOverflowError,
     LLMProvider,
@@ -53,6 +54,7 @@ INSTALL_HINT = f"pip install -e '.[local]' && {MODEL_INSTALL_HINT}"
 # (about 0.2-0.6 s on two busy cores) instead of after the whole prompt (up to 20 s for a full 2,048-token window).
 # Smaller batches measured no slower for this model.
 _PROMPT_BATCH = 64
+_READ_CHUNK = 4 << 20  # reading the model file ahead of the load, in pieces of this many bytes
 _log = get_logger("provider")
 
 TOOLS_CHAT_TEMPLATE = """\
@@ -172,6 +174,13 @@ class LocalLlamaProvider(LLMProvider):
         self._load_lock = anyio.Lock()
         self._generate_lock = anyio.Lock()
 
+    @classmethod
+    def from_config(cls, config: ProviderConfig) -> Self:
+        """The embedded model of a `type = "local"` entry: its `model_path`, `context_tokens`, `threads` and sampling
+        keys; keys left unset keep the defaults above."""
+        keys = {"model_path", "context_tokens", "threads", "temperature", "top_p", "max_tokens"}
+        return cls(**config.model_dump(include=keys, exclude_none=True), stop=config.stop, name=config.name)
+
     @property
     def model_path(self) -> Path:
         """The GGUF file: the one given, else the embedded model's (`ModelNotInstalledError` when it is missing).
@@ -213,9 +222,11 @@ class LocalLlamaProvider(LLMProvider):
     async def load(self) -> None:
         """Load the model (once; later calls return at once), in a worker thread.
 
-        xllamacpp holds Python's GIL while its server starts (0.3-0.8 s for the embedded model), so the event loop
+        xllamacpp holds Python's GIL for the whole of its `Server` constructor (0.3-0.8 s for the embedded model
+        on a quiet machine; no other Python thread runs meanwhile, bench/model.py `--load-only`), so the event loop
         stalls for that long however the load is run: load before serving, or while nothing else runs (the
-        terminal chat loads it while the user types the first message, which waits for it).
+        terminal chat loads it while the user types the first message, which waits for it). The file is read
+        into the page cache first, without the GIL, so a cold disk does not add to the stall.
         """
         if self._server is not None:
             return
@@ -295,9 +306,20 @@ class LocalLlamaProvider(LLMProvider):
         return body
 
     def _model_file(self) -> tuple[Path, int]:
-        """The model file and its size in bytes (0 when it is missing); runs in a worker thread."""
+        """The model file and its size in bytes (0 when it is missing), read through once; runs in a worker thread.
+
+        Reading it here puts it in the page cache while the GIL is free (a read releases it), so that with a cold
+        cache the disk is not waited for inside xllamacpp's `Server` constructor, which holds the GIL throughout
+        (`bench/model.py --load-only --cold` compares the two).
+        """
         path = self.model_path
-        return path, path.stat().st_size if path.exists() else 0
+        if not path.is_file():
+            return path, 0
+        with path.open("rb", buffering=0) as f:
+            chunk = bytearray(_READ_CHUNK)
+            while f.readinto(chunk):
+                pass
+        return path, path.stat().st_size
 
     def _load_blocking(self, path: Path) -> Any:
         try:

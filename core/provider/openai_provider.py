@@ -14,11 +14,12 @@ import re
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import anyio
 import openai
 
+from core.config import ProviderConfig
 from core.provider.llm import LLMProvider, LLMRequest, LLMResponse, ProviderError, StreamEvent, TokenUsage, ToolCall
 
 __all__ = ["OpenAIProvider"]
@@ -94,6 +95,22 @@ class OpenAIProvider(LLMProvider):
         self._secret = key
         # Local servers need no key, but the client insists on one; "none" is what they ignore.
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=key or "none", timeout=timeout, max_retries=0)
+
+    @classmethod
+    def from_config(cls, config: ProviderConfig) -> Self:
+        """The endpoint of a `type = "openai"` entry (or a `local` one with a `base_url`): `models` is the failover
+        list, `top_p` and `stop` go into `extra_body`, the key is the one `load_config` resolved."""
+        return cls(
+            base_url=config.base_url,
+            models=list(config.models) or ["default"],
+            api_key=config.api_key.get_secret_value() if config.api_key else None,
+            timeout=config.timeout,
+            max_retries=config.max_retries,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            extra_body=config.model_dump(include={"top_p", "stop"}, exclude_none=True, exclude_defaults=True),
+            name=config.name,
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(name={self.name!r}, base_url={self.base_url!r}, models={self.models!r})"

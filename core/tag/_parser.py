@@ -35,7 +35,6 @@ _NAMED = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&quot;": '"', "&apos;": "'"}
 
 _SLICE = 1 << 16  # parse_output feeds long outputs in slices of this many characters
 
-_OTHER_CASE: Any = object()  # a tag name not written in lower case: looked up again, lowered
 _NO_ATTRIBUTES: dict[str, str] = {}  # shared, never mutated: handlers receive a copy through **attrs
 _ATTR = re.compile(r"""([^\s=/"']+)(?:\s*=\s*(?:"([^"]*)"?|'([^']*)'?|([^\s"']+)))?""")
 
@@ -100,7 +99,19 @@ def _ref(m: re.Match[str]) -> str:
 
 def decode_references(text: str) -> str:
     """Decode `&amp; &lt; &gt; &quot; &apos;` and numeric references (`&#39;`, `&#x1F600;`); keep anything else."""
-    return _REF.sub(_ref, text) if "&" in text else text
+    if "&" not in text:
+        return text
+    if "&#" in text:
+        return _REF.sub(_ref, text)
+    # Named references only: replacing them in C is the same (none can overlap another or form a new one when
+    # `&amp;` goes last), and much faster than a Python call per reference.
+    return (
+        text.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", '"')
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+    )
 
 
 def _may_grow(tail: str) -> bool:
@@ -158,15 +169,6 @@ def _start_tag_rest(rest: str) -> tuple[dict[str, str], str, bool]:
 def _add_elements(chain: MessageChain, result: Any, tag: BaseTag) -> None:
     """Append a handler's return value to `chain`: None, one element, a str or an iterable of them. Empty Texts are
     dropped; anything else raises TypeError, and then nothing is appended."""
-    if result.__class__ is list and len(result) == 1:  # the usual result, on the hot path
-        element = result[0]
-        if element.__class__ is Text:
-            if element.text:
-                chain.append(element)
-            return
-        if isinstance(element, BaseMessageElement) and not isinstance(element, Text):  # a Text subclass: below
-            chain.append(element)
-            return
     if result is None:
         return
     if isinstance(result, (BaseMessageElement, str)):
@@ -200,9 +202,13 @@ class StreamParser:
     def __init__(self, tag_set: TagSet | None, event: Any = None, on_error: OnTagError | None = None) -> None:
         self._tags: dict[str, BaseTag] = {t.name.lower(): t for t in (tag_set or ())}
         self._names = tuple(sorted({*self._tags, *_STRUCTURAL}))
-        # every name the regex knows (lower-cased) to its tag, None for msg, think and reasoning
-        self._kinds: dict[str, BaseTag | None] = {name: self._tags.get(name) for name in self._names}
-        self._search = _token_re(self._names).search
+        # every name the regex knows (lower-cased) to its tag's op with neither value nor attributes (ops are
+        # tuples, never mutated, so one is shared), None for msg, think and reasoning
+        self._kinds: dict[str, _TagOp | None] = {
+            name: (tag, "", _NO_ATTRIBUTES) if (tag := self._tags.get(name)) is not None else None
+            for name in self._names
+        }
+        self._token = _token_re(self._names)
         self._event = event
         self._on_error = on_error
         # scanner state
@@ -228,9 +234,6 @@ class StreamParser:
         self._done: list[list[_Op]] = []
         # what follows a start tag's name, parsed: models repeat the same attributes (ids) a lot
         self._attr_cache: dict[str, tuple[dict[str, str], str, bool]] = {}
-        # the op of each tag with neither value nor attributes, by id(tag) (a tag need not be hashable): ops are
-        # tuples, never mutated, so one can be shared
-        self._empty_ops = {id(tag): (tag, "", _NO_ATTRIBUTES) for tag in self._tags.values()}
 
     async def feed(self, chunk: str) -> list[MessageChain]:
         """Add the next chunk of output; returns the messages completed by it (often none)."""
@@ -285,7 +288,7 @@ class StreamParser:
         self._wait = None
         if self._missing:
             self._missing.clear()
-            self._search = _token_re(self._names).search
+            self._token = _token_re(self._names)
 
     def _stop(self, pos: int, wait: re.Pattern[str] | None) -> None:
         self._pos = pos
@@ -297,7 +300,6 @@ class StreamParser:
         buf = self._buf
         n = len(buf)
         pos = at = self._pos  # `pos`: start of the text not taken yet; `at`: where to look for markup
-        search = self._search
         kinds = self._kinds
         while True:
             if self._hidden is not None:  # everything up to </think> is dropped
@@ -313,8 +315,66 @@ class StreamParser:
                 lt = buf.rfind("<", pos)
                 ends = lt >= 0 and _may_end_hidden(buf[lt:], self._hidden, self._in_msg)
                 return self._stop(lt if ends else n, None)
-            m = search(buf, at)
-            if m is None:
+            # The tags from `at` on, until one makes the scan jump (a hidden block opens; a comment, CDATA or
+            # declaration, handled below) or the markup ends: one `finditer` costs less per tag than a search each.
+            name = None
+            for m in self._token.finditer(buf, at):
+                start, stop = m.span()
+                if start > pos:  # the text before the markup (a `<` that starts no markup is text)
+                    text = buf[pos:start]
+                    # (layout whitespace between messages, which `_text` would drop, is dropped without the calls)
+                    if self._ops or self._bare or self._open is not None or not text.isspace():
+                        self._text(decode_references(text))
+                slash, name, quoted_rest, rest, content = m.groups()
+                if name is None:
+                    break
+                if quoted_rest is not None:
+                    rest = quoted_rest
+                elif not final and "<" not in buf[stop:] and _quote_open(rest):
+                    # The tag ended at a `>` inside an open quote: more data may still close the quote (and then
+                    # the tag ends later), so wait, exactly as for an unfinished tag. The text before it is taken.
+                    return self._stop(start, _WAIT_TAG)
+                pos = at = stop
+                try:
+                    empty = kinds[name]
+                except KeyError:  # the regex matched the name in another letter case
+                    name = name.lower()
+                    empty = kinds[name]
+                if empty is None:  # msg, think, reasoning
+                    if name == "msg" and not rest:  # `_structural` of the usual `<msg>` and `</msg>`, inlined
+                        if slash or self._ops or self._bare or self._open is not None:
+                            self._end_message()
+                        self._in_msg = not slash
+                    else:
+                        self._structural(slash, name, rest)
+                elif slash:
+                    if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
+                        self._close_tag()
+                elif rest or self._open_alone or self._open_value or self._bare or (empty[0].root and not self._in_msg):
+                    self._start(empty, rest)
+                else:  # `_start` of a tag without attributes after a tag that holds no text, inlined
+                    if self._open is not None:
+                        self._ops.append(self._open)
+                    self._open = empty
+                if content is not None:
+                    if content and "&" in content:
+                        content = decode_references(content)
+                    if self._hidden is not None:  # <think>...</think>: dropped, end tag included
+                        self._hidden = None
+                    elif empty is None:
+                        if content:
+                            self._text(content)
+                        self._structural("/", name, "")
+                    elif self._open is not None:  # <text>hi</text>, the usual case: the tag is still open
+                        self._close_tag(content)
+                    else:  # <at/>hi</at>: the text is outside the (self-closed) tag
+                        if content:
+                            self._text(content)
+                        if self._open is not None:
+                            self._close_tag()
+                elif self._hidden is not None:
+                    break
+            else:  # no more markup: the rest is text, but for what more data could still make markup
                 end = n
                 wait = None
                 if not final:
@@ -328,43 +388,7 @@ class StreamParser:
                 if end > pos:
                     self._text(decode_references(buf[pos:end]))
                 return self._stop(end, wait)
-            start, stop = m.span()
-            if start > pos:  # the text before the markup (a `<` that starts no markup is text)
-                self._text(decode_references(buf[pos:start]))
-            slash, name, quoted_rest, rest, content = m.groups()
-            if name is not None:
-                if quoted_rest is not None:
-                    rest = quoted_rest
-                elif not final and "<" not in buf[stop:] and _quote_open(rest):
-                    # The tag ended at a `>` inside an open quote: more data may still close the quote (and then
-                    # the tag ends later), so wait, exactly as for an unfinished tag. The text before it is taken.
-                    return self._stop(start, _WAIT_TAG)
-                pos = at = stop
-                tag = kinds.get(name, _OTHER_CASE)
-                if tag is _OTHER_CASE:  # the regex matched the name in another letter case
-                    name = name.lower()
-                    tag = kinds[name]
-                if tag is None:  # msg, think, reasoning
-                    self._structural(slash, name, rest)
-                elif slash:
-                    if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
-                        self._close_tag()
-                else:
-                    self._start(tag, rest)
-                if content is not None:
-                    if self._hidden is not None:  # <think>...</think>: dropped, end tag included
-                        self._hidden = None
-                    elif tag is None:
-                        if content:
-                            self._text(decode_references(content))
-                        self._structural("/", name, "")
-                    elif self._open is not None:  # <text>hi</text>, the usual case: the tag is still open
-                        self._close_tag(decode_references(content))
-                    else:  # <at/>hi</at>: the text is outside the (self-closed) tag
-                        if content:
-                            self._text(decode_references(content))
-                        if self._open is not None:
-                            self._close_tag()
+            if name is not None:  # a hidden block opened: dropped up to its end, above
                 continue
             opener = m.group(0)
             if opener == "<!--":
@@ -379,7 +403,7 @@ class StreamParser:
                 if not final:
                     return self._stop(start, wait)
                 self._missing.add(end_mark)  # unclosed at the end: the `<` is text, and so is what follows
-                search = self._search = _token_re(self._names, frozenset(self._missing)).search
+                self._token = _token_re(self._names, frozenset(self._missing))
                 pos, at = start, start + 1
                 continue
             if keep and close > stop:
@@ -403,15 +427,20 @@ class StreamParser:
         elif not slash and not rest.rstrip().endswith("/"):
             self._hidden = name
 
-    def _start(self, tag: BaseTag, rest: str) -> None:
-        """A start tag of the tag set: ends an open tag, then opens this one (and closes it if self-closing)."""
+    def _start(self, empty: _TagOp, rest: str) -> None:
+        """A start tag of the tag set (`empty`: its op without value or attributes): ends an open tag, then opens
+        this one (and closes it if self-closing)."""
+        tag = empty[0]
         if tag.root and not self._in_msg:
             self._end_message()  # closes the open tag too
             self._open_alone = True
         else:
             # A tag opened inside another ends it: <text>a<at id=1/>b</text> is text, at, text.
-            if self._open is not None:
-                self._close_tag()
+            if (op := self._open) is not None:
+                if self._open_value or self._open_alone:
+                    self._close_tag()
+                else:  # `_close_tag()` of a tag that holds no text, inlined (`_open` is set below)
+                    self._ops.append(op)
             if self._bare:
                 self._flush_bare()
         if rest:
@@ -423,7 +452,7 @@ class StreamParser:
             if alone:
                 self._close_tag()
         else:
-            self._open = self._empty_ops[id(tag)]
+            self._open = empty
 
     def _close_tag(self, content: str = "") -> None:
         """Close the open tag (callers check there is one); its value is the text collected since it opened,
@@ -483,24 +512,39 @@ class StreamParser:
         chains: list[MessageChain] = []
         token = _current_event.set(self._event)
         # Every handler runs under its tag's deadline (a hung one would hold its session and a turn slot for
-        # ever), without a timer per tag: one `_Deadline` per call, armed only while a handler runs long.
+        # ever), without a timer or a clock read per tag: one `_Deadline` per call, told which handler runs.
         deadline = _Deadline()
         try:
             for ops in done:
                 chain = MessageChain()
+                append = chain.append
                 for op in ops:
                     if op.__class__ is str:
-                        chain.append(Text(op))
+                        append(Text(op))
                         continue
                     tag, value, attrs = op
-                    deadline.start(tag.timeout)
+                    deadline.handler += 1  # the deadline's start, inlined: this loop is the hot path
+                    deadline.limit = limit = tag.timeout
+                    if deadline.timer is None and limit is not None:
+                        deadline.arm(limit)
                     try:
                         # `**attrs` of an empty dict passes nothing, but costs a slower call on the hot path
                         elements = await (tag.handle(value, **attrs) if attrs else tag.handle(value))
-                        deadline.finish()
-                        _add_elements(chain, elements, tag)
+                        if deadline.fired:
+                            deadline.finish()
+                        if elements.__class__ is list and len(elements) == 1:  # the usual result: one element
+                            element = elements[0]
+                            if element.__class__ is Text:
+                                if element.text:  # an empty Text is dropped
+                                    append(element)
+                            elif isinstance(element, BaseMessageElement) and not isinstance(element, Text):
+                                append(element)
+                            else:  # a Text subclass, or not an element at all
+                                _add_elements(chain, elements, tag)
+                        else:
+                            _add_elements(chain, elements, tag)
                     except BaseException as caught:  # a handler's SystemExit or KeyboardInterrupt is its failure
-                        deadline.running = False
+                        deadline.limit = None  # no handler runs while the failure is reported
                         exc = caught
                         if isinstance(caught, asyncio.CancelledError) and deadline.absorb():
                             exc = TagTimeout(f"tag <{tag.name}> did not finish within {tag.timeout:g} s")
@@ -508,7 +552,7 @@ class StreamParser:
                             raise
                         await self._report(tag, exc)
                         if value and not value.isspace():
-                            chain.append(Text(value))
+                            append(Text(value))
                 if chain:
                     chains.append(chain)
         finally:
@@ -530,55 +574,59 @@ class StreamParser:
 
 
 class _Deadline:
-    """The deadline of the tag handler running now, in the task that runs it: `start()` costs a clock read; one
-    timer, armed at the first handler and re-armed only while handlers run, cancels a handler that passed its
-    timeout, and `absorb()` tells that cancellation from one coming from outside (which propagates)."""
+    """The deadline of the tag handler running now, in the task that runs it, at no cost per handler: the caller
+    numbers each handler (`handler += 1`) and sets its `limit` (None while no handler runs: the caller awaits nothing
+    else between handlers, and `close()` ends the watch). One timer, armed at the first handler with a limit, looks
+    every quarter of that limit at which handler runs and cancels it once it has seen the same one running for its
+    whole limit: never early, late by at most a quarter. `absorb()` tells that cancellation from one coming from
+    outside (which propagates)."""
 
-    __slots__ = ("_loop", "_task", "_timer", "_started", "_limit", "running", "_fired")
+    __slots__ = ("_loop", "_task", "timer", "handler", "limit", "fired", "_seen", "_seen_at")
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
-        self._timer: asyncio.TimerHandle | None = None
-        self._started = 0.0
-        self._limit: float | None = None
-        self.running = False
-        self._fired = False
+        self.timer: asyncio.TimerHandle | None = None
+        self.handler = 0  # the number of the handler running (or last run)
+        self.limit: float | None = None
+        self.fired = False
+        self._seen = -1  # the handler the timer saw running, and since when
+        self._seen_at = 0.0
 
-    def start(self, limit: float | None) -> None:
-        self._started, self._limit, self.running = self._loop.time(), limit, True
-        if self._timer is None and limit is not None:
-            self._timer = self._loop.call_at(self._started + limit, self._check)
+    def arm(self, limit: float) -> None:
+        """Start watching (the caller set `limit`)."""
+        self._seen, self._seen_at = self.handler, self._loop.time()
+        self.timer = self._loop.call_later(limit / 4, self._check)
 
     def _check(self) -> None:
-        self._timer = None
-        if not self.running or self._limit is None:
-            return
-        due = self._started + self._limit
-        if self._loop.time() >= due and self._task is not None:
-            self._fired = True
-            self.running = False
+        self.timer = None
+        if self.limit is None:
+            return  # no handler runs, or one without a limit: the next one with a limit arms again
+        now = self._loop.time()
+        if self.handler != self._seen:
+            self._seen, self._seen_at = self.handler, now  # another handler: its time starts now at the latest
+        elif now - self._seen_at >= self.limit and self._task is not None:
+            self.fired = True
+            self.limit = None
             self._task.cancel()
-        else:
-            self._timer = self._loop.call_at(due, self._check)
+            return
+        self.timer = self._loop.call_later(self.limit / 4, self._check)
 
     def finish(self) -> None:
-        """The handler returned; if it swallowed this deadline's cancellation, undo the cancel request."""
-        self.running = False
-        if self._fired:
-            self._fired = False
-            if self._task is not None:
-                self._task.uncancel()
+        """The handler returned although this deadline fired: it swallowed the cancellation, so undo the request."""
+        self.fired = False
+        if self._task is not None:
+            self._task.uncancel()
 
     def absorb(self) -> bool:
         """After a `CancelledError`: True when it was this deadline's (now undone), False when it came from outside."""
-        fired, self._fired = self._fired, False
+        fired, self.fired = self.fired, False
         return fired and self._task is not None and self._task.uncancel() == 0
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 async def parse_output(

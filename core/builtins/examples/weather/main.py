@@ -1,5 +1,4 @@
-from plugin.sdk.plugin import NekoPluginBase, Ok, lifecycle, llm_tool, neko_plugin
-
+from plugin.sdk.plugin import neko_plugin, NekoPluginBase, llm_tool, lifecycle, Ok
 
 @neko_plugin
 class WeatherPlugin(NekoPluginBase):

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-if TYPE_CHECKING:  # the protocol's module imports this one
-    from core.kira._runtime import KiraApp
+if TYPE_CHECKING:  # annotations only
+    from core.config import HookchatConfig
+    from core.plugin import PluginLoader
 
 __all__ = ["KiraConfigView", "kira_shaped_config"]
+
+
+class ConfiguredApp(Protocol):
+    """The part of the running app the config view reads (`KiraApp` in `core.kira._runtime` has it): its config and the plugins,
+    for the chat plugin's settings."""
+
+    config: HookchatConfig
+    plugins: PluginLoader
+
 
 #: The chat plugin's debounce settings when neither the plugin nor the operator set them (its schema.json).
 _CHAT_DEFAULTS = {"flush_messages": 5, "quiet_seconds": 1.5}
@@ -29,7 +39,7 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
     return base
 
 
-def _chat_settings(app: KiraApp) -> dict[str, Any]:
+def _chat_settings(app: ConfiguredApp) -> dict[str, Any]:
     chat = app.plugins.get_plugin("chat")
     settings = dict(_CHAT_DEFAULTS)
     settings.update(app.config.plugins.config.get("chat", {}))
@@ -38,7 +48,7 @@ def _chat_settings(app: KiraApp) -> dict[str, Any]:
     return settings
 
 
-def kira_shaped_config(app: KiraApp) -> dict[str, Any]:
+def kira_shaped_config(app: ConfiguredApp) -> dict[str, Any]:
     """A fresh dict of the application's config in KiraAI's layout, with the operator's `[kira]` table over it."""
     config, limits = app.config, app.config.limits
     chat = _chat_settings(app)
@@ -110,7 +120,7 @@ class KiraConfigView(Mapping[str, Any]):
     """A read-only mapping that builds `kira_shaped_config(app)` on each top-level lookup, so plugins always read
     the settings in force (a copy: writing into what it returns changes nothing)."""
 
-    def __init__(self, app: KiraApp) -> None:
+    def __init__(self, app: ConfiguredApp) -> None:
         self._app = app
 
     def __getitem__(self, key: str) -> Any:

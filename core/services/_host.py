@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from core.chat import (
     KiraEvent,
@@ -24,11 +24,26 @@ from core.utils.clock import Clock
 from core.utils.registry import OwnedRegistry
 from core.utils.tool_utils import BaseTool
 
-if TYPE_CHECKING:  # annotations only: PluginServices is built on these protocols
-    from core.services._push import PushService
-    from core.services._services import PluginServices
+__all__ = ["PushReceipt", "PushSubmitter", "PluginHost", "PluginHandle", "PluginDirectory", "PluginStatusView"]
 
-__all__ = ["PluginHost", "PluginHandle", "PluginDirectory", "PluginStatusView"]
+
+class PushReceipt(TypedDict):
+    """What `push_message` returns at once: `submitted` (and `ok`) True when the local submission path accepted
+    the message, with its `id` and `session`; else False with one of `PUSH_REASONS` as `reason`."""
+
+    submitted: bool
+    ok: bool
+    reason: NotRequired[str]
+    id: NotRequired[str]
+    session: NotRequired[str]
+
+
+class PushSubmitter(Protocol):
+    """What the services use of the app's proactive-message service (`core.services._push.PushService`)."""
+
+    def submit(self, plugin_id: str, **kwargs: Any) -> PushReceipt:
+        """Queue a proactive message of `plugin_id`; returns the receipt at once."""
+        ...
 
 
 class PluginHost(Protocol):
@@ -43,7 +58,7 @@ class PluginHost(Protocol):
         ...
 
     @property
-    def push(self) -> PushService | None:
+    def push(self) -> PushSubmitter | None:
         """The proactive-message service, or None when the app runs without one."""
         ...
 
@@ -134,7 +149,6 @@ class PluginHandle(Protocol):
     plugin_id: str
     data_dir: Path
     plugin_dir: Path | None
-    services: PluginServices | None
     bound: bool
 
     @property

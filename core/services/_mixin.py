@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.services._declarations import EntryMeta
-from core.services._host import PluginHandle
 from core.services._push import PushReceipt
-from core.services._services import PluginServices, services_for
+from core.services._services import PluginServices, ServicedHandle, services_for
 from core.services._tools import add_function_tool, plugin_tools, remove_function_tool
 
 __all__ = ["PluginServicesMixin", "PluginContextServicesMixin"]
@@ -36,7 +35,7 @@ class _Plugin(Protocol):
     """What the mixin's methods need of the plugin they are part of."""
 
     @property
-    def ctx(self) -> PluginHandle:
+    def ctx(self) -> ServicedHandle:
         """The plugin's context."""
         ...
 
@@ -172,7 +171,7 @@ class PluginContextServicesMixin:
 
     plugin_dir: Path | None
 
-    async def update_own_config(self: PluginHandle, patch: dict[str, Any]) -> dict[str, Any]:
+    async def update_own_config(self: ServicedHandle, patch: dict[str, Any]) -> dict[str, Any]:
         """Update this plugin's config (validated against its schema, saved); returns the new config."""
         return await services_for(self).config.update(patch)
 

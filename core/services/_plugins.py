@@ -5,8 +5,10 @@ Every method returns a `Result`; a missing plugin or entry, a failure or a timeo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from core.services._entries import EntryRegistry
 from core.services._host import PluginHandle
 from core.services._result import Err, Ok, Result, SdkError
 
@@ -14,10 +16,12 @@ __all__ = ["Plugins"]
 
 
 class Plugins:
-    """The cross-plugin helper of one plugin (`caller`), over the plugin manager that loaded it."""
+    """The cross-plugin helper of one plugin (`caller`), over the plugin manager that loaded it. `entries_of` gives
+    a loaded plugin instance's entries (its services make them, and the services make this helper)."""
 
-    def __init__(self, ctx: PluginHandle) -> None:
+    def __init__(self, ctx: PluginHandle, entries_of: Callable[[Any], EntryRegistry]) -> None:  # Any: a plugin instance is of any class
         self.ctx = ctx
+        self._entries_of = entries_of
 
     @property
     def _manager(self) -> Any:
@@ -79,8 +83,6 @@ class Plugins:
         self, target: str, args: dict[str, Any] | None = None, *, timeout: float | None = None
     ) -> Result[Any, SdkError]:
         """Call entry `"<plugin_id>:<entry_id>"` with `args` (keyword arguments of its handler)."""
-        from core.services._services import services_for  # a cycle: _services builds Plugins
-
         plugin_id, sep, entry_id = target.partition(":")
         if not sep or not plugin_id or not entry_id:
             return Err(SdkError(f"call_entry needs '<plugin_id>:<entry_id>', not {target!r}", code="invalid_argument"))
@@ -92,8 +94,7 @@ class Plugins:
         if isinstance(required, Err):
             return required
         instance = self._manager.get_plugin(plugin_id)
-        services = services_for(instance.ctx, instance)
-        return await services.entries.call(entry_id, args, timeout)
+        return await self._entries_of(instance).call(entry_id, args, timeout)
 
     async def call_entry_json(
         self, target: str, args: dict[str, Any] | None = None, *, timeout: float | None = None

@@ -14,7 +14,7 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any
 
 from core.chat import (
     KiraIMMessage,
@@ -28,13 +28,11 @@ from core.chat import (
 )
 from core.chat.message_elements import Image, Text
 from core.chat.session import SessionIdError
+from core.services._host import PluginHost, PushReceipt
 from core.services._result import SdkError
 from core.utils.log import get_logger
 from core.utils.signals import message_sent
 from core.utils.tasks import cancel_and_wait
-
-if TYPE_CHECKING:  # the host protocol names PushService, so this module only annotates with it
-    from core.services._host import PluginHost
 
 __all__ = [
     "PushService",
@@ -75,17 +73,6 @@ class _Push:
     chain: MessageChain
     priority: int
     created: float = field(default_factory=time.time)
-
-
-class PushReceipt(TypedDict):
-    """What `push_message` returns at once: `submitted` (and `ok`) True when the local submission path accepted
-    the message, with its `id` and `session`; else False with one of `PUSH_REASONS` as `reason`."""
-
-    submitted: bool
-    ok: bool
-    reason: NotRequired[str]
-    id: NotRequired[str]
-    session: NotRequired[str]
 
 
 def _rejected(reason: str) -> PushReceipt:

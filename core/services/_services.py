@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from core.services._config import PluginConfig
 from core.services._db import PluginDatabase
@@ -20,7 +20,7 @@ from core.services._store import PluginStore, PluginStoreLike
 from core.services._tools import add_function_tool, remote_owner
 from core.utils.log import PluginLogger, get_plugin_logger
 
-__all__ = ["PluginServices", "services_for", "bind_plugin", "storage_dir_of", "clear_remote_tools"]
+__all__ = ["PluginServices", "ServicedHandle", "services_for", "bind_plugin", "storage_dir_of", "clear_remote_tools"]
 
 _UNAVAILABLE = PushService(None)  # never started, so it only validates and answers `transport_unavailable`
 
@@ -42,7 +42,7 @@ class PluginServices:
         self.storage_dir = storage_dir_of(ctx)
         self.entries = EntryRegistry(self.plugin_id, self.logger, ctx)
         self.timers = TimerRunner(ctx, self.logger)
-        self.plugins = Plugins(ctx)
+        self.plugins = Plugins(ctx, lambda other: services_for(other.ctx, other).entries)
         self._config: PluginConfig | None = None
         self._store: PluginStoreLike | None = None
         self._db: PluginDatabase | None = None
@@ -140,7 +140,15 @@ class PluginServices:
                 await part.close()
 
 
-def services_for(ctx: PluginHandle, instance: object = None) -> PluginServices:
+class ServicedHandle(PluginHandle, Protocol):
+    """A plugin's context that keeps the plugin's services (`core.plugin.PluginContext` is one): `services_for`
+    makes them on first use and keeps them here. (Declared here, not on `PluginHandle`, which the services' own
+    modules are built on.)"""
+
+    services: PluginServices | None
+
+
+def services_for(ctx: ServicedHandle, instance: object = None) -> PluginServices:
     """The services of the plugin of `ctx`, created (and registered for closing on `ctx.on_stop`) on first use."""
     services = ctx.services
     if services is None:
@@ -165,7 +173,7 @@ async def clear_remote_tools(ctx: PluginHandle) -> None:
         ctx.manager.tools.remove_owner(remote_owner(source))
 
 
-def bind_plugin(instance: object, ctx: PluginHandle) -> None:
+def bind_plugin(instance: object, ctx: ServicedHandle) -> None:
     """Act on a plugin's declarations, once: register its `@register.tool` and `@llm_tool` tools (the same path as
     `register_llm_tool`), collect its `@plugin_entry` entries, start its `@timer_interval` timers, and arrange that
     its remote tools (source `plugin:<id>`) are cleared when it stops. Calling it again does nothing."""

@@ -19,7 +19,9 @@ class Plugins:
     """The cross-plugin helper of one plugin (`caller`), over the plugin manager that loaded it. `entries_of` gives
     a loaded plugin instance's entries (its services make them, and the services make this helper)."""
 
-    def __init__(self, ctx: PluginHandle, entries_of: Callable[[Any], EntryRegistry]) -> None:  # Any: a plugin instance is of any class
+    def __init__(
+        self, ctx: PluginHandle, entries_of: Callable[[Any], EntryRegistry]
+    ) -> None:  # Any: a plugin instance is of any class
         self.ctx = ctx
         self._entries_of = entries_of
 

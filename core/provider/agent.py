@@ -131,11 +131,13 @@ class TurnHistory(Protocol):
 
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The messages of the session's stored turns, oldest first, within the store's budget."""
+        ...
 
     async def append_turn(
         self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None, *, done: Sequence[str] = ()
     ) -> int:
         """Store one turn's messages, marking the inbox entries `done` (the messages it answered); returns its id."""
+        ...
 
     def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
         """Mark inbox entries done when their turn stored nothing (an awaitable, or None when there were none)."""
@@ -246,7 +248,9 @@ class AgentLoop:
     async def _prepare_step(self, turn: _Turn, index: int, *, last: bool) -> _Step | None:
         """The step's request, after the `llm_request` hooks and fitted to the window; None when a hook stopped."""
         batch = turn.batch
-        req, tag_set = self._build_request(batch, turn.history, turn.messages, turn.user_prompt if index == 0 else "")
+        req, tag_set = self._build_request(
+            batch, turn.history, turn.messages, turn.user_prompt if index == 0 else UserPrompt()
+        )
         await self.engine.dispatch("llm_request", batch, req, tag_set)
         if batch.is_stopped:
             return None
@@ -308,7 +312,7 @@ class AgentLoop:
             trace.model_call(self.provider.name, step.req, None, started, streamed=step.streaming, error=str(exc))
             trace.error = str(exc)
             raise
-        trace.model_call(self.provider.name, step.req, resp, started, streamed=step.streaming)
+        trace.model_call(self.provider.name, step.req, resp, started, streamed=step.streaming)  # pyright: ignore[reportArgumentType] - core.trace's ResponseLike declares `usage` mutable, hence invariant: it should be a read-only property
         return resp
 
     async def _model_call(self, turn: _Turn, step: _Step) -> LLMResponse:
@@ -389,7 +393,7 @@ class AgentLoop:
         batch: KiraMessageBatchEvent,
         history: list[ChatMessage],
         turn: list[ChatMessage],
-        user_prompt: UserPrompt | str,
+        user_prompt: UserPrompt,
     ) -> tuple[LLMRequest, TagSet]:
         tool_set = ToolSet(visible_tools(self.tools, batch.role))
         tag_set = TagSet()

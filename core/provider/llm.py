@@ -6,7 +6,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, cast
 
 from pydantic import BaseModel, Field
 
@@ -296,7 +296,7 @@ class LLMProvider(abc.ABC):
         """The provider a `[[providers]]` entry of this type describes (see `core.provider.registry`). The default
         passes the entry's `options` table as keyword arguments, and its `name`; hookchat's own providers read
         their named keys instead."""
-        build: Callable[..., Self] = cls  # the base class declares no constructor: each provider has its own
+        build = cast("Callable[..., Self]", cls)  # the base class declares no constructor: each provider has its own
         return build(name=config.name, **config.options)
 
     @abc.abstractmethod

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from core.provider.llm import ChatMessage, ContextOverflowError, LLMProvider, LLMRequest, LLMResponse
+from core.prompt_manager import UserPrompt
+from core.provider.llm import ChatMessage, ContextOverflowError, LLMProvider, LLMRequest, LLMResponse, OpenAIMessage
 from core.utils.log import logger
 
 __all__ = ["ContextWindow"]
@@ -60,7 +61,7 @@ class ContextWindow:
         kept = max(0, int(room * ratio) - len(_CUT_MARK))
         if kept >= len(text):
             return None
-        req.user_prompt = text[:kept] + _CUT_MARK
+        req.user_prompt = UserPrompt(text[:kept] + _CUT_MARK)
         return kept
 
     def learn(self, req: LLMRequest, resp: LLMResponse) -> None:
@@ -84,7 +85,9 @@ class ContextWindow:
         self.chars_per_token = max(_MIN_CHARS_PER_TOKEN, min(self.chars_per_token, observed))
 
 
-def _message_chars(message: ChatMessage) -> int:
+def _message_chars(message: ChatMessage | OpenAIMessage) -> int:
+    if isinstance(message, OpenAIMessage):  # a plugin's own: content may be None or parts, tool calls are dicts
+        return len(json.dumps(message.to_openai(), default=str))
     return len(message.content) + sum(len(c.name) + len(c.raw_arguments or "") for c in message.tool_calls)
 
 

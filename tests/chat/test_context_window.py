@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.provider import LLMRequest, LLMResponse, ProviderError
+from core.provider import ChatMessage, LLMRequest, LLMResponse, ProviderError
+from core.provider.llm import OpenAIMessage
+from core.provider.window import ContextWindow
 from core.testing import ChatHarness, ScriptedProvider
 
 pytestmark = pytest.mark.anyio
@@ -80,3 +82,21 @@ async def test_on_the_embedded_model_two_long_lines_and_a_restart_leave_the_sess
                 assert bot.sent, "the bot answered"
     finally:
         await provider.aclose()
+
+
+def test_a_plugins_openai_messages_are_fitted_too():
+    """A plugin may put OpenAI-shaped messages in a request (an `llm_request` hook, or its own request): one that
+    calls a tool has no content and its tool calls are dicts. Fitting measures them instead of failing."""
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": "' + "x" * 8000 + '"}'}}
+    req = LLMRequest(
+        messages=[
+            OpenAIMessage(role="user", content="look it up"),
+            OpenAIMessage(role="assistant", content=None, tool_calls=[call]),
+            OpenAIMessage(role="tool", content="found", tool_call_id="c1"),
+            ChatMessage("user", "and now?"),
+        ],
+        user_prompt="thanks",
+    )
+    window = ContextWindow(ScriptedProvider(context_tokens=WINDOW, max_tokens=REPLY))
+    assert window.fit(req, history_len=3, cut_user=True) is None, "the user's message fits: it is not cut"
+    assert [m.role for m in req.messages] == ["user"], "the long tool-call exchange went, as whole turns do"

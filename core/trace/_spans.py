@@ -7,9 +7,10 @@ line, the changes a hook made) is worked out when the trace is read, from what w
 
 from __future__ import annotations
 
+import operator
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -23,6 +24,9 @@ __all__ = [
     "Trace",
     "DispatchSpan",
     "HookCall",
+    "HookTable",
+    "HOOK_FIELDS",
+    "expand_rows",
     "HookLike",
     "RequestLike",
     "ResponseLike",
@@ -100,9 +104,14 @@ def _strategy(event: Any, args: tuple[Any, ...]) -> Any:
     return (event.strategy.value, event.strategy_forced)
 
 
+_prompt_fields = operator.attrgetter("name", "source", "content")
+
+
 def _request(event: Any, args: tuple[Any, ...]) -> Any:
+    # Taken before each llm_request hook and after the last (some twenty times a turn): map with attrgetter, not a
+    # generator, which cost more than the hooks themselves.
     req, tag_set = args[0], args[1]
-    prompts = tuple((p.name, p.source, p.content) for p in req.system_prompt)
+    prompts = tuple(map(_prompt_fields, req.system_prompt))
     tools = tuple(req.tool_set.names()) if isinstance(req.tool_set, ToolSet) else ()
     tags = tuple(tag_set.names()) if isinstance(tag_set, TagSet) else ()
     return prompts, tools, tags, req.user_prompt
@@ -322,9 +331,11 @@ class DispatchSpan:
             return None
         return self.ends[-1] if self.ends else self.start_at
 
-    def hooks(self) -> list[HookCall]:
-        """The hooks that ran, in order."""
-        base = self.trace.started_ns
+    def _calls(
+        self,
+    ) -> Iterator[tuple[int, float, float, str, str | None, str | None, dict[str, Any] | None, list[str]]]:
+        """Each hook that ran, in order: `(index in the chain, start, end, outcome, error, traceback, strategy,
+        changes)`, the times as nanosecond readings. What `hooks()` and `compact()` are made of."""
         extra = self.extra
         probe = extra.probe if extra is not None else None
         states = extra.states if extra is not None and probe is not None else None
@@ -334,47 +345,62 @@ class DispatchSpan:
         done = len(ends)
         running = not self.ended and done < len(self.chain)  # hook `done` started and has no end (yet)
         open_end = self.trace.ended_ns or _now()
-        calls: list[HookCall] = []
         at = self.start_at
         for i in range(done + 1 if running else done):
-            entry = self.chain[i]
             until = ends[i] if i < done else open_end
             if states is not None and i + 1 < len(states):
                 changes, strategy = _changes(probe, states[i], states[i + 1])
             else:
                 changes, strategy = [], None
-            file, line = _where(entry.fn)
-            call = HookCall(
-                entry.event,
-                entry.plugin_id,
-                entry.hook_name,
-                file,
-                line,
-                entry.priority,
-                entry.deadline,
-                (at - base) / 1e6,
-                (until - at) / 1e6,
-                strategy=strategy,
-                changes=changes,
-            )
+            outcome, error, tb = "returned", None, None
             failure = failures.get(i)
             if failure is not None:
-                call.outcome, call.error, call.traceback = failure
+                outcome, error, tb = failure
             elif i == done:
-                call.outcome = "cancelled"
+                outcome = "cancelled"
             elif i == done - 1 and stopped:
-                call.outcome = "stopped"
-            calls.append(call)
+                outcome = "stopped"
+            yield i, at, until, outcome, error, tb, strategy, changes
             at = until
+
+    def hooks(self) -> list[HookCall]:
+        """The hooks that ran, in order."""
+        base = self.trace.started_ns
+        calls: list[HookCall] = []
+        for i, at, until, outcome, error, tb, strategy, changes in self._calls():
+            entry = self.chain[i]
+            file, line = _where(entry.fn)
+            calls.append(
+                HookCall(
+                    entry.event,
+                    entry.plugin_id,
+                    entry.hook_name,
+                    file,
+                    line,
+                    entry.priority,
+                    entry.deadline,
+                    (at - base) / 1e6,
+                    (until - at) / 1e6,
+                    outcome,
+                    error,
+                    tb,
+                    strategy,
+                    changes,
+                )
+            )
         return calls
 
-    def to_dict(self) -> dict[str, Any]:
-        """The dispatch as a timeline item."""
-        base = self.trace.started_ns
+    def _bounds(self) -> tuple[float, float]:
         start = self.start_at
         end = self.end_at
         if end is None:
             end = self.trace.ended_ns or _now()
+        return start, end
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dispatch as a timeline item."""
+        base = self.trace.started_ns
+        start, end = self._bounds()
         hooks = self.hooks()
         stopped_by = next((f"{h.plugin_id}.{h.function}" for h in hooks if h.outcome == "stopped"), None)
         return {
@@ -385,6 +411,99 @@ class DispatchSpan:
             "hooks": [h.to_dict() for h in hooks],
             "stopped_by": stopped_by,
         }
+
+    def compact(self, table: HookTable) -> dict[str, Any]:
+        """The dispatch as the JSON-lines file keeps it: `to_dict()` with its hooks as `rows` naming `table`'s
+        hooks (`expand_rows` turns them back)."""
+        base = self.trace.started_ns
+        start, end = self._bounds()
+        refs = table.refs(self.chain)
+        rows: list[list[Any]] = []
+        stopped_by = None
+        for i, at, until, outcome, error, tb, strategy, changes in self._calls():
+            row: list[Any] = [refs[i], round((at - base) / 1e6, 3), round((until - at) / 1e6, 3)]
+            if outcome != "returned" or strategy is not None or changes:
+                row.append(
+                    {"outcome": outcome, "error": error, "traceback": tb, "strategy": strategy, "changes": changes}
+                )
+                if outcome == "stopped" and stopped_by is None:
+                    entry = self.chain[i]
+                    stopped_by = f"{entry.plugin_id}.{entry.hook_name}"
+            rows.append(row)
+        return {
+            "type": "event",
+            "event": self.event,
+            "start_ms": round((start - base) / 1e6, 3),
+            "duration_ms": round((end - start) / 1e6, 3),
+            "rows": rows,
+            "stopped_by": stopped_by,
+        }
+
+
+#: The fields of a hook in a JSON-lines file's hook table, in the order its rows list them.
+HOOK_FIELDS = ("event", "plugin_id", "function", "file", "line", "priority", "deadline")
+
+
+class HookTable:
+    """The hooks a JSON-lines writer has named so far: each gets a number the first time a trace shows it, and a
+    trace's dispatches give their hooks as rows `[number, start_ms, duration_ms]` (plus a dict of what was not the
+    default: outcome, error, traceback, strategy, changes) rather than a dict of fourteen fields per hook.
+
+    `refs(chain)` numbers a resolved chain's hooks (remembered per chain, which the engine keeps while its plugins
+    stay); `describe(number)` is what the file's table line says of it. Used by the writer thread alone."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[tuple[Any, ...], int] = {}
+        self._described: list[list[Any]] = []
+        self._chains: dict[int, tuple[tuple[HookLike, ...], tuple[int, ...]]] = {}  # id(chain) -> (chain, numbers)
+
+    def refs(self, chain: tuple[HookLike, ...]) -> tuple[int, ...]:
+        """The numbers of `chain`'s hooks, in chain order."""
+        known = self._chains.get(id(chain))
+        if known is not None and known[0] is chain:
+            return known[1]
+        if len(self._chains) >= 1024:  # chains of plugins reloaded many times: forget them, numbers stay
+            self._chains.clear()
+        numbers = tuple(self._number(entry) for entry in chain)
+        self._chains[id(chain)] = (chain, numbers)  # the chain is held, so its id is not reused meanwhile
+        return numbers
+
+    def _number(self, entry: HookLike) -> int:
+        file, line = _where(entry.fn)
+        key = (entry.event, entry.plugin_id, entry.hook_name, file, line, entry.priority, entry.deadline)
+        number = self._numbers.get(key)
+        if number is None:
+            number = self._numbers[key] = len(self._described) + 1
+            self._described.append(list(key))
+        return number
+
+    def describe(self, number: int) -> list[Any]:
+        """The hook `number` stands for, as `HOOK_FIELDS` values."""
+        return self._described[number - 1]
+
+    def __len__(self) -> int:
+        return len(self._described)
+
+
+def expand_rows(item: dict[str, Any], table: dict[str, list[Any]]) -> dict[str, Any]:
+    """A timeline item as read from a JSON-lines file, its hook `rows` (if any) turned back into the `hooks` of
+    `DispatchSpan.to_dict()`, with `table` (the file's hook table: number as text -> `HOOK_FIELDS` values)."""
+    rows = item.pop("rows", None)
+    if rows is None:
+        return item
+    hooks = []
+    for row in rows:
+        described = table.get(str(row[0]))
+        hook: dict[str, Any] = dict(zip(HOOK_FIELDS, described or ("?", "?", "?", "?", 0, 0, 0.0), strict=True))
+        hook.update(start_ms=row[1], duration_ms=row[2], outcome="returned", error=None, traceback=None)
+        hook.update(strategy=None, changes=[])
+        if len(row) > 3:
+            hook.update(row[3])
+        hooks.append(hook)
+    item["hooks"] = hooks
+    stopped_by = item.pop("stopped_by", None)
+    item["stopped_by"] = stopped_by  # the key order of `DispatchSpan.to_dict()`
+    return item
 
 
 class Trace:
@@ -576,8 +695,23 @@ class Trace:
         """The whole trace as JSON data (computed once the trace is finished, then kept)."""
         if self._dict is not None:
             return self._dict
+        out = self._data([m.to_dict() for m in self.messages], self.timeline())
+        if self.finished:
+            self._dict = out
+        return out
+
+    def compact(self, table: HookTable) -> dict[str, Any]:
+        """`to_dict()` as the JSON-lines writer puts it in the file: each dispatch's hooks as rows numbered in
+        `table` (see `HookTable`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
+        the ring's copy is worked out only if someone reads it."""
+        items = [DispatchSpan(self, record).compact(table) for record in list(self.records)]
+        items += [dict(i) for i in self.items]
+        items.sort(key=lambda item: item["start_ms"])
+        return self._data([m.compact(table) for m in self.messages], items)
+
+    def _data(self, messages: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, Any]:
         end = self.ended_ns if self.ended_ns is not None else _now()
-        out = {
+        return {
             "id": self.id,
             "kind": self.kind,
             "name": self.name,
@@ -586,14 +720,11 @@ class Trace:
             "duration_ms": round((end - self.started_ns) / 1e6, 3),
             "outcome": self.outcome,
             "error": self.error,
-            "messages": [m.to_dict() for m in self.messages],
-            "timeline": self.timeline(),
+            "messages": messages,
+            "timeline": timeline,
             "logs": list(self.logs),
             "dropped": self.dropped,
         }
-        if self.finished:
-            self._dict = out
-        return out
 
     def summary(self) -> dict[str, Any]:
         """A line's worth: id, kind, name, session, start, duration, outcome."""

@@ -249,7 +249,11 @@ class _ProbedRecord(_ClosingRecord):
 
     def append(self, at: float) -> None:  # the engine's `mark`
         extra = self[1]
-        extra.states.append(extra.probe(extra.obj, extra.args))
+        states = extra.states
+        state = extra.probe(extra.obj, extra.args)
+        # Most hooks change nothing: keep the previous snapshot, so a trace holds one per change, not one per hook
+        # (the retained snapshots, not the taking, are what made the garbage collector run often).
+        states.append(states[-1] if state == states[-1] else state)
         list.append(self, at)
 
 
@@ -506,6 +510,16 @@ def expand_rows(item: dict[str, Any], table: dict[str, list[Any]]) -> dict[str, 
     return item
 
 
+def _rendered(item: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a timeline item as JSON data: a model call's sections, kept as `(name, source, content)` tuples
+    while the turn runs, become dicts (the empty ones left out)."""
+    out = dict(item)
+    sections = out.get("system_prompt")
+    if type(sections) is tuple:
+        out["system_prompt"] = [{"name": n, "source": s, "content": _cut(c)} for n, s, c in sections if c]
+    return out
+
+
 class Trace:
     """Everything one turn (or one message, or one event outside a turn) went through, in order.
 
@@ -611,9 +625,7 @@ class Trace:
             provider=provider,
             model=(resp.model if resp is not None and resp.model else req.model) or "",
             streamed=streamed,
-            system_prompt=[
-                {"name": p.name, "source": p.source, "content": _cut(p.content)} for p in req.system_prompt if p.content
-            ],
+            system_prompt=tuple(map(_prompt_fields, req.system_prompt)),  # as dicts when read: see `_rendered`
             tools=list(req.tool_set.names()),
             tool_choice=req.tool_choice,
             history_messages=len(req.messages),
@@ -687,7 +699,7 @@ class Trace:
 
     def timeline(self) -> list[dict[str, Any]]:
         """Dispatches and the other items, as JSON data sorted by start."""
-        items = [span.to_dict() for span in self.spans] + [dict(i) for i in self.items]
+        items = [span.to_dict() for span in self.spans] + [_rendered(i) for i in self.items]
         items.sort(key=lambda item: item["start_ms"])
         return items
 
@@ -705,7 +717,7 @@ class Trace:
         `table` (see `HookTable`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
         the ring's copy is worked out only if someone reads it."""
         items = [DispatchSpan(self, record).compact(table) for record in list(self.records)]
-        items += [dict(i) for i in self.items]
+        items += [_rendered(i) for i in self.items]
         items.sort(key=lambda item: item["start_ms"])
         return self._data([m.compact(table) for m in self.messages], items)
 

@@ -101,7 +101,7 @@ def _where(fn: Callable[..., Any]) -> tuple[str, int]:
 
 
 def _strategy(event: Any, args: tuple[Any, ...]) -> Any:
-    return (event.strategy.value, event.strategy_forced)
+    return (event.strategy, event.strategy_forced)  # the member: its `.value` costs more, and only a reader needs it
 
 
 _prompt_fields = operator.attrgetter("name", "source", "content")
@@ -151,8 +151,8 @@ def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, 
     if before is None or after is None or before == after:
         return [], None
     if probe is _strategy:
-        strategy = {"strategy": after[0], "force": after[1]}
-        return [f"strategy {before[0]} -> {after[0]}" + (" (force)" if after[1] else "")], strategy
+        strategy = {"strategy": after[0].value, "force": after[1]}
+        return [f"strategy {before[0].value} -> {after[0].value}" + (" (force)" if after[1] else "")], strategy
     if probe is _chain:
         return [f"chain {''.join(before)!r} -> {''.join(after)!r}"], None
     lines: list[str] = []

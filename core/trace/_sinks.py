@@ -64,10 +64,11 @@ class JsonLinesSink:
     open; `close()` drains it and joins it. At most `max_queued` traces wait: past that (a disk slower than the
     bot) the newest are dropped and counted, with one warning, rather than memory growing without bound.
 
-    A line holds `Trace.compact()`: each hook as a short row naming a hook of the file's table, whose lines
-    (`{"hooks": {"1": [event, plugin_id, function, file, line, priority, deadline], ...}}`) come before the first
-    trace that uses them, in each file; `read_json_lines` gives the traces back as `Trace.to_dict()` has them.
-    Writing the twenty-odd fields of every hook as a dict cost more than the turn itself.
+    A line holds `Trace.compact()`: each dispatch as the number of its chain and one reading per hook, the chains
+    and hooks described by table lines (`{"hooks": {"1": [event, plugin_id, function, file, line, priority,
+    deadline]}, "chains": {"1": [1, 2]}}`) before the first trace that uses them, in each file; `read_json_lines`
+    gives the traces back as `Trace.to_dict()` has them. Writing every hook's fourteen fields as a dict cost more
+    than the turn itself.
     """
 
     def __init__(self, path: Path, max_bytes: int, max_queued: int = 10_000) -> None:
@@ -80,7 +81,7 @@ class JsonLinesSink:
         self._lock = threading.Lock()
         self._closed = False
         self._table = HookTable()  # the writer thread's alone
-        self._described = 0  # the hooks of `_table` the current file has described: 1 to this
+        self._described = (0, 0)  # the hooks and chains of `_table` the current file has described: 1 to these
 
     def write(self, trace: Trace) -> None:
         """Queue `trace` for writing (dropped, and counted, when `max_queued` traces already wait, or once closed)."""
@@ -127,13 +128,17 @@ class JsonLinesSink:
             return ""
 
     def _hooks_line(self) -> bytes:
-        """The table line describing the hooks the current file has not described yet (b"" when none)."""
-        known = len(self._table)
-        if self._described >= known:
+        """The table line describing the hooks and chains the current file has not described yet (b"" if none)."""
+        table = self._table
+        hooks_done, chains_done = self._described
+        if hooks_done >= len(table.hooks) and chains_done >= len(table.chains):
             return b""
-        hooks = {str(n): self._table.describe(n) for n in range(self._described + 1, known + 1)}
-        self._described = known
-        line = json.dumps({"hooks": hooks}, ensure_ascii=False, default=str, separators=(",", ":"))
+        data = {
+            "hooks": {str(n): table.hooks[n - 1] for n in range(hooks_done + 1, len(table.hooks) + 1)},
+            "chains": {str(n): table.chains[n - 1] for n in range(chains_done + 1, len(table.chains) + 1)},
+        }
+        self._described = (len(table.hooks), len(table.chains))
+        line = json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
         return (valid_text(line) + "\n").encode("utf-8", errors="replace")
 
     def _append(self, file: Any, lines: list[str]) -> Any:
@@ -147,7 +152,7 @@ class JsonLinesSink:
             file = self.path.open("ab")
             # A file opened anew (an earlier run's, or after a failed write) gets the whole table again: a reader
             # takes the newest description of each number.
-            self._described = 0
+            self._described = (0, 0)
         pending: list[bytes] = []
         size = file.tell()
         for line in lines:
@@ -160,7 +165,7 @@ class JsonLinesSink:
                 self.path.replace(self.path.with_name(self.path.name + ".1"))
                 file = self.path.open("ab")
                 size = 0
-                self._described = 0
+                self._described = (0, 0)
                 table = self._hooks_line()
             pending.append(table + data)
             size += len(table) + len(data)
@@ -187,7 +192,8 @@ def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]
     for file in (path.with_name(path.name + ".1"), path):
         if not file.is_file():
             continue
-        table: dict[str, list[Any]] = {}  # the file's hook table, as its lines so far describe it
+        hooks: dict[str, list[Any]] = {}  # the file's tables, as its lines so far describe them
+        chains: dict[str, list[int]] = {}
         with file.open(encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
@@ -198,17 +204,18 @@ def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]
                     _log.warning("%s:%d is not a JSON trace; skipped", file, number)
                     continue
                 if "id" not in data and isinstance(data.get("hooks"), dict):
-                    table.update(data["hooks"])
+                    hooks.update(data["hooks"])
+                    chains.update(data.get("chains") or {})
                     continue
-                out.append(_expanded(data, table))
+                out.append(_expanded(data, hooks, chains))
     return out[-limit:] if limit else out
 
 
-def _expanded(data: dict[str, Any], table: dict[str, list[Any]]) -> dict[str, Any]:
+def _expanded(data: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]]) -> dict[str, Any]:
     for item in data.get("timeline", ()):
-        expand_rows(item, table)
+        expand_rows(item, hooks, chains)
     for message in data.get("messages", ()):
-        _expanded(message, table)
+        _expanded(message, hooks, chains)
     return data
 
 

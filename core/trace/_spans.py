@@ -417,96 +417,115 @@ class DispatchSpan:
         }
 
     def compact(self, table: HookTable) -> dict[str, Any]:
-        """The dispatch as the JSON-lines file keeps it: `to_dict()` with its hooks as `rows` naming `table`'s
-        hooks (`expand_rows` turns them back)."""
+        """The dispatch as the JSON-lines file keeps it: `to_dict()` with its hooks as the number of its chain in
+        `table` and `at`, the readings in microseconds since the trace started (the first hook's start, then each
+        hook's end), plus `notes` by hook index for the hooks that did more than return (`expand_rows` turns them
+        back into `hooks`). A number and a reading per hook: the writer thread's whole work for most of them."""
         base = self.trace.started_ns
         start, end = self._bounds()
-        refs = table.refs(self.chain)
-        rows: list[list[Any]] = []
-        stopped_by = None
-        for i, at, until, outcome, error, tb, strategy, changes in self._calls():
-            row: list[Any] = [refs[i], round((at - base) / 1e6, 3), round((until - at) / 1e6, 3)]
-            if outcome != "returned" or strategy is not None or changes:
-                row.append(
-                    {"outcome": outcome, "error": error, "traceback": tb, "strategy": strategy, "changes": changes}
-                )
-                if outcome == "stopped" and stopped_by is None:
-                    entry = self.chain[i]
-                    stopped_by = f"{entry.plugin_id}.{entry.hook_name}"
-            rows.append(row)
-        return {
+        marks = [self.start_at, *self.ends]
+        running = not self.ended and len(self.ends) < len(self.chain)  # a hook still running, or cancelled
+        if running:
+            marks.append(self.trace.ended_ns or _now())
+        out: dict[str, Any] = {
             "type": "event",
             "event": self.event,
             "start_ms": round((start - base) / 1e6, 3),
             "duration_ms": round((end - start) / 1e6, 3),
-            "rows": rows,
-            "stopped_by": stopped_by,
+            "chain": table.chain(self.chain),
+            "at": [round((mark - base) / 1e3) for mark in marks],
+            "stopped_by": None,
         }
+        extra = self.extra
+        if extra is not None and (running or extra.failures or extra.stopped or _changed(extra.states)):
+            notes = {}
+            for i, _, _, outcome, error, tb, strategy, changes in self._calls():
+                if outcome != "returned" or strategy is not None or changes:
+                    notes[str(i)] = {
+                        "outcome": outcome,
+                        "error": error,
+                        "traceback": tb,
+                        "strategy": strategy,
+                        "changes": changes,
+                    }
+                    if outcome == "stopped" and out["stopped_by"] is None:
+                        entry = self.chain[i]
+                        out["stopped_by"] = f"{entry.plugin_id}.{entry.hook_name}"
+            if notes:
+                out["notes"] = notes
+        return out
 
 
-#: The fields of a hook in a JSON-lines file's hook table, in the order its rows list them.
+def _changed(states: list[Any]) -> bool:
+    """Whether a hook changed what a probed dispatch watches (an unchanged snapshot is the previous object)."""
+    return any(before is not after for before, after in zip(states, states[1:]))  # noqa: B905 - one shorter
+
+
+#: The fields of a hook in a JSON-lines file's hook table, in this order.
 HOOK_FIELDS = ("event", "plugin_id", "function", "file", "line", "priority", "deadline")
 
 
 class HookTable:
-    """The hooks a JSON-lines writer has named so far: each gets a number the first time a trace shows it, and a
-    trace's dispatches give their hooks as rows `[number, start_ms, duration_ms]` (plus a dict of what was not the
-    default: outcome, error, traceback, strategy, changes) rather than a dict of fourteen fields per hook.
+    """The hooks and chains a JSON-lines writer has named so far, each numbered from 1 the first time a trace shows
+    it: a dispatch in the file gives its chain's number rather than a dict of fourteen fields per hook.
 
-    `refs(chain)` numbers a resolved chain's hooks (remembered per chain, which the engine keeps while its plugins
-    stay); `describe(number)` is what the file's table line says of it. Used by the writer thread alone."""
+    `chain(chain)` is the number of a resolved chain (remembered per chain object, which the engine keeps while its
+    plugins stay); `hooks` and `chains` are the descriptions so far (`HOOK_FIELDS` values; a chain's hook numbers),
+    which the file's table lines give. Used by the writer thread alone."""
 
     def __init__(self) -> None:
-        self._numbers: dict[tuple[Any, ...], int] = {}
-        self._described: list[list[Any]] = []
-        self._chains: dict[int, tuple[tuple[HookLike, ...], tuple[int, ...]]] = {}  # id(chain) -> (chain, numbers)
+        self.hooks: list[list[Any]] = []
+        self.chains: list[list[int]] = []
+        self._hook_numbers: dict[tuple[Any, ...], int] = {}
+        self._chain_numbers: dict[tuple[int, ...], int] = {}
+        self._known: dict[int, tuple[tuple[HookLike, ...], int]] = {}  # id(chain) -> (chain, number)
 
-    def refs(self, chain: tuple[HookLike, ...]) -> tuple[int, ...]:
-        """The numbers of `chain`'s hooks, in chain order."""
-        known = self._chains.get(id(chain))
+    def chain(self, chain: tuple[HookLike, ...]) -> int:
+        """The number of `chain`."""
+        known = self._known.get(id(chain))
         if known is not None and known[0] is chain:
             return known[1]
-        if len(self._chains) >= 1024:  # chains of plugins reloaded many times: forget them, numbers stay
-            self._chains.clear()
-        numbers = tuple(self._number(entry) for entry in chain)
-        self._chains[id(chain)] = (chain, numbers)  # the chain is held, so its id is not reused meanwhile
-        return numbers
-
-    def _number(self, entry: HookLike) -> int:
-        file, line = _where(entry.fn)
-        key = (entry.event, entry.plugin_id, entry.hook_name, file, line, entry.priority, entry.deadline)
-        number = self._numbers.get(key)
+        if len(self._known) >= 1024:  # chains of plugins reloaded many times: forget them, numbers stay
+            self._known.clear()
+        hooks = tuple(self._hook(entry) for entry in chain)
+        number = self._chain_numbers.get(hooks)
         if number is None:
-            number = self._numbers[key] = len(self._described) + 1
-            self._described.append(list(key))
+            self.chains.append(list(hooks))
+            number = self._chain_numbers[hooks] = len(self.chains)
+        self._known[id(chain)] = (chain, number)  # the chain is held, so its id is not reused meanwhile
         return number
 
-    def describe(self, number: int) -> list[Any]:
-        """The hook `number` stands for, as `HOOK_FIELDS` values."""
-        return self._described[number - 1]
+    def _hook(self, entry: HookLike) -> int:
+        file, line = _where(entry.fn)
+        key = (entry.event, entry.plugin_id, entry.hook_name, file, line, entry.priority, entry.deadline)
+        number = self._hook_numbers.get(key)
+        if number is None:
+            self.hooks.append(list(key))
+            number = self._hook_numbers[key] = len(self.hooks)
+        return number
 
-    def __len__(self) -> int:
-        return len(self._described)
+
+_UNKNOWN_HOOK = ("?", "?", "?", "?", 0, 0, 0.0)
 
 
-def expand_rows(item: dict[str, Any], table: dict[str, list[Any]]) -> dict[str, Any]:
-    """A timeline item as read from a JSON-lines file, its hook `rows` (if any) turned back into the `hooks` of
-    `DispatchSpan.to_dict()`, with `table` (the file's hook table: number as text -> `HOOK_FIELDS` values)."""
-    rows = item.pop("rows", None)
-    if rows is None:
+def expand_rows(item: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]]) -> dict[str, Any]:
+    """A timeline item as read from a JSON-lines file, a dispatch's `chain` and `at` turned back into the `hooks` of
+    `DispatchSpan.to_dict()`, with the file's tables (number as text -> `HOOK_FIELDS` values, or hook numbers)."""
+    if "at" not in item:
         return item
-    hooks = []
-    for row in rows:
-        described = table.get(str(row[0]))
-        hook: dict[str, Any] = dict(zip(HOOK_FIELDS, described or ("?", "?", "?", "?", 0, 0, 0.0), strict=True))
-        hook.update(start_ms=row[1], duration_ms=row[2], outcome="returned", error=None, traceback=None)
-        hook.update(strategy=None, changes=[])
-        if len(row) > 3:
-            hook.update(row[3])
-        hooks.append(hook)
-    item["hooks"] = hooks
-    stopped_by = item.pop("stopped_by", None)
-    item["stopped_by"] = stopped_by  # the key order of `DispatchSpan.to_dict()`
+    at = item.pop("at")
+    chain = chains.get(str(item.pop("chain")), [])
+    notes = item.pop("notes", {})
+    out = []
+    for i in range(len(at) - 1):
+        described = hooks.get(str(chain[i])) if i < len(chain) else None
+        hook: dict[str, Any] = dict(zip(HOOK_FIELDS, described or _UNKNOWN_HOOK, strict=True))
+        hook.update(start_ms=at[i] / 1e3, duration_ms=(at[i + 1] - at[i]) / 1e3, outcome="returned", error=None)
+        hook.update(traceback=None, strategy=None, changes=[])
+        hook.update(notes.get(str(i), ()))
+        out.append(hook)
+    item["hooks"] = out
+    item["stopped_by"] = item.pop("stopped_by", None)  # the key order of `DispatchSpan.to_dict()`
     return item
 
 
@@ -713,8 +732,8 @@ class Trace:
         return out
 
     def compact(self, table: HookTable) -> dict[str, Any]:
-        """`to_dict()` as the JSON-lines writer puts it in the file: each dispatch's hooks as rows numbered in
-        `table` (see `HookTable`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
+        """`to_dict()` as the JSON-lines writer puts it in the file: each dispatch as its chain's number in `table`
+        and its readings (see `DispatchSpan.compact`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
         the ring's copy is worked out only if someone reads it."""
         items = [DispatchSpan(self, record).compact(table) for record in list(self.records)]
         items += [_rendered(i) for i in self.items]

@@ -160,10 +160,28 @@ async def test_the_file_gives_back_each_trace_as_the_ring_shows_it(tmp_path):
         await bot.send("what does hi mean?")
         shown = [json.loads(json.dumps(t.to_dict(), default=str)) for t in reversed(bot.app.tracer.recent())]
     written = read_json_lines(tmp_path / "traces.jsonl")
-    assert written == shown
+    # The file keeps microseconds since the trace started; a hook's duration is the difference of two of them.
+    assert _without_durations(written) == _without_durations(shown)
+    assert _durations(written) == pytest.approx(_durations(shown), abs=0.0015)
     hooks = [h for item in written[-1]["timeline"] if item["type"] == "event" for h in item["hooks"]]
     assert {h["outcome"] for h in hooks} >= {"returned", "raised", "timed_out", "stopped"}
     assert any("probe_context" in change for h in hooks for change in h["changes"])
+
+
+def _hooks(traces: list[dict]) -> list[dict]:
+    items = [item for t in traces for m in [*t["messages"], t] for item in m["timeline"] if item["type"] == "event"]
+    return [h for item in items for h in item["hooks"]]
+
+
+def _durations(traces: list[dict]) -> list[float]:
+    return [h["duration_ms"] for h in _hooks(traces)]
+
+
+def _without_durations(traces: list[dict]) -> list[dict]:
+    copied = json.loads(json.dumps(traces))
+    for hook in _hooks(copied):
+        del hook["duration_ms"]
+    return copied
 
 
 def test_each_rotated_file_describes_its_own_hooks(tmp_path):
@@ -173,13 +191,8 @@ def test_each_rotated_file_describes_its_own_hooks(tmp_path):
 
     class Recorded(_Recorded):
         def compact(self, table) -> dict:
-            [number] = table.refs((Hook,))
-            return {
-                "id": self.id,
-                "kind": "turn",
-                "name": self.text,
-                "timeline": [{"type": "event", "rows": [[number, 0.1, 0.2]]}],
-            }
+            item = {"type": "event", "chain": table.chain((Hook,)), "at": [100, 300]}
+            return {"id": self.id, "kind": "turn", "name": self.text, "timeline": [item]}
 
     path = tmp_path / "traces.jsonl"
     sink = JsonLinesSink(path, max_bytes=1024)

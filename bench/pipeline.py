@@ -83,6 +83,9 @@ class Buffer(BasePlugin):
 
 
 TRACING_OFF = {"trace": {"enabled": False}}
+#: Each run's turns per second of the process's CPU time (all threads): on a busy machine it moves far less than
+#: the wall-clock rate, so the ratios are printed in both.
+CPU_RATES: list[float] = []
 
 
 async def run(sessions: int, plugins: list[type], turns: int = TURNS, config: dict | None = TRACING_OFF) -> float:
@@ -103,10 +106,11 @@ async def run(sessions: int, plugins: list[type], turns: int = TURNS, config: di
             for message in mine:
                 await app.respond(message)
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         await asyncio.gather(*(user(mine) for mine in messages))
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert len(bot.adapter.sent) == rounds * sessions, (len(bot.adapter.sent), rounds * sessions)
+        CPU_RATES.append(rounds * sessions / cpu)
         return rounds * sessions / elapsed
 
 
@@ -143,16 +147,22 @@ async def main() -> None:
     await run(100, PLUGINS, turns=2_000)  # warm-up: imports, first database, parser caches
     bare = await run(100, [Buffer])
     print(f"baseline, no plugins, 100 sessions: {bare:,.0f} turns/s")
-    results = {}
+    results, cpu = {}, {}
     for sessions in (100, 1_000, 10_000):
         results[sessions] = await run(sessions, PLUGINS)
+        cpu[sessions] = CPU_RATES[-1]
         print(
             f"20 plugins x 9 events, {sessions:>6,} sessions: {results[sessions]:,.0f} turns/s"
-            f"  ({results[sessions] / bare:.2f}x the no-plugin baseline)"
+            f" ({cpu[sessions]:,.0f} a CPU-second)  ({results[sessions] / bare:.2f}x the no-plugin baseline)"
         )
-    traced = {sessions: await run(sessions, PLUGINS, config=None) for sessions in (1_000, 10_000)}
-    for sessions, rate in traced.items():
-        print(f"20 plugins x 9 events, {sessions:>6,} sessions, tracing on (the default): {rate:,.0f} turns/s")
+    traced, traced_cpu = {}, {}
+    for sessions in (1_000, 10_000):
+        traced[sessions] = await run(sessions, PLUGINS, config=None)
+        traced_cpu[sessions] = CPU_RATES[-1]
+        print(
+            f"20 plugins x 9 events, {sessions:>6,} sessions, tracing on (the default): {traced[sessions]:,.0f}"
+            f" turns/s ({traced_cpu[sessions]:,.0f} a CPU-second)"
+        )
     per_session = await idle_memory(10_000)
     print(f"retained memory per idle session (Python heap, tracemalloc): {per_session:,.0f} bytes")
     on_off = traced[1_000] / results[1_000]
@@ -160,10 +170,18 @@ async def main() -> None:
     high_low = results[10_000] / results[100]
     print("\ntargets (issue 26 and earlier), each against figures of this run:")
     for line, met in (
-        (f"1,000 sessions, tracing on vs off: {on_off:.2f}x (target >= 0.80x)", on_off >= 0.8),
+        (
+            f"1,000 sessions, tracing on vs off: {on_off:.2f}x"
+            f" ({traced_cpu[1_000] / cpu[1_000]:.2f}x in CPU time) (target >= 0.80x)",
+            on_off >= 0.8,
+        ),
         (f"10,000 sessions, tracing off: {results[10_000]:,.0f} turns/s (target >= 3,000)", results[10_000] >= 3_000),
         (f"10,000 sessions, tracing on: {traced[10_000]:,.0f} turns/s (target >= 2,500)", traced[10_000] >= 2_500),
-        (f"100 sessions: {low_high:.2f}x the 10,000-session rate (target >= 0.50x)", low_high >= 0.5),
+        (
+            f"100 sessions: {low_high:.2f}x the 10,000-session rate ({cpu[100] / cpu[10_000]:.2f}x in CPU time)"
+            " (target >= 0.50x)",
+            low_high >= 0.5,
+        ),
         (
             f"10,000 sessions: {high_low:.2f}x the 100-session rate (target >= 0.90x and 1,000 turns/s)",
             high_low >= 0.9 and results[10_000] >= 1_000,

@@ -5,10 +5,11 @@ worker thread so the event loop never waits on the database. Each `append_turn` 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import os
 import sqlite3
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,22 @@ def _setup(conn: sqlite3.Connection) -> None:
 
 
 T = TypeVar("T")
+
+
+class _InboxIds:
+    """Inbox ids: a random prefix per store and a count, unique across restarts like a UUID (the column is UNIQUE)
+    without a system call per received message (one that releases the GIL hands the loop's core to a thread)."""
+
+    __slots__ = ("_prefix", "_count")
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(10).hex()
+        self._count = itertools.count(1)
+
+    def next(self) -> str:
+        """A new id."""
+        return f"{self._prefix}{next(self._count):012x}"
+
 
 _TRIM_EVERY = 64  # with retain_turns, a session is trimmed on its first append and then on every 64th
 
@@ -190,6 +207,38 @@ def _decode(text: str) -> list[ChatMessage]:
     return [ChatMessage.from_dict(d) for d in json.loads(text)]
 
 
+#: Stored turns kept decoded by the worker (by their stored text), so a session's history is not parsed again at
+#: every turn: at 100 busy sessions with 50 turns of history each, decoding was half the cost of a turn.
+_DECODED_MAX = 16_384
+
+
+class _DecodedTurns:
+    """Stored turn text -> its messages, decoded once; the worker thread's alone. Keyed by the text itself, so an
+    edited, deleted or rolled-back turn can never be served stale (its text is another key, or none). Each read
+    gets fresh message objects: a caller may edit what it was given."""
+
+    __slots__ = ("_turns",)
+
+    def __init__(self) -> None:
+        self._turns: dict[str, tuple[ChatMessage, ...]] = {}
+
+    def messages(self, text: str) -> list[ChatMessage]:
+        """The messages stored as `text`, as new objects."""
+        turns = self._turns
+        decoded = turns.get(text)
+        if decoded is None:
+            decoded = tuple(_decode(text))
+            if len(turns) >= _DECODED_MAX:
+                del turns[next(iter(turns))]  # the oldest decoded
+            turns[text] = decoded
+        return [
+            ChatMessage(m.role, m.content, [], m.tool_call_id, m.name)
+            if not m.tool_calls
+            else ChatMessage.from_dict(m.to_dict())  # tool calls hold dicts of arguments: copied whole
+            for m in decoded
+        ]
+
+
 def _row_to_turn(row: tuple[Any, ...]) -> Turn:
     return Turn(id=row[0], sid=row[1], created_at=row[2], messages=_decode(row[3]), meta=json.loads(row[4]))
 
@@ -241,6 +290,8 @@ class HistoryStore:
         self.synchronous = synchronous
         self._worker: SqliteWorker | None = None
         self._appends_since_trim: dict[str, int] = {}  # per session; only the worker thread touches it
+        self._decoded = _DecodedTurns()  # likewise
+        self._inbox_ids = _InboxIds()
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -335,6 +386,7 @@ class HistoryStore:
         tokens = self.max_tokens if max_tokens is None else max_tokens
         _check_limit("max_turns", turns)
         _check_limit("max_tokens", tokens)
+        decoded = self._decoded
 
         def job(conn: sqlite3.Connection) -> list[ChatMessage]:
             picked: list[str] = []
@@ -350,7 +402,7 @@ class HistoryStore:
                 picked.append(text)
             out: list[ChatMessage] = []
             for text in reversed(picked):
-                out.extend(_decode(text))
+                out.extend(decoded.messages(text))
             return out
 
         return await self._submit(job)
@@ -422,7 +474,7 @@ class HistoryStore:
         its inbox id at once. Not awaited, so receiving never waits for the disk; durable all the same before its
         turn starts, since jobs run in order and the turn's first query (its history) returns only after the
         commit that holds this record. A failure is logged."""
-        inbox_id = uuid.uuid4().hex
+        inbox_id = self._inbox_ids.next()
         row = (inbox_id, sid, time.time() if received_at is None else received_at, valid_text(json.dumps(message)))
         self._submit(
             lambda conn: conn.execute("INSERT INTO inbox (id, sid, received_at, message) VALUES (?, ?, ?, ?)", row)

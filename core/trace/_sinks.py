@@ -11,7 +11,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from core.trace._spans import Trace
+from core.trace._spans import HookTable, Trace, expand_rows
 from core.utils.text import valid_text
 
 __all__ = ["TraceRing", "JsonLinesSink", "OtelSink", "read_json_lines", "OtelNotInstalledError"]
@@ -63,6 +63,12 @@ class JsonLinesSink:
     A daemon thread owned by the sink does the serialising and writing, a batch at a time, with the file kept
     open; `close()` drains it and joins it. At most `max_queued` traces wait: past that (a disk slower than the
     bot) the newest are dropped and counted, with one warning, rather than memory growing without bound.
+
+    A line holds `Trace.compact()`: each dispatch as the number of its chain and one reading per hook, the chains
+    and hooks described by table lines (`{"hooks": {"1": [event, plugin_id, function, file, line, priority,
+    deadline]}, "chains": {"1": [1, 2]}}`) before the first trace that uses them, in each file; `read_json_lines`
+    gives the traces back as `Trace.to_dict()` has them. Writing every hook's fourteen fields as a dict cost more
+    than the turn itself.
     """
 
     def __init__(self, path: Path, max_bytes: int, max_queued: int = 10_000) -> None:
@@ -74,6 +80,8 @@ class JsonLinesSink:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._table = HookTable()  # the writer thread's alone
+        self._described = (0, 0)  # the hooks and chains of `_table` the current file has described: 1 to these
 
     def write(self, trace: Trace) -> None:
         """Queue `trace` for writing (dropped, and counted, when `max_queued` traces already wait, or once closed)."""
@@ -113,32 +121,54 @@ class JsonLinesSink:
 
     def _line(self, trace: Trace) -> str:
         try:
-            return valid_text(json.dumps(trace.to_dict(), ensure_ascii=False, default=str)) + "\n"
+            data = trace.compact(self._table)
+            return valid_text(json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))) + "\n"
         except Exception:
             _log.exception("could not serialise trace %s", trace.id)
             return ""
 
+    def _hooks_line(self) -> bytes:
+        """The table line describing the hooks and chains the current file has not described yet (b"" if none)."""
+        table = self._table
+        hooks_done, chains_done = self._described
+        if hooks_done >= len(table.hooks) and chains_done >= len(table.chains):
+            return b""
+        data = {
+            "hooks": {str(n): table.hooks[n - 1] for n in range(hooks_done + 1, len(table.hooks) + 1)},
+            "chains": {str(n): table.chains[n - 1] for n in range(chains_done + 1, len(table.chains) + 1)},
+        }
+        self._described = (len(table.hooks), len(table.chains))
+        line = json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
+        return (valid_text(line) + "\n").encode("utf-8", errors="replace")
+
     def _append(self, file: Any, lines: list[str]) -> Any:
         """Write `lines`, moving the file to `<path>.1` before a line that would take it past `max_bytes` (counted
-        in bytes: a line of CJK text is three times its length); a single larger line gets a file of its own."""
+        in bytes: a line of CJK text is three times its length); a single larger line gets a file of its own. Each
+        file starts its hook table again, so either can be read alone."""
         if not lines:
             return file
         if file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             file = self.path.open("ab")
+            # A file opened anew (an earlier run's, or after a failed write) gets the whole table again: a reader
+            # takes the newest description of each number.
+            self._described = (0, 0)
         pending: list[bytes] = []
         size = file.tell()
         for line in lines:
             data = line.encode("utf-8", errors="replace")  # a lone surrogate left in a trace: "?"
-            if size + len(data) > self.max_bytes and size > 0:
+            table = self._hooks_line()
+            if size + len(table) + len(data) > self.max_bytes and size > 0:
                 file.write(b"".join(pending))
                 pending.clear()
                 file.close()
                 self.path.replace(self.path.with_name(self.path.name + ".1"))
                 file = self.path.open("ab")
                 size = 0
-            pending.append(data)
-            size += len(data)
+                self._described = (0, 0)
+                table = self._hooks_line()
+            pending.append(table + data)
+            size += len(table) + len(data)
         file.write(b"".join(pending))
         file.flush()
         return file
@@ -153,7 +183,8 @@ class JsonLinesSink:
 
 
 def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """The traces written to `path` (and its rotated `<path>.1`), oldest first; the last `limit` when given.
+    """The traces written to `path` (and its rotated `<path>.1`), oldest first, as `Trace.to_dict()` gives them;
+    the last `limit` when given.
 
     A line that is not JSON (a crash mid-write) is skipped, with a warning naming the file and line.
     """
@@ -161,15 +192,31 @@ def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]
     for file in (path.with_name(path.name + ".1"), path):
         if not file.is_file():
             continue
+        hooks: dict[str, list[Any]] = {}  # the file's tables, as its lines so far describe them
+        chains: dict[str, list[int]] = {}
         with file.open(encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
                     continue
                 try:
-                    out.append(json.loads(line))
+                    data = json.loads(line)
                 except ValueError:
                     _log.warning("%s:%d is not a JSON trace; skipped", file, number)
+                    continue
+                if "id" not in data and isinstance(data.get("hooks"), dict):
+                    hooks.update(data["hooks"])
+                    chains.update(data.get("chains") or {})
+                    continue
+                out.append(_expanded(data, hooks, chains))
     return out[-limit:] if limit else out
+
+
+def _expanded(data: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]]) -> dict[str, Any]:
+    for item in data.get("timeline", ()):
+        expand_rows(item, hooks, chains)
+    for message in data.get("messages", ()):
+        _expanded(message, hooks, chains)
+    return data
 
 
 class OtelNotInstalledError(RuntimeError):

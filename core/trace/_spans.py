@@ -7,9 +7,10 @@ line, the changes a hook made) is worked out when the trace is read, from what w
 
 from __future__ import annotations
 
+import operator
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -23,6 +24,9 @@ __all__ = [
     "Trace",
     "DispatchSpan",
     "HookCall",
+    "HookTable",
+    "HOOK_FIELDS",
+    "expand_rows",
     "HookLike",
     "RequestLike",
     "ResponseLike",
@@ -97,12 +101,17 @@ def _where(fn: Callable[..., Any]) -> tuple[str, int]:
 
 
 def _strategy(event: Any, args: tuple[Any, ...]) -> Any:
-    return (event.strategy.value, event.strategy_forced)
+    return (event.strategy, event.strategy_forced)  # the member: its `.value` costs more, and only a reader needs it
+
+
+_prompt_fields = operator.attrgetter("name", "source", "content")
 
 
 def _request(event: Any, args: tuple[Any, ...]) -> Any:
+    # Taken before each llm_request hook and after the last (some twenty times a turn): map with attrgetter, not a
+    # generator, which cost more than the hooks themselves.
     req, tag_set = args[0], args[1]
-    prompts = tuple((p.name, p.source, p.content) for p in req.system_prompt)
+    prompts = tuple(map(_prompt_fields, req.system_prompt))
     tools = tuple(req.tool_set.names()) if isinstance(req.tool_set, ToolSet) else ()
     tags = tuple(tag_set.names()) if isinstance(tag_set, TagSet) else ()
     return prompts, tools, tags, req.user_prompt
@@ -142,8 +151,8 @@ def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, 
     if before is None or after is None or before == after:
         return [], None
     if probe is _strategy:
-        strategy = {"strategy": after[0], "force": after[1]}
-        return [f"strategy {before[0]} -> {after[0]}" + (" (force)" if after[1] else "")], strategy
+        strategy = {"strategy": after[0].value, "force": after[1]}
+        return [f"strategy {before[0].value} -> {after[0].value}" + (" (force)" if after[1] else "")], strategy
     if probe is _chain:
         return [f"chain {''.join(before)!r} -> {''.join(after)!r}"], None
     lines: list[str] = []
@@ -240,7 +249,11 @@ class _ProbedRecord(_ClosingRecord):
 
     def append(self, at: float) -> None:  # the engine's `mark`
         extra = self[1]
-        extra.states.append(extra.probe(extra.obj, extra.args))
+        states = extra.states
+        state = extra.probe(extra.obj, extra.args)
+        # Most hooks change nothing: keep the previous snapshot, so a trace holds one per change, not one per hook
+        # (the retained snapshots, not the taking, are what made the garbage collector run often).
+        states.append(states[-1] if state == states[-1] else state)
         list.append(self, at)
 
 
@@ -322,9 +335,11 @@ class DispatchSpan:
             return None
         return self.ends[-1] if self.ends else self.start_at
 
-    def hooks(self) -> list[HookCall]:
-        """The hooks that ran, in order."""
-        base = self.trace.started_ns
+    def _calls(
+        self,
+    ) -> Iterator[tuple[int, float, float, str, str | None, str | None, dict[str, Any] | None, list[str]]]:
+        """Each hook that ran, in order: `(index in the chain, start, end, outcome, error, traceback, strategy,
+        changes)`, the times as nanosecond readings. What `hooks()` and `compact()` are made of."""
         extra = self.extra
         probe = extra.probe if extra is not None else None
         states = extra.states if extra is not None and probe is not None else None
@@ -334,47 +349,62 @@ class DispatchSpan:
         done = len(ends)
         running = not self.ended and done < len(self.chain)  # hook `done` started and has no end (yet)
         open_end = self.trace.ended_ns or _now()
-        calls: list[HookCall] = []
         at = self.start_at
         for i in range(done + 1 if running else done):
-            entry = self.chain[i]
             until = ends[i] if i < done else open_end
             if states is not None and i + 1 < len(states):
                 changes, strategy = _changes(probe, states[i], states[i + 1])
             else:
                 changes, strategy = [], None
-            file, line = _where(entry.fn)
-            call = HookCall(
-                entry.event,
-                entry.plugin_id,
-                entry.hook_name,
-                file,
-                line,
-                entry.priority,
-                entry.deadline,
-                (at - base) / 1e6,
-                (until - at) / 1e6,
-                strategy=strategy,
-                changes=changes,
-            )
+            outcome, error, tb = "returned", None, None
             failure = failures.get(i)
             if failure is not None:
-                call.outcome, call.error, call.traceback = failure
+                outcome, error, tb = failure
             elif i == done:
-                call.outcome = "cancelled"
+                outcome = "cancelled"
             elif i == done - 1 and stopped:
-                call.outcome = "stopped"
-            calls.append(call)
+                outcome = "stopped"
+            yield i, at, until, outcome, error, tb, strategy, changes
             at = until
+
+    def hooks(self) -> list[HookCall]:
+        """The hooks that ran, in order."""
+        base = self.trace.started_ns
+        calls: list[HookCall] = []
+        for i, at, until, outcome, error, tb, strategy, changes in self._calls():
+            entry = self.chain[i]
+            file, line = _where(entry.fn)
+            calls.append(
+                HookCall(
+                    entry.event,
+                    entry.plugin_id,
+                    entry.hook_name,
+                    file,
+                    line,
+                    entry.priority,
+                    entry.deadline,
+                    (at - base) / 1e6,
+                    (until - at) / 1e6,
+                    outcome,
+                    error,
+                    tb,
+                    strategy,
+                    changes,
+                )
+            )
         return calls
 
-    def to_dict(self) -> dict[str, Any]:
-        """The dispatch as a timeline item."""
-        base = self.trace.started_ns
+    def _bounds(self) -> tuple[float, float]:
         start = self.start_at
         end = self.end_at
         if end is None:
             end = self.trace.ended_ns or _now()
+        return start, end
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dispatch as a timeline item."""
+        base = self.trace.started_ns
+        start, end = self._bounds()
         hooks = self.hooks()
         stopped_by = next((f"{h.plugin_id}.{h.function}" for h in hooks if h.outcome == "stopped"), None)
         return {
@@ -385,6 +415,128 @@ class DispatchSpan:
             "hooks": [h.to_dict() for h in hooks],
             "stopped_by": stopped_by,
         }
+
+    def compact(self, table: HookTable) -> dict[str, Any]:
+        """The dispatch as the JSON-lines file keeps it: `to_dict()` with its hooks as the number of its chain in
+        `table` and `at`, the readings in microseconds since the trace started (the first hook's start, then each
+        hook's end), plus `notes` by hook index for the hooks that did more than return (`expand_rows` turns them
+        back into `hooks`). A number and a reading per hook: the writer thread's whole work for most of them."""
+        base = self.trace.started_ns
+        start, end = self._bounds()
+        marks = [self.start_at, *self.ends]
+        running = not self.ended and len(self.ends) < len(self.chain)  # a hook still running, or cancelled
+        if running:
+            marks.append(self.trace.ended_ns or _now())
+        out: dict[str, Any] = {
+            "type": "event",
+            "event": self.event,
+            "start_ms": round((start - base) / 1e6, 3),
+            "duration_ms": round((end - start) / 1e6, 3),
+            "chain": table.chain(self.chain),
+            "at": [round((mark - base) / 1e3) for mark in marks],
+            "stopped_by": None,
+        }
+        extra = self.extra
+        if extra is not None and (running or extra.failures or extra.stopped or _changed(extra.states)):
+            notes = {}
+            for i, _, _, outcome, error, tb, strategy, changes in self._calls():
+                if outcome != "returned" or strategy is not None or changes:
+                    notes[str(i)] = {
+                        "outcome": outcome,
+                        "error": error,
+                        "traceback": tb,
+                        "strategy": strategy,
+                        "changes": changes,
+                    }
+                    if outcome == "stopped" and out["stopped_by"] is None:
+                        entry = self.chain[i]
+                        out["stopped_by"] = f"{entry.plugin_id}.{entry.hook_name}"
+            if notes:
+                out["notes"] = notes
+        return out
+
+
+def _changed(states: list[Any]) -> bool:
+    """Whether a hook changed what a probed dispatch watches (an unchanged snapshot is the previous object)."""
+    return any(before is not after for before, after in zip(states, states[1:]))  # noqa: B905 - one shorter
+
+
+#: The fields of a hook in a JSON-lines file's hook table, in this order.
+HOOK_FIELDS = ("event", "plugin_id", "function", "file", "line", "priority", "deadline")
+
+
+class HookTable:
+    """The hooks and chains a JSON-lines writer has named so far, each numbered from 1 the first time a trace shows
+    it: a dispatch in the file gives its chain's number rather than a dict of fourteen fields per hook.
+
+    `chain(chain)` is the number of a resolved chain (remembered per chain object, which the engine keeps while its
+    plugins stay); `hooks` and `chains` are the descriptions so far (`HOOK_FIELDS` values; a chain's hook numbers),
+    which the file's table lines give. Used by the writer thread alone."""
+
+    def __init__(self) -> None:
+        self.hooks: list[list[Any]] = []
+        self.chains: list[list[int]] = []
+        self._hook_numbers: dict[tuple[Any, ...], int] = {}
+        self._chain_numbers: dict[tuple[int, ...], int] = {}
+        self._known: dict[int, tuple[tuple[HookLike, ...], int]] = {}  # id(chain) -> (chain, number)
+
+    def chain(self, chain: tuple[HookLike, ...]) -> int:
+        """The number of `chain`."""
+        known = self._known.get(id(chain))
+        if known is not None and known[0] is chain:
+            return known[1]
+        if len(self._known) >= 1024:  # chains of plugins reloaded many times: forget them, numbers stay
+            self._known.clear()
+        hooks = tuple(self._hook(entry) for entry in chain)
+        number = self._chain_numbers.get(hooks)
+        if number is None:
+            self.chains.append(list(hooks))
+            number = self._chain_numbers[hooks] = len(self.chains)
+        self._known[id(chain)] = (chain, number)  # the chain is held, so its id is not reused meanwhile
+        return number
+
+    def _hook(self, entry: HookLike) -> int:
+        file, line = _where(entry.fn)
+        key = (entry.event, entry.plugin_id, entry.hook_name, file, line, entry.priority, entry.deadline)
+        number = self._hook_numbers.get(key)
+        if number is None:
+            self.hooks.append(list(key))
+            number = self._hook_numbers[key] = len(self.hooks)
+        return number
+
+
+_UNKNOWN_HOOK = ("?", "?", "?", "?", 0, 0, 0.0)
+
+
+def expand_rows(item: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]]) -> dict[str, Any]:
+    """A timeline item as read from a JSON-lines file, a dispatch's `chain` and `at` turned back into the `hooks` of
+    `DispatchSpan.to_dict()`, with the file's tables (number as text -> `HOOK_FIELDS` values, or hook numbers)."""
+    if "at" not in item:
+        return item
+    at = item.pop("at")
+    chain = chains.get(str(item.pop("chain")), [])
+    notes = item.pop("notes", {})
+    out = []
+    for i in range(len(at) - 1):
+        described = hooks.get(str(chain[i])) if i < len(chain) else None
+        hook: dict[str, Any] = dict(zip(HOOK_FIELDS, described or _UNKNOWN_HOOK, strict=True))
+        hook.update(start_ms=at[i] / 1e3, duration_ms=(at[i + 1] - at[i]) / 1e3, outcome="returned", error=None)
+        hook.update(traceback=None, strategy=None, changes=[])
+        hook.update(notes.get(str(i), ()))
+        out.append(hook)
+    item["hooks"] = out
+    item["stopped_by"] = item.pop("stopped_by", None)  # the key order of `DispatchSpan.to_dict()`
+    return item
+
+
+def _rendered(item: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a timeline item as JSON data: a model call's sections, kept as `(name, source, content)` tuples
+    while the turn runs, become dicts (the empty ones left out)."""
+    out = dict(item)
+    sections = out.get("system_prompt")
+    if type(sections) is tuple:
+        out["system_prompt"] = [{"name": n, "source": s, "content": _cut(c)} for n, s, c in sections if c]
+    return out
 
 
 class Trace:
@@ -492,9 +644,7 @@ class Trace:
             provider=provider,
             model=(resp.model if resp is not None and resp.model else req.model) or "",
             streamed=streamed,
-            system_prompt=[
-                {"name": p.name, "source": p.source, "content": _cut(p.content)} for p in req.system_prompt if p.content
-            ],
+            system_prompt=tuple(map(_prompt_fields, req.system_prompt)),  # as dicts when read: see `_rendered`
             tools=list(req.tool_set.names()),
             tool_choice=req.tool_choice,
             history_messages=len(req.messages),
@@ -568,7 +718,7 @@ class Trace:
 
     def timeline(self) -> list[dict[str, Any]]:
         """Dispatches and the other items, as JSON data sorted by start."""
-        items = [span.to_dict() for span in self.spans] + [dict(i) for i in self.items]
+        items = [span.to_dict() for span in self.spans] + [_rendered(i) for i in self.items]
         items.sort(key=lambda item: item["start_ms"])
         return items
 
@@ -576,8 +726,23 @@ class Trace:
         """The whole trace as JSON data (computed once the trace is finished, then kept)."""
         if self._dict is not None:
             return self._dict
+        out = self._data([m.to_dict() for m in self.messages], self.timeline())
+        if self.finished:
+            self._dict = out
+        return out
+
+    def compact(self, table: HookTable) -> dict[str, Any]:
+        """`to_dict()` as the JSON-lines writer puts it in the file: each dispatch as its chain's number in `table`
+        and its readings (see `DispatchSpan.compact`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
+        the ring's copy is worked out only if someone reads it."""
+        items = [DispatchSpan(self, record).compact(table) for record in list(self.records)]
+        items += [_rendered(i) for i in self.items]
+        items.sort(key=lambda item: item["start_ms"])
+        return self._data([m.compact(table) for m in self.messages], items)
+
+    def _data(self, messages: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, Any]:
         end = self.ended_ns if self.ended_ns is not None else _now()
-        out = {
+        return {
             "id": self.id,
             "kind": self.kind,
             "name": self.name,
@@ -586,14 +751,11 @@ class Trace:
             "duration_ms": round((end - self.started_ns) / 1e6, 3),
             "outcome": self.outcome,
             "error": self.error,
-            "messages": [m.to_dict() for m in self.messages],
-            "timeline": self.timeline(),
+            "messages": messages,
+            "timeline": timeline,
             "logs": list(self.logs),
             "dropped": self.dropped,
         }
-        if self.finished:
-            self._dict = out
-        return out
 
     def summary(self) -> dict[str, Any]:
         """A line's worth: id, kind, name, session, start, duration, outcome."""

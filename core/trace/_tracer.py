@@ -8,6 +8,7 @@ The engine asks `tracer.enabled` once per dispatch; with tracing off nothing els
 from __future__ import annotations
 
 import contextvars
+import itertools
 import logging
 import os
 from collections import OrderedDict
@@ -35,6 +36,9 @@ from core.trace._spans import (
 )
 
 __all__ = ["Tracer", "current_trace", "current_trace_id", "default_file", "install_log_context", "MAX_PENDING_MESSAGES"]
+
+_ID_PREFIX = os.urandom(3).hex()
+_ids = itertools.count(1)
 
 _current: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("hookchat_trace", default=None)
 
@@ -86,11 +90,11 @@ def install_log_context() -> None:
 
 
 class _TracedTag(BaseTag):
-    """A tag of one traced request: runs the real tag and records the occurrence in the trace."""
+    """A tag as traced requests offer it: runs the real tag and records the occurrence in the trace current when
+    it is handled (one wrapper per tag, shared by every traced turn)."""
 
-    def __init__(self, inner: BaseTag, trace: Trace) -> None:  # no super().__init__: the name was checked already
+    def __init__(self, inner: BaseTag) -> None:  # no super().__init__: the name was checked already
         self.inner = inner
-        self.trace = trace
         self.ctx = inner.ctx
         self.name = inner.name
         self.description = inner.description
@@ -103,14 +107,17 @@ class _TracedTag(BaseTag):
         return self.inner.owner
 
     async def handle(self, value: str, **kwargs: Any) -> list[Any]:
+        trace = current_trace()
+        if trace is None:
+            return await self.inner.handle(value, **kwargs)
         started = _now()
         try:
             result = await self.inner.handle(value, **kwargs)
         except Exception as exc:
-            self.trace.tag(self.name, self.inner.owner, value, kwargs, started, error=f"{type(exc).__name__}: {exc}")
+            trace.tag(self.name, self.inner.owner, value, kwargs, started, error=f"{type(exc).__name__}: {exc}")
             raise
         elements = result if isinstance(result, list) else [result] if result is not None else []
-        self.trace.tag(
+        trace.tag(
             self.name,
             self.inner.owner,
             value,
@@ -165,6 +172,7 @@ class Tracer:
         self.finished = blinker.Signal("trace finished")
         self._pending: OrderedDict[int, tuple[KiraMessageEvent, Trace]] = OrderedDict()
         self._running: dict[str, Trace] = {}  # turns in progress, readable before they finish
+        self._traced_tags: dict[tuple[BaseTag, ...], TagSet] = {}  # the tags of a request -> their traced set
         if enabled:
             install_log_context()
 
@@ -172,7 +180,9 @@ class Tracer:
 
     def begin(self, kind: str, name: str, sid: str | None = None) -> Trace:
         """A new trace (not yet current: see `activate`)."""
-        return Trace(self, kind[0] + os.urandom(6).hex(), kind, name, sid)  # secrets.token_hex(6), without its calls
+        # This process's random prefix and a count: unique across restarts without a system call per trace (one
+        # that releases the GIL hands the loop's core to another thread, several times a turn).
+        return Trace(self, f"{kind[0]}{_ID_PREFIX}{next(_ids):06x}", kind, name, sid)
 
     def activate(self, trace: Trace | None) -> _Activation:
         """Make `trace` current in this context (and the tasks started from it) for the duration of the block."""
@@ -304,10 +314,16 @@ class Tracer:
 
     def traced_tags(self, tag_set: TagSet) -> TagSet:
         """A copy of `tag_set` whose tags record each occurrence in the current trace (the set itself if none)."""
-        trace = current_trace()
-        if trace is None:
+        if current_trace() is None:
             return tag_set
-        return TagSet([_TracedTag(tag, trace) for tag in tag_set])
+        # A turn offers the same tags as the last one, mostly: their wrappers are made once per set of tags.
+        tags = tuple(tag_set)
+        traced = self._traced_tags.get(tags)
+        if traced is None:
+            if len(self._traced_tags) >= 64:  # tags of plugins reloaded, or made per request: start again
+                self._traced_tags.clear()
+            traced = self._traced_tags[tags] = TagSet([_TracedTag(tag) for tag in tags])
+        return traced.copy()
 
     # -- reading --------------------------------------------------------------------------------------------------
 

@@ -282,3 +282,17 @@ def test_every_returned_append_survives_kill_9(tmp_path):
         stored = {row[0] for row in conn.execute("SELECT id FROM turns")}
     assert child.returncode == -signal.SIGKILL
     assert set(printed) <= stored
+
+
+async def test_history_read_again_is_fresh_objects_and_follows_edits(store):
+    # The store keeps decoded turns to avoid parsing a session's history at every turn: what a caller does to the
+    # messages it got must not reach the next reader, and an edited turn is read as edited.
+    turn_id = await store.append_turn("s", [ChatMessage("user", "hi"), ChatMessage("assistant", "hello")])
+    first = await store.get_history("s")
+    first[1].content = "scribbled on by a plugin"
+    first.pop(0)
+    assert [m.content for m in await store.get_history("s")] == ["hi", "hello"]
+    await store.replace_turn(turn_id, [ChatMessage("user", "hi"), ChatMessage("assistant", "edited")])
+    assert [m.content for m in await store.get_history("s")] == ["hi", "edited"]
+    await store.delete_turn(turn_id)
+    assert await store.get_history("s") == []

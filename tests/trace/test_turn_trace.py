@@ -3,6 +3,7 @@ call, the tag, the sends and the history write, one trace id in the turn's log l
 the same replies."""
 
 import asyncio
+import json
 import logging
 
 import pytest
@@ -150,6 +151,60 @@ async def test_finished_traces_are_written_as_json_lines(tmp_path):
     assert [t["outcome"] for t in written] == ["completed", "completed"]
 
 
+async def test_the_file_gives_back_each_trace_as_the_ring_shows_it(tmp_path):
+    # The file holds hooks as rows of a table (written compact, off the event loop); reading expands them again:
+    # every hook with its outcome, error, strategy and changes, the stop, the model call, tool call, tag and sends.
+    provider = ScriptedProvider(script())
+    config = {"data": {"dir": str(tmp_path)}}
+    async with ChatHarness(plugins=[Probe, Censor], provider=provider, config=config) as bot:
+        await bot.send("what does hi mean?")
+        shown = [json.loads(json.dumps(t.to_dict(), default=str)) for t in reversed(bot.app.tracer.recent())]
+    written = read_json_lines(tmp_path / "traces.jsonl")
+    # The file keeps microseconds since the trace started; a hook's duration is the difference of two of them.
+    assert _without_durations(written) == _without_durations(shown)
+    assert _durations(written) == pytest.approx(_durations(shown), abs=0.0015)
+    hooks = [h for item in written[-1]["timeline"] if item["type"] == "event" for h in item["hooks"]]
+    assert {h["outcome"] for h in hooks} >= {"returned", "raised", "timed_out", "stopped"}
+    assert any("probe_context" in change for h in hooks for change in h["changes"])
+
+
+def _hooks(traces: list[dict]) -> list[dict]:
+    items = [item for t in traces for m in [*t["messages"], t] for item in m["timeline"] if item["type"] == "event"]
+    return [h for item in items for h in item["hooks"]]
+
+
+def _durations(traces: list[dict]) -> list[float]:
+    return [h["duration_ms"] for h in _hooks(traces)]
+
+
+def _without_durations(traces: list[dict]) -> list[dict]:
+    copied = json.loads(json.dumps(traces))
+    for hook in _hooks(copied):
+        del hook["duration_ms"]
+    return copied
+
+
+def test_each_rotated_file_describes_its_own_hooks(tmp_path):
+    class Hook:
+        fn = staticmethod(test_each_rotated_file_describes_its_own_hooks)
+        plugin_id, hook_name, event, priority, deadline = "demo", "hook", "im_message", 0, 10.0
+
+    class Recorded(_Recorded):
+        def compact(self, table) -> dict:
+            item = {"type": "event", "chain": table.chain((Hook,)), "at": [100, 300]}
+            return {"id": self.id, "kind": "turn", "name": self.text, "timeline": [item]}
+
+    path = tmp_path / "traces.jsonl"
+    sink = JsonLinesSink(path, max_bytes=1024)
+    for i in range(20):
+        sink.write(Recorded(f"t{i}", "x" * 100))
+    sink.close()
+    assert path.with_name("traces.jsonl.1").is_file()
+    for file in (path, path.with_name("traces.jsonl.1")):
+        [hook] = [h for t in read_json_lines(file) for item in t["timeline"] for h in item["hooks"]][-1:]
+        assert (hook["plugin_id"], hook["function"], hook["duration_ms"]) == ("demo", "hook", 0.2)
+
+
 class _Recorded:
     """Stands in for a finished trace: what the file sink reads of one."""
 
@@ -157,7 +212,7 @@ class _Recorded:
         self.id = trace_id
         self.text = text
 
-    def to_dict(self) -> dict:
+    def compact(self, table) -> dict:
         return {"id": self.id, "kind": "turn", "name": self.text}
 
 

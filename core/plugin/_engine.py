@@ -509,7 +509,7 @@ class HookEngine(pluggy.PluginManager):
                 continue
             reported_beat = beat
             running = asyncio.current_task(loop)  # the task the blocked loop is running (a read from this thread)
-            entry = next((r.entry for r in list(self._records) if r.task is running and r.entry), None)
+            entry = next((r.entry for r in _copy(self._records) if r.task is running and r.entry), None)
             if entry is not None:
                 logger.warning(
                     "event loop blocked for %.2f s while plugin %r hook %s (%s) was running: "
@@ -544,3 +544,13 @@ class HookEngine(pluggy.PluginManager):
         if self._stall_thread is not None:
             self._stall_thread.join(timeout=1)
             self._stall_thread = None
+
+
+def _copy(records: weakref.WeakSet[_Dispatch]) -> list[_Dispatch]:
+    """A list of `records` read from another thread: the loop's thread may add one while it is copied (the copy then
+    raises "Set changed size during iteration"), so it is taken again."""
+    while True:
+        try:
+            return list(records)
+        except RuntimeError:
+            continue

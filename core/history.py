@@ -149,35 +149,45 @@ class SessionHistory(Protocol):
 
     async def open(self) -> None:
         """Make the store usable."""
+        ...
 
     async def close(self) -> None:
         """Finish pending writes and release the store."""
+        ...
 
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The session's newest turns' messages, oldest first, within the store's bounds."""
+        ...
 
     async def append_turn(
         self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None, *, done: Sequence[str] = ()
     ) -> int:
         """Store a completed turn, marking the inbox entries `done` (the messages it answered); returns its id."""
+        ...
 
     def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
         """Mark inbox entries done without a turn (an awaitable, or None when there were none)."""
+        ...
 
     def record_received(self, sid: str, message: dict[str, Any], received_at: float | None = None) -> str:
         """Record a received message in the inbox; returns its inbox id."""
+        ...
 
     async def unfinished(self) -> list[tuple[str, str, float, dict[str, Any]]]:
         """Inbox entries not done: `(id, sid, received_at, message)`."""
+        ...
 
     async def list_turns(self, sid: str, limit: int | None = None) -> list[Turn]:
         """The session's turns, oldest first."""
+        ...
 
     async def clear(self, sid: str) -> int:
         """Delete every turn of a session; returns how many there were."""
+        ...
 
     async def sessions(self) -> list[str]:
         """The ids of the sessions that have turns, sorted."""
+        ...
 
 
 def estimate_tokens(messages: list[ChatMessage]) -> int:
@@ -287,7 +297,7 @@ class HistoryStore:
         self.max_turns = max_turns
         self.max_tokens = max_tokens
         self.retain_turns = retain_turns
-        self.synchronous = synchronous
+        self.synchronous: Literal["NORMAL", "FULL"] = synchronous
         self._worker: SqliteWorker | None = None
         self._appends_since_trim: dict[str, int] = {}  # per session; only the worker thread touches it
         self._decoded = _DecodedTurns()  # likewise
@@ -354,6 +364,7 @@ class HistoryStore:
             turn_id = conn.execute(
                 "INSERT INTO turns (sid, created_at, tokens, messages, meta) VALUES (?, ?, ?, ?, ?)", row
             ).lastrowid
+            assert turn_id is not None  # an INSERT always sets the row id
             if answered:
                 conn.executemany("DELETE FROM inbox WHERE id = ?", answered)
             if retain is not None:

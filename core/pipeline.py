@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from core.chat import (
@@ -41,15 +41,26 @@ __all__ = ["TurnScheduler", "MessagePipeline", "inbox_record", "message_from_inb
 _IM_MESSAGE = "im_message"
 
 
+def origin(message: KiraIMMessage) -> tuple[Session, User]:
+    """The session and sender of a received message; a message without them cannot be answered (ValueError)."""
+    if message.session is None or message.sender is None:
+        raise ValueError(
+            f"a received message needs its session and sender (message {message.message_id!r}): the adapter that "
+            "built it must set both"
+        )
+    return message.session, message.sender
+
+
 def inbox_record(message: KiraIMMessage) -> dict[str, object]:
     """What the inbox keeps of a message: enough to answer it after a restart (its text, sender, session)."""
+    session, sender = origin(message)
     return {
         "text": message.message_repr,
-        "user_id": message.sender.user_id,
-        "nickname": message.sender.nickname,
-        "adapter": message.session.adapter_name,
-        "type": message.session.session_type,
-        "id": message.session.session_id,
+        "user_id": sender.user_id,
+        "nickname": sender.nickname,
+        "adapter": session.adapter_name,
+        "type": session.session_type,
+        "id": session.session_id,
         "group_id": message.group.group_id if message.group else None,
         "message_id": message.message_id,
         "is_mentioned": message.is_mentioned,
@@ -76,8 +87,9 @@ def _make_valid(message: KiraIMMessage) -> None:
         for name, value in getattr(element, "__dict__", {}).items():
             if isinstance(value, str) and not value.isascii():
                 setattr(element, name, valid_text(value))
-    if message.sender.nickname and not message.sender.nickname.isascii():
-        message.sender = dataclasses.replace(message.sender, nickname=valid_text(message.sender.nickname))
+    _, sender = origin(message)
+    if sender.nickname and not sender.nickname.isascii():
+        message.sender = dataclasses.replace(sender, nickname=valid_text(sender.nickname))
 
 
 _MESSAGE_BUFFERED = "message_buffered"
@@ -127,7 +139,7 @@ class TurnScheduler:
         *,
         max_waiting: int | None = None,
         forget: Callable[[KiraMessageBatchEvent, str], None] | None = None,
-        overflow: Callable[[Session, int], Awaitable[None]] | None = None,
+        overflow: Callable[[Session, int], Coroutine[Any, Any, None]] | None = None,
     ):
         self._run_turn = run_turn
         self._limit = asyncio.Semaphore(max_concurrent) if max_concurrent else None
@@ -324,7 +336,7 @@ class TurnScheduler:
     def _release_slot(self, worker: object) -> None:
         """Give back the concurrency slot `worker`'s turn holds, once (its end and its abandonment both call this)."""
         if worker in self._slots:
-            self._slots.discard(worker)  # type: ignore[arg-type]
+            self._slots.discard(worker)
             assert self._limit is not None
             self._limit.release()
 
@@ -389,16 +401,17 @@ class MessagePipeline:
         `inbox_id`: the message is already held durably under this id (a cluster worker's JetStream message), so
         the inbox is not written; the id is marked done like an inbox row."""
         _make_valid(message)
+        session, _ = origin(message)
         event = KiraMessageEvent(message)
         if inbox_id is not None:
             event.inbox_id = inbox_id
         elif self.inbox is not None:
-            sid, record = message.session.sid, inbox_record(message)
+            sid, record = session.sid, inbox_record(message)
             event.inbox_id = self.inbox.record_received(sid, record, message.timestamp)
         with self.engine.tracer.message(event):  # trace: the message's hooks, until a turn adopts it
-            return await self._receive(event, message)
+            return await self._receive(event, session)
 
-    async def _receive(self, event: KiraMessageEvent, message: KiraIMMessage) -> Received:
+    async def _receive(self, event: KiraMessageEvent, session: Session) -> Received:
         await self.engine.dispatch(_IM_MESSAGE, event)
         if event.is_stopped:
             self._done(event)
@@ -408,7 +421,7 @@ class MessagePipeline:
             self._done(event)
             return Received(event, strategy)
         if strategy is MessageStrategy.TRIGGER:
-            return Received(event, strategy, self._submit([event], message.session))
+            return Received(event, strategy, self._submit([event], session))
         if strategy is MessageStrategy.BUFFER:
             self.buffers.append(event)
             await self.engine.dispatch(_MESSAGE_BUFFERED, event)
@@ -419,9 +432,9 @@ class MessagePipeline:
                 return Received(event, None)
             return Received(event, strategy)
         # FLUSH
-        messages = self.buffers.drain(message.session.sid)
+        messages = self.buffers.drain(session.sid)
         messages.append(event)
-        return Received(event, strategy, self._submit(messages, message.session))
+        return Received(event, strategy, self._submit(messages, session))
 
     def _done(self, event: KiraMessageEvent) -> None:
         """A message no turn will answer (discarded, stopped) leaves the inbox: nothing to recover after a crash."""

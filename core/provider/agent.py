@@ -312,7 +312,7 @@ class AgentLoop:
             trace.model_call(self.provider.name, step.req, None, started, streamed=step.streaming, error=str(exc))
             trace.error = str(exc)
             raise
-        trace.model_call(self.provider.name, step.req, resp, started, streamed=step.streaming)  # pyright: ignore[reportArgumentType] - core.trace's ResponseLike declares `usage` mutable, hence invariant: it should be a read-only property
+        trace.model_call(self.provider.name, step.req, resp, started, streamed=step.streaming)
         return resp
 
     async def _model_call(self, turn: _Turn, step: _Step) -> LLMResponse:

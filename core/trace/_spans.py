@@ -51,14 +51,20 @@ clock = time.perf_counter
 
 
 class HookLike(Protocol):
-    """What a trace reads of a hook in a resolved chain (the engine's `HookEntry`)."""
+    """What a trace reads of a hook in a resolved chain (the engine's `HookEntry`, a frozen dataclass: read-only)."""
 
-    fn: Callable[..., Any]
-    plugin_id: str
-    hook_name: str
-    event: str
-    priority: int
-    deadline: float
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+    @property
+    def plugin_id(self) -> str: ...
+    @property
+    def hook_name(self) -> str: ...
+    @property
+    def event(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def deadline(self) -> float: ...
 
 
 class RequestLike(Protocol):
@@ -83,9 +89,12 @@ class ResponseLike(Protocol):
 
     text_response: str
     tool_calls: list[Any]
-    usage: UsageLike
     model: str
     finish_reason: str
+
+    @property
+    def usage(self) -> UsageLike:  # read-only: `LLMResponse.usage` is a `TokenUsage`, which matches `UsageLike`
+        ...
 
 
 def _cut(text: str, limit: int = TEXT_LIMIT) -> str:
@@ -228,7 +237,7 @@ class _Extra:
     def __init__(self, probe: Callable[[Any, tuple[Any, ...]], Any] | None, obj: Any, args: tuple[Any, ...]) -> None:
         self.probe = probe
         self.obj = obj
-        self.args = args
+        self.args: tuple[Any, ...] | None = args  # None once the record ended (the ring keeps no event alive)
         self.states: list[Any] = []  # the event before the first hook, then after each hook
         self.failures: dict[int, tuple[str, str, str | None]] = {}
         self.ended = False

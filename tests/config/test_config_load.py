@@ -85,7 +85,11 @@ def test_relative_paths_resolve_against_the_file_directory(tmp_path, monkeypatch
         ("[limits]\ntool_timeout = 60\nmax_tool_timeout = 50\n", "limits.tool_timeout", "must not exceed"),
         ("[server]\nport = 70000\n", "server.port", "less than or equal to 65535"),
         ("[plugins]\ndirs = 'plugins'\n", "plugins.dirs", "Input should be a valid list"),
-        ("[[providers]]\nname = 'a'\ntype = 'gpt'\n", "providers[0].type", "unknown provider type 'gpt'; installed types: local, openai"),
+        (
+            "[[providers]]\nname = 'a'\ntype = 'gpt'\n",
+            "providers[0].type",
+            "unknown provider type 'gpt'; installed types: local, openai",
+        ),
         ("[[providers]]\nname = 'a'\ntype = 'openai'\n", "providers[0].models", "needs at least one model"),
         ("[[providers]]\nname = 'a'\ntype = 'local'\nbase_url = 'localhost'\n", "providers[0].base_url", "http"),
         (

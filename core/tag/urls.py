@@ -8,9 +8,12 @@ from __future__ import annotations
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
-import httpx
+
+if TYPE_CHECKING:
+    import httpx
 
 from core.utils.net import (
     IPNetwork,

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:  # httpx (with rich, some 100 ms) loads when a URL is first checked, not at every start
+    import httpx
 
 __all__ = [
     "InsecureListenerError",
@@ -48,6 +50,8 @@ def check_http_url(url: object, what: str = "the URL") -> httpx.URL:
         raise URLRuleError(f"{what} must be a non-empty string")
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url) or "\\" in url:
         raise URLRuleError(f"{what} must not contain spaces, control characters or backslashes")
+    import httpx
+
     try:
         parsed = httpx.URL(url)
         host = parsed.host  # decodes an IDNA (xn--) name, which may itself be invalid

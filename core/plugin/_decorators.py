@@ -77,9 +77,9 @@ def _hook(event: str, priority: int, deadline: float | None) -> Callable[[F], F]
         if event == EventType.AFTER_XML_PARSE.value:
             whole = _takes_whole_output(fn)
             if not whole and inspect.iscoroutinefunction(fn):
-                fn = _per_chain(fn)  # type: ignore[assignment]
+                fn = _per_chain(fn)  # type: ignore[assignment] - the adapter takes the hook's place, with another signature
         elif event == EventType.MESSAGE_SENT.value and _takes_chain_and_result(fn) and inspect.iscoroutinefunction(fn):
-            fn = _with_chain(fn)  # type: ignore[assignment]
+            fn = _with_chain(fn)  # type: ignore[assignment] - the adapter takes the hook's place, with another signature
         setattr(fn, HOOK_ATTR, HookMeta(event, int(priority), deadline, whole))
         return hookimpl(specname=event)(fn)
 
@@ -163,7 +163,7 @@ def _with_chain(fn: Callable[..., Any]) -> Callable[..., Any]:
         await fn(self, event, result.chain, result, *args, **kwargs)
 
     # What the dispatch calls is this adapter, so the load-time signature check reads its signature, not fn's.
-    chain_and_result.__signature__ = inspect.signature(lambda self, event, result, *args, **kwargs: None)  # type: ignore[attr-defined]
+    chain_and_result.__signature__ = inspect.signature(lambda self, event, result, *args, **kwargs: None)  # type: ignore[attr-defined] - inspect reads __signature__; functions do not declare it
     return chain_and_result
 
 

@@ -12,6 +12,7 @@ the turn: nothing later runs, nothing more is sent, and history records only wha
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import html
 import json
@@ -222,13 +223,18 @@ class AgentLoop:
         # The user's words as the `im_batch_message` hooks left them (they may rewrite `message_str`).
         turn = _Turn(batch, TurnResult(batch), self._user_prompt(batch), history)
         max_steps = max(1, self.settings.max_steps)
-        for index in range(max_steps):
-            if not await self._run_step(turn, index, last=index == max_steps - 1):
-                break
+        try:
+            for index in range(max_steps):
+                if not await self._run_step(turn, index, last=index == max_steps - 1):
+                    break
+        except asyncio.CancelledError:
+            if len(turn.sent_all):  # what went out is said: a restart must not answer these messages again
+                await self._store_surely(batch, turn.messages)
+            raise
         turn.result.stopped = batch.is_stopped
         # Stored before `final_result`: a reply that was sent is in history even if the process dies while those
         # hooks (a memory plugin, say) still run, and its messages leave the inbox in the same transaction.
-        await self._store(batch, turn.messages)
+        await self._store_surely(batch, turn.messages)
         if not batch.is_stopped:
             await self.engine.dispatch("final_result", batch, turn.sent_all)
         return turn.result
@@ -362,6 +368,12 @@ class AgentLoop:
             if turn.batch.is_stopped:
                 return False
         return True
+
+    async def _store_surely(self, batch: KiraMessageBatchEvent, turn: list[ChatMessage]) -> None:
+        """`_store`, carried to its end when the turn is cancelled meanwhile (a shutdown cancels running turns): a
+        reply that was sent is then in history and its messages leave the inbox, so the next start does not answer
+        them a second time. The store's own failure still reaches the turn."""
+        await asyncio.shield(asyncio.ensure_future(self._store(batch, turn)))
 
     async def _store(self, batch: KiraMessageBatchEvent, turn: list[ChatMessage]) -> None:
         """Append the turn to history (if it has messages) and mark the batch's inbox entries done."""

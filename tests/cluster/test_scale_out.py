@@ -183,6 +183,9 @@ async def test_every_message_is_answered_once_in_order_across_a_nats_server_rest
 @pytest.mark.anyio
 async def test_a_hung_plugin_stalls_only_its_own_workers_partitions(tmp_path, nats_server, workers):
     config = write_config(tmp_path, nats_server.url, "worker")
+    # The hung hook must outlast the test: at the default 10 s deadline the engine cancels it, and on a loaded
+    # machine the healthy worker's answers can take longer than that (the hung sessions were then answered too).
+    config.write_text(config.read_text() + "[deadlines]\nhook_default = 600\n")
     healthy = workers(config, "healthy")
     healthy.wait_ready()
     hung = workers(config, "hung", hang=True)

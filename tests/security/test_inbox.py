@@ -219,3 +219,29 @@ class _Trigger(BasePlugin):
     async def now(self, event, *_):
         if not event.message_repr.startswith("/"):
             event.trigger()
+
+
+async def test_a_turn_stopped_by_shutdown_after_its_reply_went_out_is_not_answered_again(tmp_path: Path) -> None:
+    """A shutdown cancels running turns; one that already sent its reply is stored on the way out, so the next
+    start does not answer its message a second time (only a turn that sent nothing is answered again)."""
+    replied = asyncio.Event()
+
+    class SlowAfterReply(BasePlugin):
+        @on.step_result()
+        async def linger(self, event, *_):
+            replied.set()
+            await asyncio.Event().wait()  # still running when the bot stops
+
+    config = {"data": {"dir": str(tmp_path)}, "deadlines": {"hook_default": 600}}
+    async with ChatHarness([SlowAfterReply], ScriptedProvider(["<msg>on it</msg>"]), config=config) as bot:
+        await bot.app.receive(bot.message("hello"))
+        await asyncio.wait_for(replied.wait(), 30)
+    assert [c.message_repr for c in bot.sent] == ["on it"]
+
+    async with ChatHarness(provider=ScriptedProvider(), config=config) as again:
+        await again.app.scheduler.join()
+        left = await again.app.history.unfinished()
+        stored = await again.app.history.get_history(SID)
+
+    assert again.sent == [], "the message was answered once, before the stop"
+    assert left == [] and [m.content for m in stored] == ["hello", "<msg>on it</msg>"]

@@ -301,6 +301,7 @@ class StreamParser:
         n = len(buf)
         pos = at = self._pos  # `pos`: start of the text not taken yet; `at`: where to look for markup
         kinds = self._kinds
+        attr_cache = self._attr_cache
         while True:
             if self._hidden is not None:  # everything up to </think> is dropped
                 m = _hidden_end_re(self._hidden, self._in_msg).search(buf, pos)
@@ -350,12 +351,33 @@ class StreamParser:
                 elif slash:
                     if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
                         self._close_tag()
-                elif rest or self._open_alone or self._open_value or self._bare or (empty[0].root and not self._in_msg):
+                elif self._open_alone or self._open_value or self._bare or (empty[0].root and not self._in_msg):
                     self._start(empty, rest)
-                else:  # `_start` of a tag without attributes after a tag that holds no text, inlined
-                    if self._open is not None:
-                        self._ops.append(self._open)
-                    self._open = empty
+                else:  # `_start` after a tag that holds no text (the usual case), inlined with its `_close_tag`
+                    if (op := self._open) is not None:
+                        self._ops.append(op)
+                        self._open = None
+                    alone = False
+                    if rest:
+                        cached = attr_cache.get(rest)
+                        if cached is None:
+                            cached = attr_cache[rest] = _start_tag_rest(rest)
+                        attrs, default, alone = cached
+                        op = (empty[0], default, attrs)
+                    else:
+                        op = empty
+                    if alone:  # <at id="1"/>
+                        self._ops.append(op)
+                    elif content is None:
+                        self._open = op
+                        continue
+                    else:  # <text>hi</text>: opened and closed at once
+                        if content:
+                            if "&" in content:
+                                content = decode_references(content)
+                            op = (op[0], content, op[2])
+                        self._ops.append(op)
+                        continue
                 if content is not None:
                     if content and "&" in content:
                         content = decode_references(content)

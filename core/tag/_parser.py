@@ -343,8 +343,15 @@ class StreamParser:
                     empty = kinds[name]
                 if empty is None:  # msg, think, reasoning
                     if name == "msg" and not rest:  # `_structural` of the usual `<msg>` and `</msg>`, inlined
-                        if slash or self._ops or self._bare or self._open is not None:
+                        if self._bare or self._open is not None:
                             self._end_message()
+                        elif ops := self._ops:  # `_end_message` with nothing open or pending, inlined
+                            self._ops = []
+                            if type(first := ops[0]) is str:
+                                ops[0] = first.lstrip()
+                            if type(last := ops[-1]) is str:
+                                ops[-1] = last.rstrip()
+                            self._done.append(ops)
                         self._in_msg = not slash
                     else:
                         self._structural(slash, name, rest)
@@ -537,12 +544,14 @@ class StreamParser:
         # Every handler runs under its tag's deadline (a hung one would hold its session and a turn slot for
         # ever), without a timer or a clock read per tag: one `_Deadline` per call, told which handler runs.
         deadline = _Deadline()
+        new_chain = MessageChain.__new__
         tag: BaseTag
         value: str
         attrs: dict[str, str]
         try:
             for ops in done:
-                chain = MessageChain()
+                # `__new__` alone: an empty chain (its `__init__` only fills it), without a Python call per message
+                chain = new_chain(MessageChain)
                 append = chain.append
                 for op in ops:
                     # `type(x) is` rather than `x.__class__ is`: as fast (3.11 specialises the call), and the

@@ -208,6 +208,7 @@ class StreamParser:
             name: (tag, "", _NO_ATTRIBUTES) if (tag := self._tags.get(name)) is not None else None
             for name in self._names
         }
+        self._roots = frozenset(name for name, tag in self._tags.items() if tag.root)
         self._token = _token_re(self._names)
         self._event = event
         self._on_error = on_error
@@ -302,6 +303,7 @@ class StreamParser:
         pos = at = self._pos  # `pos`: start of the text not taken yet; `at`: where to look for markup
         kinds = self._kinds
         attr_cache = self._attr_cache
+        roots = self._roots
         while True:
             if self._hidden is not None:  # everything up to </think> is dropped
                 m = _hidden_end_re(self._hidden, self._in_msg).search(buf, pos)
@@ -358,7 +360,7 @@ class StreamParser:
                 elif slash:
                     if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
                         self._close_tag()
-                elif self._open_alone or self._open_value or self._bare or (empty[0].root and not self._in_msg):
+                elif self._open_alone or self._open_value or self._bare or (not self._in_msg and name in roots):
                     self._start(empty, rest)
                 else:  # `_start` after a tag that holds no text (the usual case), inlined with its `_close_tag`
                     if (op := self._open) is not None:

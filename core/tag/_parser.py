@@ -208,6 +208,7 @@ class StreamParser:
             name: (tag, "", _NO_ATTRIBUTES) if (tag := self._tags.get(name)) is not None else None
             for name in self._names
         }
+        self._roots = frozenset(name for name, tag in self._tags.items() if tag.root)
         self._token = _token_re(self._names)
         self._event = event
         self._on_error = on_error
@@ -301,6 +302,8 @@ class StreamParser:
         n = len(buf)
         pos = at = self._pos  # `pos`: start of the text not taken yet; `at`: where to look for markup
         kinds = self._kinds
+        attr_cache = self._attr_cache
+        roots = self._roots
         while True:
             if self._hidden is not None:  # everything up to </think> is dropped
                 m = _hidden_end_re(self._hidden, self._in_msg).search(buf, pos)
@@ -342,20 +345,48 @@ class StreamParser:
                     empty = kinds[name]
                 if empty is None:  # msg, think, reasoning
                     if name == "msg" and not rest:  # `_structural` of the usual `<msg>` and `</msg>`, inlined
-                        if slash or self._ops or self._bare or self._open is not None:
+                        if self._bare or self._open is not None:
                             self._end_message()
+                        elif ops := self._ops:  # `_end_message` with nothing open or pending, inlined
+                            self._ops = []
+                            if type(first := ops[0]) is str:
+                                ops[0] = first.lstrip()
+                            if type(last := ops[-1]) is str:
+                                ops[-1] = last.rstrip()
+                            self._done.append(ops)
                         self._in_msg = not slash
                     else:
                         self._structural(slash, name, rest)
                 elif slash:
                     if self._open is not None:  # any known end tag closes the open tag; a stray one is dropped
                         self._close_tag()
-                elif rest or self._open_alone or self._open_value or self._bare or (empty[0].root and not self._in_msg):
+                elif self._open_alone or self._open_value or self._bare or (not self._in_msg and name in roots):
                     self._start(empty, rest)
-                else:  # `_start` of a tag without attributes after a tag that holds no text, inlined
-                    if self._open is not None:
-                        self._ops.append(self._open)
-                    self._open = empty
+                else:  # `_start` after a tag that holds no text (the usual case), inlined with its `_close_tag`
+                    if (op := self._open) is not None:
+                        self._ops.append(op)
+                        self._open = None
+                    alone = False
+                    if rest:
+                        cached = attr_cache.get(rest)
+                        if cached is None:
+                            cached = attr_cache[rest] = _start_tag_rest(rest)
+                        attrs, default, alone = cached
+                        op = (empty[0], default, attrs)
+                    else:
+                        op = empty
+                    if alone:  # <at id="1"/>
+                        self._ops.append(op)
+                    elif content is None:
+                        self._open = op
+                        continue
+                    else:  # <text>hi</text>: opened and closed at once
+                        if content:
+                            if "&" in content:
+                                content = decode_references(content)
+                            op = (op[0], content, op[2])
+                        self._ops.append(op)
+                        continue
                 if content is not None:
                     if content and "&" in content:
                         content = decode_references(content)
@@ -515,12 +546,14 @@ class StreamParser:
         # Every handler runs under its tag's deadline (a hung one would hold its session and a turn slot for
         # ever), without a timer or a clock read per tag: one `_Deadline` per call, told which handler runs.
         deadline = _Deadline()
+        new_chain = MessageChain.__new__
         tag: BaseTag
         value: str
         attrs: dict[str, str]
         try:
             for ops in done:
-                chain = MessageChain()
+                # `__new__` alone: an empty chain (its `__init__` only fills it), without a Python call per message
+                chain = new_chain(MessageChain)
                 append = chain.append
                 for op in ops:
                     # `type(x) is` rather than `x.__class__ is`: as fast (3.11 specialises the call), and the

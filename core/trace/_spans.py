@@ -750,15 +750,8 @@ class Trace:
         return self._data([m.compact(table) for m in self.messages], items)
 
     def _data(self, messages: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, Any]:
-        end = self.ended_ns if self.ended_ns is not None else _now()
         return {
-            "id": self.id,
-            "kind": self.kind,
-            "name": self.name,
-            "sid": self.sid,
-            "started_at": self.started_at.isoformat(),
-            "duration_ms": round((end - self.started_ns) / 1e6, 3),
-            "outcome": self.outcome,
+            **self.summary(),
             "error": self.error,
             "messages": messages,
             "timeline": timeline,

@@ -33,6 +33,9 @@ class TurnResult:
     capped: bool = False
     #: Characters sent so far (the messages' text), counted against the per-turn cap.
     chars_sent: int = 0
+    #: A send was under way when the turn stopped: the platform may have shown it (a turn cancelled then counts as
+    #: having answered, so a restart does not answer its messages a second time).
+    sending: bool = False
 
     @property
     def chains(self) -> list[MessageChain]:

@@ -228,7 +228,7 @@ class AgentLoop:
                 if not await self._run_step(turn, index, last=index == max_steps - 1):
                     break
         except asyncio.CancelledError:
-            if len(turn.sent_all):  # what went out is said: a restart must not answer these messages again
+            if turn.result.sent or turn.result.sending:  # said: a restart must not answer these messages again
                 await self._store_surely(batch, turn.messages)
             raise
         turn.result.stopped = batch.is_stopped
@@ -560,7 +560,9 @@ class AgentLoop:
         return True
 
     async def _send(self, batch: KiraMessageBatchEvent, chain: MessageChain, result: TurnResult) -> KiraIMSentResult:
+        result.sending = True  # left set if this is cancelled: the platform may already show the message
         sent = await self.send(batch.session, chain, batch)
+        result.sending = False
         result.sent.append(sent)
         if (trace := current_trace()) is not None:  # trace
             trace.sent(sent.chain, sent.ok, sent.message_id, sent.error)

@@ -13,7 +13,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pluggy
 
@@ -182,14 +182,32 @@ class _On:
     priority runs first; `deadline` (seconds) overrides the engine's default hook deadline.
     """
 
-    def __getattr__(self, name: str) -> HookDecorator:
-        """A misspelt event (`@on.im_mesage()`) fails at import with the events there are and the nearest one."""
-        if name.startswith("__"):
-            raise AttributeError(name)
-        events = [e.value for e in EventType if e is not EventType.CUSTOM_EVENT]
-        near = difflib.get_close_matches(name, events, n=1)
-        hint = f"did you mean on.{near[0]}? " if near else ""
-        raise AttributeError(f"there is no hook event on.{name}: {hint}(events: {', '.join(events)})")
+    # Declared for type checkers and editors (completion, and a misspelt `on.im_mesage` flagged before it runs); the
+    # methods themselves are made from the table below. tests/plugin/test_events.py keeps the two lists equal.
+    im_message: HookDecorator
+    message_buffered: HookDecorator
+    im_batch_message: HookDecorator
+    llm_request: HookDecorator
+    llm_response: HookDecorator
+    after_xml_parse: HookDecorator
+    tool_result: HookDecorator
+    step_result: HookDecorator
+    final_result: HookDecorator
+    message_sent: HookDecorator
+    loaded: HookDecorator
+    shutdown: HookDecorator
+    exception: HookDecorator
+
+    if not TYPE_CHECKING:  # at run time only: to a type checker an undeclared name stays an error
+
+        def __getattr__(self, name: str) -> HookDecorator:
+            """A misspelt event (`@on.im_mesage()`) fails at import with the events there are and the nearest one."""
+            if name.startswith("__"):
+                raise AttributeError(name)
+            events = [e.value for e in EventType if e is not EventType.CUSTOM_EVENT]
+            near = difflib.get_close_matches(name, events, n=1)
+            hint = f"did you mean on.{near[0]}? " if near else ""
+            raise AttributeError(f"there is no hook event on.{name}: {hint}(events: {', '.join(events)})")
 
     def custom_event(self, event_name: str, priority: int = 0, deadline: float | None = None) -> Callable[[F], F]:
         """A custom event dispatched with `ctx.dispatch_custom(event_name, data)`: `(event: KiraCustomEvent)`."""

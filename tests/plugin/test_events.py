@@ -29,6 +29,13 @@ def test_every_row_of_the_table_has_its_decorator_documented_from_the_row() -> N
         assert decorator.__name__ == event.value
 
 
+def test_type_checkers_and_editors_see_one_decorator_per_row_of_the_table() -> None:
+    # `on.<event>` is made at run time; its declarations are what pyright and editors complete and check. After
+    # adding an event, declare `<event>: HookDecorator` in `_On` (core/plugin/_decorators.py).
+    declared = set(type(on).__annotations__)
+    assert declared == {e.value for e in EventType if e is not EventType.CUSTOM_EVENT}
+
+
 def test_hooks_are_called_with_the_arguments_the_table_names() -> None:
     assert EventType.LLM_REQUEST.parameters == ("event", "req", "tag_set")
     assert EventType.IM_MESSAGE.parameters == ("event",)

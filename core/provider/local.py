@@ -368,7 +368,7 @@ class _Child:
             raise ModelNotInstalledError(f"xllamacpp cannot be imported ({json.loads(reason)}): run {INSTALL_HINT}")
         if kind == "failed":
             raise ProviderError(f"{name}: cannot load {path}: {json.loads(reason)}")
-        raise ProviderError(f"{name}: cannot load {path}: the model's process ended ({child.how_it_ended()})")
+        raise ProviderError(f"{name}: cannot load {path}: the model's process ended ({await child.how_it_ended()})")
 
     @property
     def pid(self) -> int:
@@ -410,10 +410,10 @@ class _Child:
         del self._buffer[: end + 1]
         return line
 
-    def how_it_ended(self) -> str:
+    async def how_it_ended(self) -> str:
         """Its exit status in words, for an error message."""
-        try:
-            code = self._process.wait(1)  # its stdout has closed: it is exiting, if it has not yet
+        try:  # its stdout has closed: it is exiting, if it has not yet
+            code = await anyio.to_thread.run_sync(self._process.wait, 1)
         except subprocess.TimeoutExpired:
             return "it stopped answering"
         if code < 0:
@@ -448,7 +448,7 @@ class _Generation:
     async def start(self, body: str) -> None:
         """Send the request."""
         if not await self._child.send(body):
-            raise self._crashed()
+            raise await self._crashed()
 
     async def next(self) -> dict[str, Any] | None:
         """The next chunk; None once the server call has returned; raises what the call or a chunk went wrong with,
@@ -458,7 +458,7 @@ class _Generation:
         line = await self._child.receive()
         if line is None:
             self._ended = True
-            raise self._crashed()
+            raise await self._crashed()
         if line == "end" or line.startswith("end "):
             self._ended = True
             if line != "end":  # a request the server cannot take
@@ -487,10 +487,10 @@ class _Generation:
                         pass
             _log.debug("%s: %d chunks arrived after the request was stopped", self._name, late)
 
-    def _crashed(self) -> ProviderError:
+    async def _crashed(self) -> ProviderError:
         return ProviderError(
             f"{self._name}: the local model's process ended in the middle of the request "
-            f"({self._child.how_it_ended()}); the next request starts it again"
+            f"({await self._child.how_it_ended()}); the next request starts it again"
         )
 
 

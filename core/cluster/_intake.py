@@ -88,7 +88,7 @@ class Intake:
                         pull = await StandingPull.open(self.bus, f"part-{partition}")
                     if partition in self.recheck:
                         await self._drop_ghost(partition)
-                        await pull.renew()  # the server may have restarted and forgotten the request
+                        await pull.renew()  # the server may have forgotten the request
                     msg = await pull.next(1.0)
                 except NATS_ERRORS as exc:
                     logger.debug("cluster: partition %d fetch failed: %s", partition, exc)

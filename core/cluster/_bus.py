@@ -300,8 +300,8 @@ class StandingPull:
 
     The request is made again when the server says it expired or failed (a status message), after `BATCH`
     messages, after a reconnection (a server that restarted forgot it), when nothing has come for longer than it
-    can live, and on `renew`. `close` removes the interest first, so the server drops the request and delivers
-    nothing more, then returns what it had sent before that, for the caller to let go."""
+    can live, and on `renew`. `end` removes the interest, so the server drops the request and delivers nothing
+    more; `close` also returns what it had sent before that, for the caller to let go."""
 
     EXPIRES = 10.0  # seconds a request lives
     BATCH = 1_000  # messages a request asks for
@@ -315,6 +315,7 @@ class StandingPull:
         self._left = 0  # messages the newest request may still deliver
         self._made = 0.0  # when the newest request was made (monotonic)
         self._reconnects = 0  # the connection's reconnections when it was made
+        self._ended: asyncio.Future[None] | None = None
 
     @classmethod
     async def open(cls, bus: Bus, consumer: str) -> StandingPull:
@@ -352,13 +353,24 @@ class StandingPull:
                 await asyncio.sleep(0.25)
                 await self.renew()
 
-    async def close(self) -> list[Msg]:
-        """End the request (see the class); the messages that came and were not taken by `next`."""
+    async def end(self) -> None:
+        """Remove the interest, so the server drops the request and sends nothing more (at once, even while a turn
+        runs: its acknowledgement then frees the next message for the partition's next owner). Later calls wait for
+        the first."""
+        if self._ended is None:
+            self._ended = asyncio.ensure_future(self._unsubscribe())
+        await asyncio.shield(self._ended)
+
+    async def _unsubscribe(self) -> None:
         try:
-            await asyncio.wait_for(self._sub.drain(), 2.0)
+            await asyncio.wait_for(self._sub.drain(), 2.0)  # what the server sent before it dropped the request comes
         except (*NATS_ERRORS, ValueError):  # the server away: forget the interest here, so no reconnect renews it
             with contextlib.suppress(*NATS_ERRORS, ValueError):
                 await self._sub.unsubscribe()
+
+    async def close(self) -> list[Msg]:
+        """`end`, then the messages that came and were not taken by `next`, for the caller to let go."""
+        await self.end()
         left = []
         while not self._queue.empty():
             msg = self._queue.get_nowait()

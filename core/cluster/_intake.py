@@ -27,6 +27,13 @@ from core.utils.log import logger
 __all__ = ["Intake", "Outcome", "ReceivingApp"]
 
 
+async def _end_on(stop: asyncio.Event, pull: StandingPull) -> None:
+    """End `pull` as soon as `stop` is set, not after the turn running then: the partition's next message is left to
+    its next owner, not delivered here and let go (which would count as one of its `max_deliver` deliveries)."""
+    await stop.wait()
+    await pull.end()
+
+
 class Outcome(enum.Enum):
     """What became of one delivered message. Every delivery ends in exactly one of these."""
 
@@ -80,12 +87,13 @@ class Intake:
 
     async def consume(self, partition: int, stop: asyncio.Event) -> None:
         """Handle `partition`'s messages one at a time until `stop` is set (or the task is cancelled)."""
-        pull = None
+        pull = ending = None
         try:
             while not stop.is_set():
                 try:
                     if pull is None:
                         pull = await StandingPull.open(self.bus, f"part-{partition}")
+                        ending = asyncio.ensure_future(_end_on(stop, pull))
                     if partition in self.recheck:
                         await self._drop_ghost(partition)
                         await pull.renew()  # the server may have forgotten the request
@@ -109,6 +117,8 @@ class Intake:
                         str(exc) or type(exc).__name__,
                     )
         finally:
+            if ending is not None:
+                ending.cancel()
             if pull is not None:
                 for msg in await pull.close():  # sent before the server dropped the request: the next owner's
                     with contextlib.suppress(*NATS_ERRORS):

@@ -1,6 +1,7 @@
 """A partition's standing pull request on a real NATS server: closed, it leaves the partition's next message to the
 next owner at once (not after `ack_wait`), hands back what the server had sent it, and it keeps delivering after
-the server restarts (which forgets the request)."""
+the server restarts (which forgets the request). A partition stopped while its turn runs ends its pull at once, so
+its next message goes to the next owner as a first delivery."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from core.cluster import Bus
 from core.cluster._bus import NATS_ERRORS, StandingPull
+from core.cluster._intake import _end_on
 from core.config import ClusterConfig
 
 pytestmark = [pytest.mark.anyio]
@@ -79,3 +81,18 @@ async def test_a_pull_delivers_again_after_the_server_restarts(buses, nats_serve
             assert msg.data == b'{"n": 1}'
             return
     raise AssertionError("the pull was not made again after the reconnection")
+
+
+async def test_a_partition_stopped_while_its_turn_runs_leaves_its_next_message_to_the_next_owner(buses):
+    first, second = await buses("w1"), await buses("w2")
+    stop = asyncio.Event()
+    pull = await StandingPull.open(first, "part-0")
+    ending = asyncio.ensure_future(_end_on(stop, pull))
+    for n in (1, 2):
+        await first.publish(first.in_subject(0), {"n": n}, msg_id=f"m{n}")
+    held = await _next(pull)
+    stop.set()  # the lease is handed over while the turn of m1 runs
+    await ending
+    await held.ack_sync()  # the turn ends and is stored
+    taken = await _next(await StandingPull.open(second, "part-0"))
+    assert (taken.data, taken.metadata.num_delivered) == (b'{"n": 2}', 1)  # not delivered to w1 and let go

@@ -11,19 +11,31 @@ import hashlib
 import json
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import nats
 import nats.errors
 import nats.js.errors
+from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.kv import KeyValue
 
 from core.config import ClusterConfig
 from core.utils.log import logger
 
-__all__ = ["Entry", "Bus", "ClusterError", "partition_of", "encode_key", "decode_key", "default_name", "NATS_ERRORS"]
+__all__ = [
+    "Entry",
+    "Bus",
+    "StandingPull",
+    "ClusterError",
+    "partition_of",
+    "encode_key",
+    "decode_key",
+    "default_name",
+    "NATS_ERRORS",
+]
 
 #: What a NATS call raises when the server is away or refuses (callers retry or report, never crash a loop).
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
@@ -279,3 +291,89 @@ class Bus:
                 await nc.flush(timeout=2)
             with contextlib.suppress(*NATS_ERRORS):  # nats-py raises when the server is away
                 await nc.close()
+
+
+class StandingPull:
+    """One standing pull request on a durable pull consumer, instead of a request per message: the server holds it
+    and delivers each message as the consumer lets one go (for a partition, once the one before is acknowledged),
+    so a message costs no request of its own, and an idle consumer one request every `EXPIRES` seconds.
+
+    The request is made again when the server says it expired or failed (a status message), after `BATCH`
+    messages, after a reconnection (a server that restarted forgot it), when nothing has come for longer than it
+    can live, and on `renew`. `end` removes the interest, so the server drops the request and delivers nothing
+    more; `close` also returns what it had sent before that, for the caller to let go."""
+
+    EXPIRES = 10.0  # seconds a request lives
+    BATCH = 1_000  # messages a request asks for
+
+    def __init__(self, nc: Any, subject: str) -> None:
+        self._nc = nc
+        self._subject = subject  # the consumer's `MSG.NEXT` API subject
+        self._inbox = nc.new_inbox()
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self._sub: Any = None
+        self._left = 0  # messages the newest request may still deliver
+        self._made = 0.0  # when the newest request was made (monotonic)
+        self._reconnects = 0  # the connection's reconnections when it was made
+        self._ended: asyncio.Future[None] | None = None
+
+    @classmethod
+    async def open(cls, bus: Bus, consumer: str) -> StandingPull:
+        """A standing pull on `consumer` of the incoming stream, its first request made."""
+        pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{bus.in_stream}.{consumer}")
+        pull._sub = await bus.nc.subscribe(pull._inbox, cb=pull._queue.put)
+        await pull.renew()
+        return pull
+
+    async def renew(self) -> None:
+        """Make the request (again)."""
+        self._left, self._made, self._reconnects = self.BATCH, time.monotonic(), self._nc.stats["reconnects"]
+        request = {"batch": self.BATCH, "expires": int(self.EXPIRES * 1e9)}
+        await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
+
+    async def next(self, timeout: float) -> Msg | None:
+        """The next message, or None when none came within `timeout` seconds."""
+        while True:
+            if self._nc.stats["reconnects"] != self._reconnects or time.monotonic() - self._made > self.EXPIRES + 2:
+                await self.renew()  # the request may be lost (or nothing said it ended)
+            try:
+                msg = await asyncio.wait_for(self._queue.get(), timeout)
+            except TimeoutError:
+                return None
+            status = (msg.headers or {}).get("Status")
+            if status is None:
+                self._left -= 1
+                if self._left <= 0:
+                    await self.renew()
+                return msg
+            if status == "408":  # expired: made again, unless it was an older request's (a newer one is out)
+                if time.monotonic() - self._made >= self.EXPIRES - 1:
+                    await self.renew()
+            elif status != "100":  # refused (the server or its JetStream restarting): again after a pause
+                await asyncio.sleep(0.25)
+                await self.renew()
+
+    async def end(self) -> None:
+        """Remove the interest, so the server drops the request and sends nothing more (at once, even while a turn
+        runs: its acknowledgement then frees the next message for the partition's next owner). Later calls wait for
+        the first."""
+        if self._ended is None:
+            self._ended = asyncio.ensure_future(self._unsubscribe())
+        await asyncio.shield(self._ended)
+
+    async def _unsubscribe(self) -> None:
+        try:
+            await asyncio.wait_for(self._sub.drain(), 2.0)  # what the server sent before it dropped the request comes
+        except (*NATS_ERRORS, ValueError):  # the server away: forget the interest here, so no reconnect renews it
+            with contextlib.suppress(*NATS_ERRORS, ValueError):
+                await self._sub.unsubscribe()
+
+    async def close(self) -> list[Msg]:
+        """`end`, then the messages that came and were not taken by `next`, for the caller to let go."""
+        await self.end()
+        left = []
+        while not self._queue.empty():
+            msg = self._queue.get_nowait()
+            if msg.headers is None or "Status" not in msg.headers:
+                left.append(msg)
+        return left

@@ -11,13 +11,12 @@ import json
 from collections.abc import Callable
 from typing import Protocol
 
-import nats.errors
 from nats.aio.msg import Msg
 
 from core.chat import KiraIMMessage, KiraIMSentResult, MessageChain, MessageStrategy, Received, Session
 from core.chat.message_elements import Text
 from core.chat.wire import WireError, message_from_wire
-from core.cluster._bus import NATS_ERRORS, Bus
+from core.cluster._bus import NATS_ERRORS, Bus, StandingPull
 from core.cluster._held import RETRY_PAUSE, HeldMessages, ack
 from core.cluster._recovery import Recovery
 from core.cluster._state import ClusterHistory
@@ -26,6 +25,13 @@ from core.history import HistoryError
 from core.utils.log import logger
 
 __all__ = ["Intake", "Outcome", "ReceivingApp"]
+
+
+async def _end_on(stop: asyncio.Event, pull: StandingPull) -> None:
+    """End `pull` as soon as `stop` is set, not after the turn running then: the partition's next message is left to
+    its next owner, not delivered here and let go (which would count as one of its `max_deliver` deliveries)."""
+    await stop.wait()
+    await pull.end()
 
 
 class Outcome(enum.Enum):
@@ -80,26 +86,28 @@ class Intake:
         self.recheck: set[int] = set()
 
     async def consume(self, partition: int, stop: asyncio.Event) -> None:
-        """Fetch and handle `partition`'s messages one at a time until `stop` is set (or the task is cancelled)."""
-        sub = None
-        while not stop.is_set():
-            try:
-                if partition in self.recheck:
-                    await self._drop_ghost(partition)
-                if sub is None:
-                    sub = await self.bus.js.pull_subscribe_bind(durable=f"part-{partition}", stream=self.bus.in_stream)
-                messages = await sub.fetch(1, timeout=1.0)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            except NATS_ERRORS as exc:
-                logger.debug("cluster: partition %d fetch failed: %s", partition, exc)
-                await asyncio.sleep(0.25)
-                continue
-            for msg in messages:
+        """Handle `partition`'s messages one at a time until `stop` is set (or the task is cancelled)."""
+        pull = ending = None
+        try:
+            while not stop.is_set():
+                try:
+                    if pull is None:
+                        pull = await StandingPull.open(self.bus, f"part-{partition}")
+                        ending = asyncio.ensure_future(_end_on(stop, pull))
+                    if partition in self.recheck:
+                        await self._drop_ghost(partition)
+                        await pull.renew()  # the server may have forgotten the request
+                    msg = await pull.next(1.0)
+                except NATS_ERRORS as exc:
+                    logger.debug("cluster: partition %d fetch failed: %s", partition, exc)
+                    await asyncio.sleep(0.25)
+                    continue
+                if msg is None:
+                    continue
                 if stop.is_set():  # the partition is handed over or lost: its next owner gets the message
                     with contextlib.suppress(*NATS_ERRORS):
                         await msg.nak()
-                    continue
+                    break
                 try:
                     await self.handle(msg)
                 except (HistoryError, *NATS_ERRORS) as exc:  # it was let go: delivered again, in order
@@ -108,9 +116,13 @@ class Intake:
                         partition,
                         str(exc) or type(exc).__name__,
                     )
-        if sub is not None:
-            with contextlib.suppress(*NATS_ERRORS):
-                await sub.unsubscribe()
+        finally:
+            if ending is not None:
+                ending.cancel()
+            if pull is not None:
+                for msg in await pull.close():  # sent before the server dropped the request: the next owner's
+                    with contextlib.suppress(*NATS_ERRORS):
+                        await msg.nak()
 
     async def handle(self, msg: Msg) -> Outcome:
         """Settle one delivered message (see `Outcome`)."""

@@ -338,19 +338,7 @@ class StreamParser:
                 if name is None:
                     if boundary is None:
                         break
-                    pos = at = stop
-                    # `</msg>` (`_structural`, inlined as below), then `<msg>` (with nothing left open or pending)
-                    if self._bare or self._open is not None:
-                        self._end_message()
-                    elif ops := self._ops:
-                        self._ops = []
-                        if type(first := ops[0]) is str:
-                            ops[0] = first.lstrip()
-                        if type(last := ops[-1]) is str:
-                            ops[-1] = last.rstrip()
-                        self._done.append(ops)
-                    self._in_msg = True
-                    continue
+                    slash, name, quoted_rest = "/", "msg", ""  # `</msg>`, and then `<msg>` opens the next (below)
                 if quoted_rest is not None:
                     rest = quoted_rest
                 elif not final and "<" not in buf[stop:] and _quote_open(rest):
@@ -374,7 +362,8 @@ class StreamParser:
                             if type(last := ops[-1]) is str:
                                 ops[-1] = last.rstrip()
                             self._done.append(ops)
-                        self._in_msg = not slash
+                        # after a boundary, `<msg>` follows: with nothing left open or pending, it only opens a message
+                        self._in_msg = not slash or boundary is not None
                     else:
                         self._structural(slash, name, rest)
                 elif slash:

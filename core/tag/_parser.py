@@ -68,11 +68,17 @@ def _token_re(names: tuple[str, ...], missing: frozenset[str] = frozenset()) -> 
         opener + "|" for mark, opener in (("-->", "--"), ("]]>", r"(?i:\[CDATA\[)")) if mark not in missing
     )
     return re.compile(
+        # The boundary between two messages (`</msg>`, layout whitespace, `<msg>`), the usual case, in one match: it
+        # means exactly the same as its two tags.
+        # (Every alternative starts with `<`: the regex engine then finds the next `<` at C speed. This one is marked
+        # by an empty group at its end, not a group around it: the engine skips an alternative whose first character
+        # does not match without entering it, so at a `<` not followed by `/` it costs nothing.)
+        r"<(?:/(?ai:msg)>[ \t\r\n]*+<(?ai:msg)>()"
         # A known tag: slash, name, then its attributes, where a quoted value may hold `>` (a value cannot hold
         # `<`, so every attempt still stops at the next `<`); with a quote left open, the tag ends at the first `>`.
-        r"<(?:(/?)(?ai:(" + alternatives + r"))(?=[\s/>])"
+        r"|(/?)(?ai:(" + alternatives + r"))(?=[\s/>])"
         r"(?:((?:[^<>\"']++|\"[^\"<]*\"|'[^'<]*')*+)|([^<>]*))>"
-        r"(?:([^<]*+)</(?ai:\2)\s*>)?"  # ... and, if they follow, its plain text and end tag
+        r"(?:([^<]*+)</(?ai:\3)\s*>)?"  # ... and, if they follow, its plain text and end tag
         r"|!(?:" + openers + r"(?i:DOCTYPE)[^<>\[]*\["  # openers whose end is searched separately
         r"|[A-Za-z][^<>]*>)|\?[^<>]*>)"  # declarations (<!ENTITY ...>) and <?xml ?>: dropped
     )
@@ -328,9 +334,11 @@ class StreamParser:
                     # (layout whitespace between messages, which `_text` would drop, is dropped without the calls)
                     if self._ops or self._bare or self._open is not None or not text.isspace():
                         self._text(decode_references(text))
-                slash, name, quoted_rest, rest, content = m.groups()
+                boundary, slash, name, quoted_rest, rest, content = m.groups()
                 if name is None:
-                    break
+                    if boundary is None:
+                        break
+                    slash, name, quoted_rest = "/", "msg", ""  # `</msg>`, and then `<msg>` opens the next (below)
                 if quoted_rest is not None:
                     rest = quoted_rest
                 elif not final and "<" not in buf[stop:] and _quote_open(rest):
@@ -354,7 +362,8 @@ class StreamParser:
                             if type(last := ops[-1]) is str:
                                 ops[-1] = last.rstrip()
                             self._done.append(ops)
-                        self._in_msg = not slash
+                        # after a boundary, `<msg>` follows: with nothing left open or pending, it only opens a message
+                        self._in_msg = not slash or boundary is not None
                     else:
                         self._structural(slash, name, rest)
                 elif slash:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import yaml
 
 from core.config import SkillsConfig
 from core.provider import ToolResult
@@ -64,6 +63,8 @@ def parse_skill(folder: Path) -> Skill:
             f"{file}: no front matter: start the file with a '---' line, then 'name: ...' and "
             "'description: ...', then '---'"
         )
+    import yaml  # here, not at the top: only a configured skill folder needs it, and every start imports this module
+
     try:
         data = yaml.safe_load(found.group(1))
     except yaml.YAMLError as exc:

@@ -23,7 +23,7 @@ measure how many get joined, which depends on each path's timing, rather than wh
   message. That fake HTTP's own work (payloads, a stack inspection per send: about 0.1 ms per message) is charged
   to the bot's process, but no HTTP request is made and no gateway event decoded, which a real bot pays (a request
   costs about 0.3 ms of CPU here, see the Telegram path): this path measures discord.py and the adapter, with less
-  transport than the others. (Until 2026-12 the person's messages were made by dpytest's `make_message`, which
+  transport than the others. (The person's messages used to be made by dpytest's `make_message`, which
   builds every payload anew and keeps each in its message store; that work and memory were charged to the bot.)
 
 All paths: the chat plugin (flushing every message at once) and the built-in tags, history on (SQLite), the same

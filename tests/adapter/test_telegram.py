@@ -143,6 +143,25 @@ async def test_a_refused_send_is_a_failed_receipt_not_an_exception(telegram_api,
     assert gone.ok and not empty.ok and "nothing to send" in empty.error
 
 
+async def test_a_request_middleware_on_the_bots_session_sees_every_request(telegram_api: TelegramTestApi, token):
+    # The adapter sends its messages and polls without aiogram's models while nothing else is registered on
+    # `adapter.bot.session`; a plugin's middleware still sees every request.
+    adapter = adapter_class("telegram")("tg", api_url=telegram_api.api_url, poll_timeout=1)
+    called: list[str] = []
+
+    async def middleware(make_request: Any, bot: Any, method: Any) -> Any:
+        called.append(method.__api_method__)
+        return await make_request(bot, method)
+
+    adapter.bot.session.middleware(middleware)
+    async with running_bot(adapter, ScriptedProvider(["Seen"])):
+        with anyio.fail_after(15):
+            await anyio.to_thread.run_sync(lambda: telegram_api.user_message("watched", chat_id=107, user_id=107))
+            sent = await bot_messages(telegram_api, 107, 1)
+    assert sent[0]["message"]["text"] == "Seen"
+    assert {"getMe", "getUpdates", "sendMessage"} <= set(called)
+
+
 async def test_the_webhook_delivers_updates_with_the_secret_token(telegram_api: TelegramTestApi, token):
     port = free_port()
     adapter = adapter_class("telegram")(

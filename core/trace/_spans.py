@@ -348,12 +348,7 @@ class DispatchSpan:
         self,
     ) -> Iterator[tuple[int, float, float, str, str | None, str | None, dict[str, Any] | None, list[str]]]:
         """Each hook that ran, in order: `(index in the chain, start, end, outcome, error, traceback, strategy,
-        changes)`, the times as nanosecond readings. What `hooks()` and `compact()` are made of."""
-        extra = self.extra
-        probe = extra.probe if extra is not None else None
-        states = extra.states if extra is not None and probe is not None else None
-        failures = extra.failures if extra is not None else {}
-        stopped = extra.stopped if extra is not None else False
+        changes)`, the times as nanosecond readings. What `hooks()` is made of."""
         ends = self.ends
         done = len(ends)
         running = not self.ended and done < len(self.chain)  # hook `done` started and has no end (yet)
@@ -361,20 +356,28 @@ class DispatchSpan:
         at = self.start_at
         for i in range(done + 1 if running else done):
             until = ends[i] if i < done else open_end
-            if states is not None and i + 1 < len(states):
-                changes, strategy = _changes(probe, states[i], states[i + 1])
-            else:
-                changes, strategy = [], None
-            outcome, error, tb = "returned", None, None
-            failure = failures.get(i)
-            if failure is not None:
-                outcome, error, tb = failure
-            elif i == done:
-                outcome = "cancelled"
-            elif i == done - 1 and stopped:
-                outcome = "stopped"
-            yield i, at, until, outcome, error, tb, strategy, changes
+            yield i, at, until, *self.outcome_of(i, done)
             at = until
+
+    def outcome_of(self, i: int, done: int) -> tuple[str, str | None, str | None, dict[str, Any] | None, list[str]]:
+        """How hook `i` ended, of `done` hooks with a reading after them: `(outcome, error, traceback, strategy,
+        changes)`."""
+        extra = self.extra
+        if extra is None:
+            return ("returned" if i < done else "cancelled"), None, None, None, []
+        states = extra.states if extra.probe is not None else None
+        if states is not None and i + 1 < len(states):
+            changes, strategy = _changes(extra.probe, states[i], states[i + 1])
+        else:
+            changes, strategy = [], None
+        failure = extra.failures.get(i)
+        if failure is not None:
+            return (*failure, strategy, changes)
+        if i == done:
+            return "cancelled", None, None, strategy, changes
+        if i == done - 1 and extra.stopped:
+            return "stopped", None, None, strategy, changes
+        return "returned", None, None, strategy, changes
 
     def hooks(self) -> list[HookCall]:
         """The hooks that ran, in order."""
@@ -425,49 +428,67 @@ class DispatchSpan:
             "stopped_by": stopped_by,
         }
 
-    def compact(self, table: HookTable) -> dict[str, Any]:
-        """The dispatch as the JSON-lines file keeps it: `to_dict()` with its hooks as the number of its chain in
-        `table` and `at`, the readings in microseconds since the trace started (the first hook's start, then each
-        hook's end), plus `notes` by hook index for the hooks that did more than return (`expand_rows` turns them
-        back into `hooks`). A number and a reading per hook: the writer thread's whole work for most of them."""
-        base = self.trace.started_ns
-        start, end = self._bounds()
-        marks = [self.start_at, *self.ends]
-        running = not self.ended and len(self.ends) < len(self.chain)  # a hook still running, or cancelled
-        if running:
-            marks.append(self.trace.ended_ns or _now())
-        out: dict[str, Any] = {
-            "type": "event",
-            "event": self.event,
-            "start_ms": round((start - base) / 1e6, 3),
-            "duration_ms": round((end - start) / 1e6, 3),
-            "chain": table.chain(self.chain),
-            "at": [round((mark - base) / 1e3) for mark in marks],
-            "stopped_by": None,
-        }
-        extra = self.extra
-        if extra is not None and (running or extra.failures or extra.stopped or _changed(extra.states)):
-            notes = {}
-            for i, _, _, outcome, error, tb, strategy, changes in self._calls():
-                if outcome != "returned" or strategy is not None or changes:
-                    notes[str(i)] = {
-                        "outcome": outcome,
-                        "error": error,
-                        "traceback": tb,
-                        "strategy": strategy,
-                        "changes": changes,
-                    }
-                    if outcome == "stopped" and out["stopped_by"] is None:
-                        entry = self.chain[i]
-                        out["stopped_by"] = f"{entry.plugin_id}.{entry.hook_name}"
-            if notes:
-                out["notes"] = notes
+
+def compact_record(trace: Trace, record: list[Any], table: HookTable) -> dict[str, Any]:
+    """A dispatch of `trace` as the JSON-lines file keeps it, from its raw `record`: `DispatchSpan.to_dict()` with
+    its hooks as the number of its chain in `table` and `at`, the readings in microseconds since the trace started
+    (the first hook's start, then each hook's end), plus `notes` by hook index for the hooks that did more than
+    return (`expand_rows` turns them back into `hooks`). A number and a reading per hook: the writer thread's whole
+    work for most dispatches, so only the hooks that can have a note are looked at."""
+    base = trace.started_ns
+    chain, extra, readings = record[0], record[1], record[READINGS:]
+    done = len(readings) - 1  # the hooks with a reading after them
+    ended = done == len(chain) or (extra is not None and extra.ended)  # else hook `done` runs (or was cancelled)
+    # The same arithmetic as `DispatchSpan` (readings as nanoseconds), so both give the same numbers.
+    at = [round((reading * 1e9 - base) / 1e3) for reading in readings]
+    start = readings[0] * 1e9
+    if ended:
+        end = readings[-1] * 1e9
+    else:
+        end = trace.ended_ns or _now()
+        at.append(round((end - base) / 1e3))
+    out: dict[str, Any] = {
+        "type": "event",
+        "event": chain[0].event if chain else "",
+        "start_ms": round((start - base) / 1e6, 3),
+        "duration_ms": round((end - start) / 1e6, 3),
+        "chain": table.chain(chain),
+        "at": at,
+        "stopped_by": None,
+    }
+    if extra is None:
         return out
-
-
-def _changed(states: list[Any]) -> bool:
-    """Whether a hook changed what a probed dispatch watches (an unchanged snapshot is the previous object)."""
-    return any(before is not after for before, after in zip(states, states[1:]))  # noqa: B905 - one shorter
+    # The hooks that can have a note: a failure, a change of what the probe watches (an unchanged snapshot is the
+    # previous object), the stop, the hook that was running.
+    candidates = set(extra.failures)
+    if extra.probe is not None:
+        states = extra.states
+        candidates.update(i for i in range(len(states) - 1) if states[i] is not states[i + 1])
+    if extra.stopped and done:
+        candidates.add(done - 1)
+    if not ended:
+        candidates.add(done)
+    if not candidates:
+        return out
+    span = DispatchSpan(trace, record)
+    notes = {}
+    for i in sorted(candidates):
+        if i >= (done if ended else done + 1):
+            continue
+        outcome, error, tb, strategy, changes = span.outcome_of(i, done)
+        if outcome != "returned" or strategy is not None or changes:
+            notes[str(i)] = {
+                "outcome": outcome,
+                "error": error,
+                "traceback": tb,
+                "strategy": strategy,
+                "changes": changes,
+            }
+            if outcome == "stopped" and out["stopped_by"] is None:
+                out["stopped_by"] = f"{chain[i].plugin_id}.{chain[i].hook_name}"
+    if notes:
+        out["notes"] = notes
+    return out
 
 
 #: The fields of a hook in a JSON-lines file's hook table, in this order.
@@ -742,9 +763,9 @@ class Trace:
 
     def compact(self, table: HookTable) -> dict[str, Any]:
         """`to_dict()` as the JSON-lines writer puts it in the file: each dispatch as its chain's number in `table`
-        and its readings (see `DispatchSpan.compact`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
+        and its readings (see `compact_record`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
         the ring's copy is worked out only if someone reads it."""
-        items = [DispatchSpan(self, record).compact(table) for record in list(self.records)]
+        items = [compact_record(self, record, table) for record in list(self.records)]
         items += [_rendered(i) for i in self.items]
         items.sort(key=lambda item: item["start_ms"])
         return self._data([m.compact(table) for m in self.messages], items)

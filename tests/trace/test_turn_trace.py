@@ -128,6 +128,30 @@ async def test_a_turn_records_every_hook_with_its_plugin_and_outcome(caplog):
     )
 
 
+class Editor(BasePlugin):
+    @on.llm_request(priority=Priority.HIGH)
+    async def edit(self, event, req, tag_set, *_):
+        req.system_prompt[0].content = "You answer in rhymes."
+        req.system_prompt.pop()
+        tag_set.unregister("shout")
+
+    @on.llm_request()
+    async def nothing(self, event, req, tag_set, *_):
+        pass
+
+
+async def test_a_hook_that_edits_removes_and_drops_shows_each_change_and_the_next_none():
+    async with ChatHarness(plugins=[Probe, Editor], provider=ScriptedProvider(["<msg>ok</msg>"])) as bot:
+        await bot.send("hi")
+        trace = bot.app.tracer.recent(1, kind="turn")[0]
+    [edit] = calls_of(trace, "edit")
+    first = edit.changes[0]
+    assert first.startswith("prompt section ") and first.endswith("edited: 'You answer in rhymes.'")
+    assert "1 prompt section(s) removed" in edit.changes
+    assert "tag <shout> removed" in edit.changes
+    assert calls_of(trace, "nothing")[0].changes == [], "a hook that changes nothing shows no change"
+
+
 async def test_tracing_on_and_off_give_the_same_replies(tmp_path):
     replies = {}
     for enabled in (True, False):

@@ -10,7 +10,9 @@ thread of the test process, does four things telegram-test-api does not, and not
 3. `getUpdates` waits up to its `timeout` for an update (the server answers at once, empty or not): long polling.
 4. `setWebhook`: the server posts updates to the webhook without the secret token; the shim registers itself as the
    webhook and forwards each update to the real one with `X-Telegram-Bot-Api-Secret-Token`, as Telegram does.
-5. `rate_limit(method, retry_after)`: the next call of `method` is answered 429 with `retry_after`, as Telegram
+5. Only a bot's latest `getUpdates` waits: an older one still waiting (its bot restarted) is answered 409, as
+   Telegram answers it, instead of taking an update the server then counts as delivered and never sends again.
+6. `rate_limit(method, retry_after)`: the next call of `method` is answered 429 with `retry_after`, as Telegram
    answers a bot that sends too fast (the server has no rate limits), and not passed on.
 
 The client side (`/sendMessage`: a user writes; `/getUpdates`: what the bot sent to a chat) is the server's own.
@@ -38,6 +40,11 @@ BOT_TOKEN = "123456:TEST-token-for-telegram-test-api"
 BOT_ID = 666  # what telegram-test-api's getMe says
 BOT_USERNAME = "TestNameBot"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_CONFLICT = {
+    "ok": False,
+    "error_code": 409,
+    "description": "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running",
+}
 
 _SERVER = """
 const TelegramServer = require('telegram-test-api').TelegramServer || require('telegram-test-api');
@@ -86,6 +93,7 @@ class TelegramTestApi:
         self.api_url = f"http://127.0.0.1:{self.shim_port}"
         self.webhooks: dict[str, tuple[str, str]] = {}  # token -> (the adapter's URL, secret token)
         self.limited: dict[str, int] = {}  # method -> retry_after of its next call
+        self.polls: dict[str, int] = {}  # token -> the number of its latest getUpdates
         self.calls: list[tuple[float, str]] = []  # (monotonic time, method) of each Bot API call
         self._proc: subprocess.Popen[str] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -171,7 +179,14 @@ class TelegramTestApi:
         if method == "deleteWebhook":
             self.webhooks.pop(token, None)
         deadline = time.monotonic() + float(params.get("timeout", 0) or 0) if method == "getUpdates" else 0
+        if method == "getUpdates":
+            self.polls[token] = self.polls.get(token, 0) + 1
+        poll = self.polls.get(token, 0)
         while True:
+            if method == "getUpdates" and poll != self.polls[token]:
+                # A newer getUpdates (a bot restarted while its last poll waited here): the server would hand an
+                # update to this one, mark it read and never send it again, so end it as Telegram does.
+                return web.json_response(_CONFLICT, status=409)
             status, data = await self._forward(token, method, body, request.headers.get("Content-Type"))
             if method != "getUpdates" or data.get("result") or time.monotonic() >= deadline:
                 break

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.utils.heap import freeze_started  # the standard library only
 from core.utils.process import StopSignals  # the standard library only
 
 # Each command imports what it runs, inside its function: `hookchat --help` and `hookchat plugins` must not pay for
@@ -87,6 +88,7 @@ async def _serving(
                 await console.start()
                 # Printed once, here, and never logged: the log is visible in the console and may be shipped away.
                 print(f"[hookchat] web console on {console.login_url}", file=sys.stderr, flush=True)
+            freeze_started()  # what start-up made lives until the exit: out of the collector's walks
             try:
                 yield console
             finally:
@@ -189,6 +191,7 @@ async def _run_role(config: HookchatConfig, role: str) -> int:
         # SIGTERM (a deploy, systemd) leaves like Ctrl-C: a worker hands its partitions over before it exits.
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         async with part:
+            freeze_started()
             print(f"[hookchat] {role} {part.name} on {config.cluster.url}", file=sys.stderr, flush=True)
             await stop.wait()
     except (AdapterError, ClusterError) as exc:

@@ -35,6 +35,7 @@ from core.plugin._source import (
 from core.plugin._status import FaultLog, PluginStatus
 from core.services import PluginHost, validate_config
 from core.tag import MediaPolicy
+from core.utils.heap import thaw
 from core.utils.log import logger
 from core.utils.registry import OwnedRegistry
 from core.utils.signals import hook_stuck, plugin_failed, plugin_loaded, plugin_unloaded, send
@@ -305,6 +306,7 @@ class PluginLoader:
         if running is None:
             return
         await self._runner.stop(running, forget_modules=forget_modules, deadline=deadline)
+        thaw()  # its module's objects, frozen when the bot started, must be collectable now
         logger.info("plugin %r stopped", plugin_id)
         send(plugin_unloaded, self, plugin_id=plugin_id)
 

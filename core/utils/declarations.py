@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import inspect
-import weakref
 from typing import Any
 
 __all__ = ["declared"]
 
 
-_class_functions: weakref.WeakKeyDictionary[type, list[tuple[int, str, Any]]] = weakref.WeakKeyDictionary()
+#: The attribute each scanned class keeps its scan in. On the class itself, not in a `WeakKeyDictionary` keyed by
+#: it: the scan refers to the class's functions, whose globals refer to the class, so such a value kept its key
+#: alive, and an unloaded or reloaded plugin's module stayed in memory for good.
+_SCAN = "_hookchat_functions"
 
 
 def _functions_of(cls: type) -> list[tuple[int, str, Any]]:
     """`(source line, name, function)` of every function `cls` defines or inherits, scanned once per class."""
-    found = _class_functions.get(cls)
+    found = cls.__dict__.get(_SCAN)
     if found is None:
         seen: dict[str, Any] = {}
         for klass in cls.__mro__:
@@ -25,7 +27,10 @@ def _functions_of(cls: type) -> list[tuple[int, str, Any]]:
             for name, fn in seen.items()
             if inspect.isfunction(fn)
         )
-        _class_functions[cls] = found
+        try:
+            setattr(cls, _SCAN, found)
+        except (AttributeError, TypeError):  # a built-in or extension type: scanned each time
+            pass
     return found
 
 

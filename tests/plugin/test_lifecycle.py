@@ -3,13 +3,16 @@ proving that a stopped plugin leaves nothing behind and takes nothing of another
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import weakref
 
 import pytest
 
 from core.chat.message_utils import KiraCustomEvent, KiraLifecycleEvent
 from core.plugin import BasePlugin, PluginContext, PluginLoader, Priority, on, signals
+from core.utils.heap import freeze_started
 
 pytestmark = pytest.mark.anyio
 
@@ -202,3 +205,24 @@ async def test_loaded_hooks_hear_when_plugins_are_ready(manager: PluginLoader) -
     await manager.dispatch_loaded("watcher")
 
     assert heard == [None, "watcher"]
+
+
+async def test_a_plugin_unloaded_after_the_heap_was_frozen_can_still_be_collected(
+    manager: PluginLoader, write_plugin
+) -> None:
+    # `hookchat run` freezes the heap once the bot is up (core/utils/heap.py): frozen objects are never collected,
+    # so stopping a plugin must unfreeze it, or every reload would leave the old version in memory for good (as
+    # a scan cache keyed by the class once did, frozen or not).
+    write_plugin("versioned", VERSIONED.format(version="1"))
+    await manager.load_all()
+    # The class, not the instance: the instance goes with its last reference, frozen or not; a class is in a cycle
+    # (with its module's functions), which only the collector can free.
+    plugin_class = weakref.ref(type(manager.get_plugin("versioned")))
+    freeze_started()
+    try:
+        assert gc.get_freeze_count() > 0
+        await manager.unload("versioned")
+        gc.collect()
+        assert plugin_class() is None
+    finally:
+        gc.unfreeze()

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-
 from core.services._tools import check_role
 from core.utils.declarations import declared
 from core.utils.tool_utils import EMPTY_PARAMETERS, validate_tool_rules

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+
 from core.utils.json_schema import schema_hazard
 from core.utils.log import logger as _log
 from core.utils.tasks import call_handler

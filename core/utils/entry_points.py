@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoints
 
 __all__ = ["entry_points"]
 
-_scan: tuple[tuple[tuple[str, int], ...], EntryPoints] | None = None
+#: The `sys.path` state of the last scan and what it found: all groups, as `importlib.metadata.entry_points()`
+#: returns them (`SelectableGroups` on Python 3.11, `EntryPoints` from 3.12; both `select(group=...)`).
+_scan: tuple[tuple[tuple[str, int], ...], Any] | None = None
 
 
 def _path_state() -> tuple[tuple[str, int], ...]:
@@ -40,4 +42,5 @@ def entry_points(group: str) -> EntryPoints:
     state = _path_state()
     if _scan is None or _scan[0] != state:
         _scan = (state, importlib.metadata.entry_points())
-    return _scan[1].select(group=group)
+    found: EntryPoints = _scan[1].select(group=group)
+    return found

@@ -4,6 +4,7 @@ jsonschema's message."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
@@ -37,6 +38,27 @@ checks = st.recursive(
 def test_the_shortcut_accepts_only_what_jsonschema_accepts(check, value):
     if _plainly_fits(check, value):
         assert list(Draft202012Validator(check).iter_errors(value)) == []
+
+
+@pytest.mark.parametrize(
+    ("check", "value"),
+    [
+        ({"type": "string", "minLength": 2}, "a"),
+        ({"maxLength": 1}, "ab"),
+        ({"minimum": 3}, 1),
+        ({"maximum": 3}, 4.5),
+        ({"exclusiveMinimum": 1}, 1),
+        ({"exclusiveMaximum": 1}, 1),
+        ({"type": "integer"}, True),
+        ({"type": "number"}, False),
+        ({"type": "boolean"}, 0),
+        ({"type": "array", "items": {"type": "string"}}, ["a", 1]),
+        ({"type": "object"}, []),
+    ],
+)
+def test_the_shortcut_never_passes_a_value_jsonschema_refuses(check, value):
+    assert list(Draft202012Validator(check).iter_errors(value)) != []
+    assert not _plainly_fits(check, value)
 
 
 def test_a_value_the_shortcut_cannot_judge_still_gets_jsonschemas_message():

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 import tempfile
@@ -26,6 +25,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from core.utils.entry_points import entry_points
 
 __all__ = [
     "HookchatConfig",
@@ -187,7 +188,7 @@ class PluginsConfig(_Section):
 def installed_provider_types() -> list[str]:
     """The provider types installed packages offer in the `hookchat.providers` entry point group, sorted; what a
     `[[providers]]` entry's `type` may name. Read at each call: installing a package adds its types."""
-    return sorted({ep.name for ep in importlib.metadata.entry_points(group=PROVIDER_ENTRY_POINT_GROUP)})
+    return sorted({ep.name for ep in entry_points(group=PROVIDER_ENTRY_POINT_GROUP)})
 
 
 def unknown_provider_type(name: str, installed: list[str]) -> str:

@@ -52,3 +52,23 @@ def test_the_testing_kit_runs_a_turn_without_the_serving_machinery():
         "anyio.run(turn)"
     )
     assert heavy_modules_after(statement) == []
+
+
+# What loading the default plugins does not need: jsonschema and its reference resolver (a tool's or an entry's
+# schema, or a config value the plain check cannot judge, imports them) and `regex` (a schema's `pattern`).
+NOT_FOR_LISTING = ("jsonschema", "referencing", "regex")
+
+
+def test_listing_the_plugins_loads_no_heavy_machinery_nor_jsonschema(tmp_path):
+    code = (
+        "import io, json, sys, contextlib\n"
+        "from core.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    code = main(['plugins'])\n"
+        "assert code == 0 and 'chat' in out.getvalue(), out.getvalue()\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert [name for name in (*HEAVY, *NOT_FOR_LISTING) if name in loaded] == []

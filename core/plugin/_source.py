@@ -5,18 +5,21 @@ keeps one source per id. No plugin code is imported here."""
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from core.builtins import builtin_plugins_dir
 from core.plugin._ids import check_plugin_id
+from core.utils import entry_points as _entry_points
 from core.utils.log import logger
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -177,7 +180,7 @@ class PluginCatalog:
                 except PluginLoadError as exc:
                     yield ScanFailure(folder.name, str(exc), str(folder))
         if entry_points:
-            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            for ep in _entry_points.entry_points(group=ENTRY_POINT_GROUP):
                 yield PluginSource(ep.name, Manifest(plugin_id=ep.name), entry_point=ep)
         builtins = tuple(builtins)
         root = builtin_plugins_dir() if builtins else Path()

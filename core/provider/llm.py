@@ -120,7 +120,9 @@ class OpenAIMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: str | list[Any] | dict[str, Any] | None = None
     reasoning_content: str | None = ""
-    tool_calls: list[dict[str, Any]] | None = Field(default_factory=list)
+    # A lambda, not `list`: pydantic reads the factory's signature, and a builtin's is parsed from text by `tokenize`,
+    # whose first use compiles its large regular expressions (milliseconds of every command's start-up).
+    tool_calls: list[dict[str, Any]] | None = Field(default_factory=lambda: [])
     tool_call_id: str | None = None
     name: str | None = None
 

@@ -4,8 +4,6 @@ registered there like any other package's, so adding a provider is one class and
 
 from __future__ import annotations
 
-import importlib.metadata
-
 from core.config import (
     PROVIDER_ENTRY_POINT_GROUP,
     ConfigError,
@@ -15,6 +13,7 @@ from core.config import (
     unknown_provider_type,
 )
 from core.provider.llm import LLMProvider
+from core.utils.entry_points import entry_points
 
 __all__ = ["build_provider", "provider_class"]
 
@@ -25,7 +24,7 @@ _EMBEDDED = {"name": "local", "type": "local"}
 def provider_class(type_name: str) -> type[LLMProvider]:
     """The `LLMProvider` subclass installed under `type_name`; `ConfigError` naming the installed types when there
     is none, or naming the entry point when it cannot be imported or is not a provider."""
-    found = [ep for ep in importlib.metadata.entry_points(group=PROVIDER_ENTRY_POINT_GROUP) if ep.name == type_name]
+    found = [ep for ep in entry_points(group=PROVIDER_ENTRY_POINT_GROUP) if ep.name == type_name]
     if not found:
         raise ConfigError(unknown_provider_type(type_name, installed_provider_types()))
     entry_point = found[0]

@@ -8,8 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from jsonschema import Draft202012Validator
-
 from core.services._tools import check_role
 from core.utils.declarations import declared
 from core.utils.tool_utils import EMPTY_PARAMETERS, validate_tool_rules
@@ -87,6 +85,8 @@ class EntryMeta:
     ) -> EntryMeta:
         """A declaration with copies of the mutable keywords; an invalid `input_schema` raises `SchemaError`."""
         if fields.get("input_schema") is not None:
+            from jsonschema import Draft202012Validator  # only for an entry with a schema (start-up time)
+
             Draft202012Validator.check_schema(fields["input_schema"])
         return cls(
             entry_id,

@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import anyio
-from jsonschema import Draft202012Validator
 
 from core.services._declarations import (
     ENTRY_HOOK_ATTR,
@@ -163,6 +162,8 @@ class EntryRegistry:
             return Err(SdkError(f"entry {target} is disabled", code="entry_disabled"))
         args = dict(args or {})
         if entry.meta.input_schema is not None:
+            from jsonschema import Draft202012Validator  # only for an entry with a schema (start-up time)
+
             problems = sorted(Draft202012Validator(entry.meta.input_schema).iter_errors(args), key=str)
             if problems:
                 where = ".".join(map(str, problems[0].absolute_path)) or "arguments"

@@ -7,11 +7,8 @@ from __future__ import annotations
 import copy
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from core.utils.log import logger
 
@@ -114,14 +111,13 @@ class ConfigField:
     default: Any = None
     check: dict[str, Any] | None = None
     fields: tuple[ConfigField, ...] = ()
-    _validator: Any = field(default=None, repr=False, compare=False)
 
     def problem(self, value: Any) -> str | None:
         """Why `value` does not fit this field, or None. None ("not set") fits every field, as in KiraAI, where
         a field without a default is None."""
-        if value is None or self._validator is None:
+        if value is None or self.check is None or _plainly_fits(self.check, value):
             return None
-        return _first_error(self._validator, value)
+        return _first_error(self.check, value)
 
 
 @dataclass(frozen=True)
@@ -194,8 +190,7 @@ def _parse_field(key: str, spec: Mapping[str, Any], where: tuple[str, ...], warn
     check = _value_schema(kind, spec, path, warnings)
     name = kind if isinstance(kind, str) else "|".join(map(str, kind)) if isinstance(kind, list) else repr(kind)
     default = _default(name, spec)
-    validator = Draft202012Validator(check) if check is not None else None
-    parsed = ConfigField(key, name, default, check, _validator=validator)
+    parsed = ConfigField(key, name, default, check)
     problem = parsed.problem(default)
     if problem is not None:
         warnings.append(
@@ -297,6 +292,8 @@ def _build_from_json_schema(schema: dict[str, Any], values: Mapping[str, Any]) -
         if isinstance(spec, Mapping) and "default" in spec
     }
     cfg.update(values)
+    from jsonschema import Draft202012Validator
+
     errors = sorted(Draft202012Validator(schema).iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         err = errors[0]
@@ -317,8 +314,58 @@ def _object_schema(fields: tuple[ConfigField, ...]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "additionalProperties": False}
 
 
-def _first_error(validator: Draft202012Validator, value: Any) -> str | None:
-    error = best_match(validator.iter_errors(value))
+# What `_plainly_fits` can decide alone: a JSON type and the Python types that are surely of it (bool is no number).
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
+_BOUNDS = {
+    "minimum": lambda value, bound: value >= bound,
+    "maximum": lambda value, bound: value <= bound,
+    "exclusiveMinimum": lambda value, bound: value > bound,
+    "exclusiveMaximum": lambda value, bound: value < bound,
+}
+
+
+def _plainly_fits(check: Mapping[str, Any], value: Any) -> bool:
+    """Whether `value` surely fits `check` by the common keywords alone (a type, bounds, lengths, `items`), so
+    jsonschema (~30 ms to import) is needed only for the rest. False means "ask jsonschema", never "invalid":
+    a check with any other keyword, or a value this cannot judge, goes to `_first_error`."""
+    for keyword, want in check.items():
+        if keyword == "type":
+            types = _PLAIN_TYPES.get(want) if isinstance(want, str) else None
+            if types is None or not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                return False
+        elif keyword in _BOUNDS:
+            numeric = (int, float)
+            if not isinstance(want, numeric) or isinstance(want, bool):
+                return False
+            if isinstance(value, numeric) and not isinstance(value, bool) and not _BOUNDS[keyword](value, want):
+                return False
+        elif keyword in ("minLength", "maxLength"):
+            if not isinstance(want, int) or isinstance(want, bool):
+                return False
+            if isinstance(value, str) and (len(value) < want if keyword == "minLength" else len(value) > want):
+                return False
+        elif keyword == "items":
+            if not isinstance(want, Mapping):
+                return False
+            if isinstance(value, list) and not all(_plainly_fits(want, item) for item in value):
+                return False
+        else:
+            return False
+    return True
+
+
+def _first_error(check: dict[str, Any], value: Any) -> str | None:
+    from jsonschema import Draft202012Validator  # imported on the first value `_plainly_fits` cannot judge
+    from jsonschema.exceptions import best_match
+
+    error = best_match(Draft202012Validator(check).iter_errors(value))
     if error is None:
         return None
     inner = "".join(f"[{part!r}]" for part in error.absolute_path)  # where inside a list or JSON value

@@ -12,14 +12,12 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import regex
-from jsonschema import Draft202012Validator, ValidationError
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import extend
-from referencing import Registry
-from referencing.exceptions import NoSuchResource, Unresolvable
+# jsonschema, referencing and regex are imported on first validation: loading the plugins (`hookchat plugins`)
+# checks only a schema's references (`schema_hazard`), which needs none of them (tests/test_imports.py).
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
 
 __all__ = ["safe_validator", "schema_errors", "schema_hazard", "UnusableSchemaError", "PATTERN_TIME_LIMIT"]
 
@@ -36,23 +34,28 @@ class UnusableSchemaError(ValueError):
 
 def _refuse(uri: str) -> Any:
     """The registry's retrieval: nothing outside the schema is ever fetched."""
+    from referencing.exceptions import NoSuchResource
+
     raise NoSuchResource(ref=uri)
-
-
-#: Knows the meta-schemas (jsonschema adds them), retrieves nothing else.
-_REGISTRY: Registry[Any] = Registry(retrieve=_refuse)
 
 
 def _search(pattern: str, text: str) -> bool:
     """Whether `pattern` matches somewhere in `text`; `TimeoutError` past `PATTERN_TIME_LIMIT`."""
+    import regex
+
     return regex.search(pattern, text, timeout=PATTERN_TIME_LIMIT, concurrent=True) is not None
 
 
 def _slow(pattern: str, what: str) -> ValidationError:
+    from jsonschema import ValidationError
+
     return ValidationError(f"{what} could not be checked against the pattern {pattern!r} in time")
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    import regex
+    from jsonschema import ValidationError
+
     if not validator.is_type(instance, "string"):
         return
     try:
@@ -67,6 +70,8 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
 def _pattern_properties(
     validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
+    import regex
+
     if not validator.is_type(instance, "object"):
         return
     for pattern, subschema in patterns.items():
@@ -81,6 +86,9 @@ def _pattern_properties(
 
 
 def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    import regex
+    from jsonschema import ValidationError
+
     if not validator.is_type(instance, "object"):
         return
     properties = schema.get("properties", {})
@@ -105,19 +113,29 @@ def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: 
         )
 
 
-_SafeValidator = extend(
-    Draft202012Validator,
-    validators={
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-    },
-)
+@functools.cache
+def _safe_validator_class() -> tuple[Any, Any]:
+    """Draft 2020-12 with the bounded pattern keywords, and the registry that knows the meta-schemas (jsonschema
+    adds them) and retrieves nothing else; built on first use."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+    from referencing import Registry
+
+    validator = extend(
+        Draft202012Validator,
+        validators={
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties,
+        },
+    )
+    return validator, Registry(retrieve=_refuse)
 
 
 @functools.lru_cache(maxsize=1024)
 def _cached(schema_json: str) -> Any:
-    return _SafeValidator(json.loads(schema_json), registry=_REGISTRY)
+    validator, registry = _safe_validator_class()
+    return validator(json.loads(schema_json), registry=registry)
 
 
 def safe_validator(schema: dict[str, Any]) -> Any:
@@ -132,6 +150,9 @@ def safe_validator(schema: dict[str, Any]) -> Any:
 def schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
     """Every way `instance` breaks `schema`, each as `where: why` (`where` is the dotted path, or `arguments`),
     sorted by path; [] when it is valid. Raises `UnusableSchemaError` when the schema itself cannot be used."""
+    from jsonschema.exceptions import SchemaError
+    from referencing.exceptions import Unresolvable
+
     try:
         errors = sorted(safe_validator(schema).iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
     except (Unresolvable, SchemaError) as exc:

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
 from core.utils.json_schema import schema_hazard
 from core.utils.log import logger as _log
@@ -67,7 +65,11 @@ def validate_tool_rules(name: object, timeout: object, parameters: Any, *, where
 
 @functools.lru_cache(maxsize=4096)
 def _schema_problem(schema_json: str) -> str:
-    """Why a schema (as canonical JSON) is not a valid JSON Schema, or ""; cached, since checking costs ~1 ms."""
+    """Why a schema (as canonical JSON) is not a valid JSON Schema, or ""; cached, since checking costs ~1 ms.
+    jsonschema is imported here, by the first tool registered: loading plugins without tools needs none of it."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(json.loads(schema_json))
     except SchemaError as exc:

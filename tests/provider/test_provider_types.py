@@ -84,3 +84,17 @@ def test_an_entry_point_that_is_no_provider_is_named(tmp_path, echo_installed):
     config = load(tmp_path, '[[providers]]\nname = "p"\ntype = "broken"\n')
     with pytest.raises(ConfigError, match=r"'broken' \(echo_provider:NOT_A_PROVIDER\) is not an LLMProvider"):
         build_provider(config)
+
+
+def test_a_package_installed_after_a_scan_is_found(tmp_path, monkeypatch):
+    # The entry points are scanned once and reused (core/utils/entry_points.py): installing into a folder already
+    # on sys.path must still be seen, as pip installs into site-packages while a bot runs.
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    assert "late" not in installed_provider_types()
+    info = site / "late_provider-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: late-provider\nVersion: 1.0\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[hookchat.providers]\nlate = late_provider:Late\n", encoding="utf-8")
+    assert "late" in installed_provider_types()

@@ -258,7 +258,7 @@ async def _peer(port_out: multiprocessing.Queue) -> None:
 
     async def telegram(request: web.Request) -> web.Response:
         name = request.match_info["method"]
-        form = await request.post()
+        form = await request.json() if request.content_type == "application/json" else await request.post()
         if name == "getUpdates":
             offset = int(form.get("offset") or 0)
             while updates and updates[0]["update_id"] < offset:

@@ -2,7 +2,7 @@
 `RecordingAdapter`) in the same run.
 
 Run: nice .venv/bin/python bench/adapters.py [--adapter telegram --adapter matrix ...] [--rounds N]
-Target: each adapter at least 0.7x the kit's rate (the median of the per-round ratios), printed with met / not met.
+Target: each adapter at least 0.7x the kit's rate (the median of the per-pair ratios), printed with met / not met.
 
 The workload is the same on every path: SESSIONS conversations at once, each person writing their next message when
 the bot has answered the last (so every message is its own turn: nothing waits to be joined into a batch), TURNS
@@ -27,8 +27,14 @@ measure how many get joined, which depends on each path's timing, rather than wh
   builds every payload anew and keeps each in its message store; that work and memory were charged to the bot.)
 
 All paths: the chat plugin (flushing every message at once) and the built-in tags, history on (SQLite), the same
-scripted model, the bot pinned to one core and the peer process to the other. Each path runs `--rounds` times,
-alternating which goes first, each from a collected heap; the headline ratio is the median of the per-round ratios.
+model (`EchoProvider`, which keeps no requests: `ScriptedProvider` kept a copy of every request, so the heap the
+collector walks grew through each run), the bot pinned to one core and the peer process to the other. Every bot's
+heap is frozen once it has started, as `hookchat run` freezes it (`core/utils/heap.py`), and unfrozen after its run,
+so each path is measured in the heap state of the real path and starts from the same one. Each adapter runs
+`--rounds` times, each time next to a kit run of its own (which goes first every other time), from a collected heap;
+the headline ratio is the median of those pairs' ratios, printed with their range, beside the CPU of the bot's
+process per message (its collector's share, and the full collections) of each side: on a shared machine the wall
+rates move with the load, and the CPU per message says which side paid for what.
 """
 
 from __future__ import annotations

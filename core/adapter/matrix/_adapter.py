@@ -28,7 +28,6 @@ from urllib.parse import quote, urlencode, urlsplit
 import anyio
 import httpx
 from pydantic import ValidationError
-from yarl import URL
 
 from core.adapter import Adapter, AdapterError, AdapterHost, options_error, require_library
 from core.adapter.matrix._content import (
@@ -55,6 +54,7 @@ from core.utils.recent import Recent
 from core.utils.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
+    import aiohttp
     import nio
 
 __all__ = ["MatrixAdapter", "MatrixError", "MatrixStats", "CAPABILITIES", "ENCRYPTION_REFUSAL"]
@@ -177,6 +177,7 @@ class MatrixAdapter(Adapter):
         self._saver: asyncio.Task[None] | None = None
         self._headers: tuple[str, dict[str, str]] = ("", {})  # (access token, the headers of `_request`)
         self._encoded_base = ("", "")  # (homeserver, its address encoded)
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -325,6 +326,8 @@ class MatrixAdapter(Adapter):
                 client.access_token,
                 {"Authorization": f"Bearer {client.access_token}", "Content-Type": "application/json"},
             )
+        from yarl import URL  # aiohttp's, present whenever nio is
+
         data = json.dumps(body).encode() if body is not None else None
         session = client.client_session
         if session is None:  # nio makes its session with the first request
@@ -334,9 +337,9 @@ class MatrixAdapter(Adapter):
                 method,
                 URL(self._base(client.homeserver) + path, encoded=True),
                 data=data,
-                ssl=client.ssl,
+                ssl=True if client.ssl is None else client.ssl,  # None is aiohttp's True
                 headers=self._headers[1],
-                timeout=client.config.request_timeout if request_timeout is None else request_timeout,
+                timeout=self._timeout(client.config.request_timeout if request_timeout is None else request_timeout),
             )
         async with response:
             raw = await response.read()
@@ -346,9 +349,20 @@ class MatrixAdapter(Adapter):
             answer = None
         return response.status, answer if isinstance(answer, dict) else {}
 
+    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
+        """A request's timeout as aiohttp takes it, made once for each length."""
+        timeout = self._timeouts.get(seconds)
+        if timeout is None:
+            import aiohttp  # matrix-nio's transport, present whenever nio is
+
+            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
+        return timeout
+
     def _base(self, homeserver: str) -> str:
         """The homeserver's address as yarl encodes it (an international domain name in IDNA, say), once."""
         if self._encoded_base[0] != homeserver:
+            from yarl import URL  # aiohttp's, present whenever nio is
+
             self._encoded_base = (homeserver, str(URL(homeserver)))
         return self._encoded_base[1]
 

@@ -82,7 +82,7 @@ class Result:
     rate: float  # messages/s
     latency: list[float]  # seconds, one per sample
     cpu: float  # CPU seconds of the bot's process per message
-    gc: float = 0.0  # seconds in the garbage collector per message
+    gc: float = 0.0  # wall seconds in the garbage collector per message (a preempted collection counts)
     full_collections: int = 0  # of the oldest generation, during the conversations
 
 
@@ -532,7 +532,7 @@ def _report(name: str, description: str, pairs: list[tuple[Result, Result]]) -> 
     print(
         f"  kit / {name}, CPU of the bot's process per message: {_spread([k.cpu / r.cpu for k, r in pairs])}; "
         f"kit {statistics.median(k.cpu for k in kit) * 1e6:,.0f} us, {name} "
-        f"{statistics.median(r.cpu for r in runs) * 1e6:,.0f} us; in the collector kit "
+        f"{statistics.median(r.cpu for r in runs) * 1e6:,.0f} us; wall time in the collector kit "
         f"{statistics.median(k.gc for k in kit) * 1e6:,.0f} us, {name} {statistics.median(r.gc for r in runs) * 1e6:,.0f}"
         f" us; full collections per run kit {statistics.median(k.full_collections for k in kit):g}, {name} "
         f"{statistics.median(r.full_collections for r in runs):g}"

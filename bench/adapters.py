@@ -2,7 +2,7 @@
 `RecordingAdapter`) in the same run.
 
 Run: nice .venv/bin/python bench/adapters.py [--adapter telegram --adapter matrix ...] [--rounds N]
-Target: each adapter at least 0.7x the kit's rate (the median of the per-round ratios), printed with met / not met.
+Target: each adapter at least 0.7x the kit's rate (the median of the per-pair ratios), printed with met / not met.
 
 The workload is the same on every path: SESSIONS conversations at once, each person writing their next message when
 the bot has answered the last (so every message is its own turn: nothing waits to be joined into a batch), TURNS
@@ -27,8 +27,14 @@ measure how many get joined, which depends on each path's timing, rather than wh
   builds every payload anew and keeps each in its message store; that work and memory were charged to the bot.)
 
 All paths: the chat plugin (flushing every message at once) and the built-in tags, history on (SQLite), the same
-scripted model, the bot pinned to one core and the peer process to the other. Each path runs `--rounds` times,
-alternating which goes first, each from a collected heap; the headline ratio is the median of the per-round ratios.
+model (`EchoProvider`, which keeps no requests: `ScriptedProvider` kept a copy of every request, so the heap the
+collector walks grew through each run), the bot pinned to one core and the peer process to the other. Every bot's
+heap is frozen once it has started, as `hookchat run` freezes it (`core/utils/heap.py`), and unfrozen after its run,
+so each path is measured in the heap state of the real path and starts from the same one. Each adapter runs
+`--rounds` times, each time next to a kit run of its own (which goes first every other time), from a collected heap;
+the headline ratio is the median of those pairs' ratios, printed with their range, beside the CPU of the bot's
+process per message (its collector's share, and the full collections) of each side: on a shared machine the wall
+rates move with the load, and the CPU per message says which side paid for what.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,19 +62,63 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.app import HookChat
 from core.chat import KiraIMSentResult, MessageChain, Session
 from core.config import HookchatConfig
-from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, ScriptedProvider
+from core.testing import BUILTIN_PLUGINS_DIR, ChatHarness, EchoProvider
+from core.utils.heap import freeze_started, thaw
 
 TURNS = 1_000
 SESSIONS = 20
 LATENCY_SAMPLES = 100
 TARGET = 0.7
-REPLY = "<msg><text>Hello there!</text></msg>"
 PLUGIN_CONFIG = {"chat": {"flush_messages": 1}}
 FIRST_CHAT = 20_000  # conversation n is chat FIRST_CHAT + n
 FIRST_SAMPLE = 30_000  # latency sample n is chat FIRST_SAMPLE + n
 
-#: (rate in messages/s, latency per message in seconds, CPU seconds of the bot's process per message) of one run.
-Result = tuple[float, list[float], float]
+
+@dataclass
+class Result:
+    """One run of one path: its rate, the latencies one at a time, and what the bot's process paid per message of
+    the conversations (CPU, and the garbage collector's share of it)."""
+
+    rate: float  # messages/s
+    latency: list[float]  # seconds, one per sample
+    cpu: float  # CPU seconds of the bot's process per message
+    gc: float = 0.0  # wall seconds in the garbage collector per message (a preempted collection counts)
+    full_collections: int = 0  # of the oldest generation, during the conversations
+
+
+class _Collections:
+    """The garbage collector's time and full collections while it is open (`gc.callbacks`)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._began = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+            self.full += info["generation"] == 2
+
+    def __enter__(self) -> _Collections:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+async def _measured(run: Callable[[], Awaitable[float]], turns: int) -> tuple[float, float, float, int]:
+    """`run()` (the conversations; it returns the rate), with what the process paid for them: (rate, CPU per message,
+    seconds in the collector per message, full collections)."""
+    with _Collections() as collections:
+        cpu = time.process_time()
+        rate = await run()
+        cpu = (time.process_time() - cpu) / turns
+    return rate, cpu, collections.seconds / turns, collections.full
+
+
 #: Writes a message into chat number `chat` (the person's side of a platform).
 Inject = Callable[[int, str], None]
 
@@ -109,15 +160,29 @@ def _config(data_dir: str) -> HookchatConfig:
 
 
 @asynccontextmanager
-async def _bot(adapter: Any, messages: int) -> AsyncIterator[HookChat]:
-    """hookchat with `adapter`, the bench's plugins and a model scripted for `messages` answers."""
-    provider = ScriptedProvider([REPLY] * messages)
+async def _bot(adapter: Any) -> AsyncIterator[HookChat]:
+    """hookchat with `adapter`, the bench's plugins and the model (`EchoProvider`)."""
+    provider = EchoProvider()
     plugins = [BUILTIN_PLUGINS_DIR / "chat", BUILTIN_PLUGINS_DIR / "builtin_tags"]
     with tempfile.TemporaryDirectory() as data_dir:
-        async with HookChat(
-            _config(data_dir), provider=provider, adapters=[adapter], entry_points=False, plugins=plugins
-        ) as app:
+        async with (
+            HookChat(
+                _config(data_dir), provider=provider, adapters=[adapter], entry_points=False, plugins=plugins
+            ) as app,
+            _frozen(),
+        ):
             yield app
+
+
+@asynccontextmanager
+async def _frozen() -> AsyncIterator[None]:
+    """The started bot's heap frozen, as `hookchat run` freezes it once the bot is up (`core/utils/heap.py`);
+    unfrozen after the run, so every path starts from the same heap."""
+    freeze_started()
+    try:
+        yield
+    finally:
+        thaw()
 
 
 # -- the kit ---------------------------------------------------------------------------------------------------
@@ -125,9 +190,10 @@ async def _bot(adapter: Any, messages: int) -> AsyncIterator[HookChat]:
 
 async def through_the_kit(turns: int, samples: int) -> Result:
     """The messages delivered straight to the app, answered into the kit's `RecordingAdapter`."""
-    provider = ScriptedProvider([REPLY] * (turns + samples))
+    provider = EchoProvider()
     answered: asyncio.Queue[int] = asyncio.Queue()
-    async with ChatHarness(provider=provider, config={"plugins": {"config": PLUGIN_CONFIG}}) as bot:
+    harness = ChatHarness(provider=provider, config={"plugins": {"config": PLUGIN_CONFIG}})
+    async with harness as bot, _frozen():
         recording = bot.adapter.send
         tasks: set[asyncio.Task[Any]] = set()
 
@@ -142,12 +208,10 @@ async def through_the_kit(turns: int, samples: int) -> Result:
             task.add_done_callback(tasks.discard)
 
         bot.adapter.send = send  # type: ignore[method-assign] - the bench times the kit at its send
-        cpu = time.process_time()
-        rate = await converse(inject, answered, turns, SESSIONS)
-        cpu = (time.process_time() - cpu) / turns
+        rate, cpu, in_gc, full = await _measured(lambda: converse(inject, answered, turns, SESSIONS), turns)
         latency = await one_at_a_time(inject, answered, samples)
         assert len(bot.adapter.sent) == turns + samples
-    return rate, latency, cpu
+    return Result(rate, latency, cpu, in_gc, full)
 
 
 # -- the peer process: a Telegram Bot API server and a Matrix homeserver --------------------------------------------
@@ -200,7 +264,7 @@ async def _peer(port_out: multiprocessing.Queue) -> None:
 
     async def telegram(request: web.Request) -> web.Response:
         name = request.match_info["method"]
-        form = await request.post()
+        form = await request.json() if request.content_type == "application/json" else await request.post()
         if name == "getUpdates":
             offset = int(form.get("offset") or 0)
             while updates and updates[0]["update_id"] < offset:
@@ -333,11 +397,13 @@ async def _through_the_peer(url: str, platform: str, turns: int, samples: int) -
     import httpx
 
     async with httpx.AsyncClient(base_url=url, timeout=600, trust_env=False) as control:
-        cpu = time.process_time()
-        rate = (await control.get(f"/bench/{platform}/converse", params={"turns": turns})).json()
-        cpu = (time.process_time() - cpu) / turns
+
+        async def run() -> float:
+            return (await control.get(f"/bench/{platform}/converse", params={"turns": turns})).json()
+
+        rate, cpu, in_gc, full = await _measured(run, turns)
         latency = (await control.get(f"/bench/{platform}/latency", params={"turns": samples})).json()
-    return rate, latency, cpu
+    return Result(rate, latency, cpu, in_gc, full)
 
 
 async def through_telegram(url: str, turns: int, samples: int) -> Result:
@@ -348,7 +414,7 @@ async def through_telegram(url: str, turns: int, samples: int) -> Result:
     adapter = TelegramAdapter(
         "tg", token_env="BENCH_TELEGRAM_TOKEN", api_url=url, poll_timeout=10, download_media=False
     )
-    async with _bot(adapter, turns + samples):
+    async with _bot(adapter):
         return await _through_the_peer(url, "telegram", turns, samples)
 
 
@@ -360,7 +426,7 @@ async def through_matrix(url: str, turns: int, samples: int) -> Result:
     adapter = MatrixAdapter(
         "mx", homeserver=url, user_id=MATRIX_BOT, access_token_env="BENCH_MATRIX_TOKEN", sync_timeout=5
     )
-    async with _bot(adapter, turns + samples):
+    async with _bot(adapter):
         await asyncio.wait_for(adapter.wait_until(lambda s: s.syncs >= 1 and s.queued_events == 0), 30)
         return await _through_the_peer(url, "matrix", turns, samples)
 
@@ -390,7 +456,7 @@ async def through_discord(turns: int, samples: int) -> Result:
     os.environ["BENCH_DISCORD_TOKEN"] = "bench.discord.token"
     adapter = OnDpytest("dc", token_env="BENCH_DISCORD_TOKEN", typing=True)
     answered: asyncio.Queue[int] = asyncio.Queue()
-    async with _bot(adapter, turns + samples):
+    async with _bot(adapter):
         config = dpytest.get_config()
         member = config.members[0]
         # conversations in the first SESSIONS channels, latency samples in the rest
@@ -433,36 +499,47 @@ async def through_discord(turns: int, samples: int) -> Result:
         writer = asyncio.create_task(write())
         try:
             inject: Inject = lambda chat, text: waiting.put_nowait((chat, text))  # noqa: E731
-            cpu = time.process_time()
-            rate = await converse(inject, answered, turns, SESSIONS)
-            cpu = (time.process_time() - cpu) / turns
+            rate, cpu, in_gc, full = await _measured(lambda: converse(inject, answered, turns, SESSIONS), turns)
             latency = await one_at_a_time(inject, answered, samples)
         finally:
             writer.cancel()
-    return rate, latency, cpu
+    return Result(rate, latency, cpu, in_gc, full)
 
 
 # -- the run -----------------------------------------------------------------------------------------------------
 
 
-def _report(name: str, description: str, kit: list[Result], runs: list[Result]) -> None:
-    per_round = [r[0] / k[0] for k, r in zip(kit, runs, strict=True)]
-    ratio = statistics.median(per_round)
-    kit_ms = statistics.median(statistics.median(r[1]) for r in kit) * 1e3
-    run_ms = statistics.median(statistics.median(r[1]) for r in runs) * 1e3
-    kit_cpu = statistics.median(r[2] for r in kit) * 1e6
-    run_cpu = statistics.median(r[2] for r in runs) * 1e6
+def _spread(values: list[float], unit: str = "x") -> str:
+    """The median of `values` and their range."""
+    return f"{statistics.median(values):.2f}{unit} (range {min(values):.2f}-{max(values):.2f}{unit})"
+
+
+def _report(name: str, description: str, pairs: list[tuple[Result, Result]]) -> None:
+    kit, runs = [k for k, _ in pairs], [r for _, r in pairs]
+    per_pair = [r.rate / k.rate for k, r in pairs]
+    ratio = statistics.median(per_pair)
+    kit_ms = statistics.median(statistics.median(r.latency) for r in kit) * 1e3
+    run_ms = statistics.median(statistics.median(r.latency) for r in runs) * 1e3
     print(
-        f"{name} ({description}): {statistics.median(r[0] for r in runs):,.0f} messages/s (median), "
-        f"kit {statistics.median(k[0] for k in kit):,.0f}"
+        f"{name} ({description}): {statistics.median(r.rate for r in runs):,.0f} messages/s (median), "
+        f"kit {statistics.median(k.rate for k in kit):,.0f} in the same pairs"
     )
     print(
-        f"  {name} / kit: {ratio:.2f}x, the median of the rounds ({', '.join(f'{r:.2f}x' for r in per_round)}); "
+        f"  {name} / kit, messages/s: {ratio:.2f}x, the median of {len(pairs)} pairs "
+        f"({', '.join(f'{r:.2f}' for r in per_pair)}; range {min(per_pair):.2f}-{max(per_pair):.2f}x); "
         f"target at least {TARGET:.2f}x: {'met' if ratio >= TARGET else 'NOT met'}"
     )
     print(
+        f"  kit / {name}, CPU of the bot's process per message: {_spread([k.cpu / r.cpu for k, r in pairs])}; "
+        f"kit {statistics.median(k.cpu for k in kit) * 1e6:,.0f} us, {name} "
+        f"{statistics.median(r.cpu for r in runs) * 1e6:,.0f} us; wall time in the collector kit "
+        f"{statistics.median(k.gc for k in kit) * 1e6:,.0f} us, {name} {statistics.median(r.gc for r in runs) * 1e6:,.0f}"
+        f" us; full collections per run kit {statistics.median(k.full_collections for k in kit):g}, {name} "
+        f"{statistics.median(r.full_collections for r in runs):g}"
+    )
+    print(
         f"  latency per message, one at a time (median): kit {kit_ms:.2f} ms, {name} {run_ms:.2f} ms; the adapter "
-        f"adds {run_ms - kit_ms:.2f} ms; CPU per message kit {kit_cpu:,.0f} us, {name} {run_cpu:,.0f} us"
+        f"adds {run_ms - kit_ms:.2f} ms"
     )
 
 
@@ -484,24 +561,32 @@ async def main(chosen: list[str], rounds: int) -> None:
         }
         for name in ["kit", *chosen]:
             await paths[name](200, 10)  # warm-up: imports, first database, parser caches
-        runs: dict[str, list[Result]] = {name: [] for name in ["kit", *chosen]}
+        pairs: dict[str, list[tuple[Result, Result]]] = {name: [] for name in chosen}
         for n in range(rounds):
-            for name in ["kit", *chosen] if n % 2 == 0 else [*reversed(chosen), "kit"]:
-                gc.collect()
-                runs[name].append(await paths[name](TURNS, LATENCY_SAMPLES))
+            # each adapter next to a kit run of its own, which goes first every other time
+            for index, name in enumerate(chosen):
+                order = ["kit", name] if (n + index) % 2 == 0 else [name, "kit"]
+                done: dict[str, Result] = {}
+                for path in order:
+                    gc.collect()
+                    done[path] = await paths[path](TURNS, LATENCY_SAMPLES)
+                pairs[name].append((done["kit"], done[name]))
     finally:
         peer.terminate()
         peer.join()
     load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
-    kit = runs["kit"]
     print(
         f"{TURNS:,} messages in {SESSIONS} conversations at once (each message answered before the next), chat + "
-        f"builtin_tags plugins, history on, bot pinned to one core; {rounds} rounds; load average at the end {load} "
-        f"on {len(cpus)} cores"
+        f"builtin_tags plugins, history on, heap frozen after start as `hookchat run` does, bot pinned to one core; "
+        f"{rounds} rounds of (kit, adapter) pairs; load average at the end {load} on {len(cpus)} cores"
     )
-    print(f"testing kit (RecordingAdapter): {statistics.median(k[0] for k in kit):,.0f} messages/s (median)")
+    kit = [k for name in chosen for k, _ in pairs[name]]
+    print(
+        f"testing kit (RecordingAdapter): {statistics.median(k.rate for k in kit):,.0f} messages/s (median; range "
+        f"{min(k.rate for k in kit):,.0f}-{max(k.rate for k in kit):,.0f}) over {len(kit)} runs"
+    )
     for name in chosen:
-        _report(name, DESCRIPTIONS[name], kit, runs[name])
+        _report(name, DESCRIPTIONS[name], pairs[name])
 
 
 #: The adapters this bench measures, each with how its messages travel.
@@ -516,6 +601,11 @@ if __name__ == "__main__":
     parser.add_argument(
         "--adapter", action="append", choices=list(DESCRIPTIONS), help="measure this adapter (repeat it; default all)"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="runs of each path, alternating the order (default 5)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="(kit, adapter) pairs of each adapter, alternating which goes first (default 5)",
+    )
     arguments = parser.parse_args()
     asyncio.run(main(arguments.adapter or list(DESCRIPTIONS), arguments.rounds))

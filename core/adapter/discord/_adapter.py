@@ -14,8 +14,7 @@ import itertools
 import logging
 import random
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiohttp
@@ -23,6 +22,7 @@ import discord
 from pydantic import ValidationError
 
 from core.adapter import Adapter, AdapterError, AdapterHost, options_error
+from core.adapter.adapter_utils import DelayedTyping
 from core.adapter.discord._convert import (
     Part,
     attachment_element,
@@ -341,21 +341,12 @@ class DiscordAdapter(Adapter):
     def typing(self, session: Session) -> AbstractAsyncContextManager[None]:
         """Discord's "<bot> is typing..." in the session's channel while the model writes, from half a second on
         (option `typing`)."""
-        return self._typing(session) if self.settings.typing else super().typing(session)
-
-    @asynccontextmanager
-    async def _typing(self, session: Session) -> AsyncIterator[None]:
-        task = asyncio.get_running_loop().create_task(
-            self._keep_typing(session), name=f"hookchat:discord:{self.name}:typing"
-        )
-        try:
-            yield
-        finally:
-            await cancel_and_wait(task)
+        if not self.settings.typing:
+            return super().typing(session)
+        return DelayedTyping(_TYPING_AFTER, lambda: self._keep_typing(session), f"hookchat:discord:{self.name}:typing")
 
     async def _keep_typing(self, session: Session) -> None:
         try:
-            await asyncio.sleep(_TYPING_AFTER)
             channel = await self._channel(session)
             while True:
                 await channel.typing()  # one trigger; Discord shows it for 10 s or until the bot's next message

@@ -54,6 +54,7 @@ from core.utils.recent import Recent
 from core.utils.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
+    import aiohttp
     import nio
 
 __all__ = ["MatrixAdapter", "MatrixError", "MatrixStats", "CAPABILITIES", "ENCRYPTION_REFUSAL"]
@@ -174,6 +175,9 @@ class MatrixAdapter(Adapter):
         self._pending_token: str | None = None  # the newest batch fetched, not yet all delivered
         self._state_dirty = False  # changed since the state file was last written
         self._saver: asyncio.Task[None] | None = None
+        self._headers: tuple[str, dict[str, str]] = ("", {})  # (access token, the headers of `_request`)
+        self._encoded_base = ("", "")  # (homeserver, its address encoded)
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -315,17 +319,52 @@ class MatrixAdapter(Adapter):
         """One client-server API request through nio's HTTP session, answered as (status, JSON body). Used for the
         two requests made per message (`/sync`, `send`): nio's own methods check every event against JSON schemas,
         which costs more than the rest of a turn and blocks the loop for seconds on a large sync."""
-        assert self.client is not None
-        headers = {"Authorization": f"Bearer {self.client.access_token}", "Content-Type": "application/json"}
-        response = await self.client.send(
-            method, path, json.dumps(body) if body is not None else None, headers, timeout=request_timeout
-        )
+        client = self.client
+        assert client is not None
+        if self._headers[0] != client.access_token:
+            self._headers = (
+                client.access_token,
+                {"Authorization": f"Bearer {client.access_token}", "Content-Type": "application/json"},
+            )
+        from yarl import URL  # aiohttp's, present whenever nio is
+
+        data = json.dumps(body).encode() if body is not None else None
+        session = client.client_session
+        if session is None:  # nio makes its session with the first request
+            response = await client.send(method, path, data, self._headers[1], timeout=request_timeout)
+        else:  # as nio's `send` does, with the address given encoded (the path and query are): not parsed again
+            response = await session.request(
+                method,
+                URL(self._base(client.homeserver) + path, encoded=True),
+                data=data,
+                ssl=True if client.ssl is None else client.ssl,  # None is aiohttp's True
+                headers=self._headers[1],
+                timeout=self._timeout(client.config.request_timeout if request_timeout is None else request_timeout),
+            )
         async with response:
-            try:
-                data = await response.json(content_type=None)
-            except ValueError:
-                data = None
-        return response.status, data if isinstance(data, dict) else {}
+            raw = await response.read()
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        return response.status, answer if isinstance(answer, dict) else {}
+
+    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
+        """A request's timeout as aiohttp takes it, made once for each length."""
+        timeout = self._timeouts.get(seconds)
+        if timeout is None:
+            import aiohttp  # matrix-nio's transport, present whenever nio is
+
+            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
+        return timeout
+
+    def _base(self, homeserver: str) -> str:
+        """The homeserver's address as yarl encodes it (an international domain name in IDNA, say), once."""
+        if self._encoded_base[0] != homeserver:
+            from yarl import URL  # aiohttp's, present whenever nio is
+
+            self._encoded_base = (homeserver, str(URL(homeserver)))
+        return self._encoded_base[1]
 
     async def _sync_forever(self) -> None:
         s = self.settings

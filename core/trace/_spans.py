@@ -650,10 +650,13 @@ class Trace:
         self.ended_ns: int | None = None
         self.outcome = "running"
         self.error: str | None = None
-        self.messages: list[Trace] = []
+        # `messages`, `items` and `logs` start as the shared empty tuple and become lists at their first item: a
+        # message's trace has none of them, a turn's mostly no logs (each list, kept in the ring, is one more object
+        # for the garbage collector to walk).
+        self.messages: list[Trace] | tuple[()] = ()
         self.records: list[list[Any]] = []  # raw dispatch records (see `new_record`)
-        self.items: list[dict[str, Any]] = []  # model calls, tool calls, tags, sends, history, with start_ms
-        self.logs: list[dict[str, Any]] = []
+        self.items: list[dict[str, Any]] | tuple[()] = ()  # model calls, tool calls, tags, sends, history
+        self.logs: list[dict[str, Any]] | tuple[()] = ()
         self.dropped = 0
         self._dict: dict[str, Any] | None = None
 
@@ -679,6 +682,14 @@ class Trace:
             self.dropped += 1
         return record
 
+    def adopt(self, message: Trace) -> None:
+        """Keep the trace of a message this turn merged (its `im_message` hooks ran before the turn began)."""
+        messages = self.messages
+        if isinstance(messages, tuple):
+            self.messages = [message]
+        else:
+            messages.append(message)
+
     @property
     def spans(self) -> list[DispatchSpan]:
         """The dispatches of this trace, in the order they started."""
@@ -698,7 +709,11 @@ class Trace:
         now = _now()
         start = started_ns if started_ns is not None else now
         data.update(type=kind, start_ms=self.ms(start), duration_ms=round((now - start) / 1e6, 3))
-        self.items.append(data)
+        items = self.items
+        if isinstance(items, tuple):
+            self.items = [data]
+        else:
+            items.append(data)
 
     def model_call(
         self,
@@ -778,7 +793,12 @@ class Trace:
     def log(self, level: str, logger: str, message: str) -> None:
         """Record one log line written while this trace was current."""
         if len(self.logs) < MAX_LOGS:
-            self.logs.append({"t_ms": self.ms(), "level": level, "logger": logger, "message": _cut(message, 2000)})
+            line = {"t_ms": self.ms(), "level": level, "logger": logger, "message": _cut(message, 2000)}
+            logs = self.logs
+            if isinstance(logs, tuple):
+                self.logs = [line]
+            else:
+                logs.append(line)
         else:
             self.dropped += 1
 

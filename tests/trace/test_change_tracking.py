@@ -86,9 +86,7 @@ def expected(name: str, changes: list[str]) -> None:
 
 async def test_each_way_of_changing_the_request_shows_its_change_and_idle_hooks_show_none(tmp_path):
     config = {"trace": {"file": str(tmp_path / "traces.jsonl")}}
-    async with ChatHarness(
-        plugins=[make_editor()], provider=ScriptedProvider(["<msg>ok</msg>"]), config=config
-    ) as bot:
+    async with ChatHarness(plugins=[make_editor()], provider=ScriptedProvider(["<msg>ok</msg>"]), config=config) as bot:
         await bot.send("hi")
         trace = bot.app.tracer.recent(1, kind="turn")[0]
     names = [name for name, _, _ in EDITS]

@@ -9,6 +9,10 @@ same turns with no plugins loaded. Each target is printed with "met" or "NOT MET
 
 Each of the N sessions sends its next message once the last one is answered, so N is the number of users talking
 at once (a message sent while its session's turn runs would join the next turn, one turn for several).
+
+Each run's bot, once started, calls `core.utils.heap.freeze_started()` as `hookchat run` and a cluster worker do
+(the heap frozen out of the collector's walks, the youngest generation's threshold raised), tracing on and off
+alike; stopping the bot thaws the heap again.
 """
 
 from __future__ import annotations

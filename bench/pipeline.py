@@ -9,6 +9,10 @@ same turns with no plugins loaded. Each target is printed with "met" or "NOT MET
 
 Each of the N sessions sends its next message once the last one is answered, so N is the number of users talking
 at once (a message sent while its session's turn runs would join the next turn, one turn for several).
+
+Each run's bot, once started, calls `core.utils.heap.freeze_started()` as `hookchat run` and a cluster worker do
+(the heap frozen out of the collector's walks, the youngest generation's threshold raised), tracing on and off
+alike; stopping the bot thaws the heap again.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.plugin import BasePlugin, on
 from core.testing import ChatHarness, EchoProvider, ScriptedProvider
+from core.utils.heap import freeze_started
 
 TURNS = 20_000
 REPLY = "<msg><text>Hello there!</text></msg>"
@@ -95,6 +100,7 @@ async def run(sessions: int, plugins: list[type], turns: int = TURNS, config: di
     # the garbage collector's walks over it with it (tracing allocates more, so it paid most for them).
     provider = EchoProvider("Hello there! ")
     async with ChatHarness(plugins=plugins, provider=provider, builtins=("builtin_tags",), config=config) as bot:
+        freeze_started()  # as `hookchat run` and a cluster worker do once the bot is up (docs/performance.md)
         app = bot.app
         rounds = max(1, turns // sessions)
         # Each session's texts of its own, as real users' are: no decoded history is shared between sessions.

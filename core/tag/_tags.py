@@ -4,6 +4,7 @@ request offers the model. A tag turns `<name attr="...">value</name>` in the mod
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -155,15 +156,22 @@ class FunctionTag(BaseTag):
         return result
 
 
+#: The numbers `TagSet.version` takes: each change of any set takes the next one.
+_versions = itertools.count(1)
+
+
 class TagSet:
     """The tags offered to the model in one request: register, unregister, get, `in`, iterate, and `to_prompt()`.
 
     Names are matched case-insensitively. Registering a name again replaces the earlier tag, so a per-request tag
-    overrides a global one.
+    overrides a global one. `version` is a number that changes whenever the set changes (`register`,
+    `unregister`), and no two sets share one: while it stays, the set is as it was (what a trace compares after
+    each `llm_request` hook).
     """
 
     def __init__(self, tags: Iterable[BaseTag | type[BaseTag]] = ()) -> None:
         self._tags: dict[str, BaseTag] = {}
+        self.version = next(_versions)
         for tag in tags:
             self.register(tag)
 
@@ -184,10 +192,12 @@ class TagSet:
         if not isinstance(tag, BaseTag):
             raise TagDefinitionError(f"{tag!r} is not a BaseTag instance; subclass core.tag.BaseTag")
         self._tags[validate_tag_name(tag.name, where=type(tag).__qualname__).lower()] = tag
+        self.version = next(_versions)
         return tag
 
     def unregister(self, name: str) -> BaseTag | None:
         """Remove the tag called `name`; returns it, or None when there was none."""
+        self.version = next(_versions)
         return self._tags.pop(name.lower(), None)
 
     def get(self, name: str) -> BaseTag | None:
@@ -213,7 +223,7 @@ class TagSet:
     def copy(self) -> TagSet:
         """A shallow copy (the same tag objects), e.g. the global set copied for one request."""
         out = TagSet()
-        out._tags = dict(self._tags)
+        out._tags = dict(self._tags)  # a new set: `version` is its own already
         return out
 
     def to_prompt(self) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import threading
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -61,8 +61,11 @@ class JsonLinesSink:
     """Appends each finished trace as one JSON line to `path`; at `max_bytes` the file moves to `<path>.1`.
 
     A daemon thread owned by the sink does the serialising and writing, a batch at a time, with the file kept
-    open; `close()` drains it and joins it. At most `max_queued` traces wait: past that (a disk slower than the
-    bot) the newest are dropped and counted, with one warning, rather than memory growing without bound.
+    open; `close()` drains it and joins it. Woken by a finished trace, the thread first waits `batch_delay`
+    seconds, so it takes the event loop's thread's place (the GIL) once for the traces of that while rather than
+    once per trace: a line reaches the file at most that much later. At most `max_queued` traces wait: past that
+    (a disk slower than the bot) the newest are dropped and counted, with one warning, rather than memory growing
+    without bound.
 
     A line holds `Trace.compact()`: each dispatch as the number of its chain and one reading per hook, the chains
     and hooks described by table lines (`{"hooks": {"1": [event, plugin_id, function, file, line, priority,
@@ -71,12 +74,16 @@ class JsonLinesSink:
     than the turn itself.
     """
 
-    def __init__(self, path: Path, max_bytes: int, max_queued: int = 10_000) -> None:
+    def __init__(self, path: Path, max_bytes: int, max_queued: int = 10_000, batch_delay: float = 0.05) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.max_queued = max_queued
+        self.batch_delay = batch_delay
         self.dropped = 0
-        self._queue: queue.Queue[Trace | None] = queue.Queue()
+        # A deque and an event rather than a `queue.Queue`: appending takes no lock, and the event is set only when
+        # the thread may be waiting for it (once per batch), not at every trace.
+        self._queue: deque[Trace | None] = deque()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -92,20 +99,35 @@ class JsonLinesSink:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="hookchat-trace-writer", daemon=True)
                     self._thread.start()
-        if self._queue.qsize() >= self.max_queued:
+        if len(self._queue) >= self.max_queued:
             if not self.dropped:
                 _log.warning("traces are written slower than they come: dropping them from %s", self.path)
             self.dropped += 1
             return
-        self._queue.put(trace)
+        self._queue.append(trace)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def _take(self) -> list[Trace | None]:
+        """The traces queued now, after the batch delay (at most 1,000; the rest wait for the next batch)."""
+        self._wake.wait()
+        if self.batch_delay > 0 and not self._closed:
+            time.sleep(self.batch_delay)
+        # Cleared before the queue is emptied: a trace queued after this sets the event again, so none waits for a
+        # later one to be written.
+        self._wake.clear()
+        queued, batch = self._queue, []
+        while queued and len(batch) < 1000:
+            batch.append(queued.popleft())
+        if queued:
+            self._wake.set()
+        return batch
 
     def _run(self) -> None:
         file = None
         try:
             while True:
-                batch = [self._queue.get()]
-                while not self._queue.empty() and len(batch) < 1000:
-                    batch.append(self._queue.get_nowait())
+                batch = self._take()
                 stop = None in batch
                 lines = [self._line(t) for t in batch if t is not None]
                 try:
@@ -178,7 +200,8 @@ class JsonLinesSink:
         self._closed = True
         thread, self._thread = self._thread, None
         if thread is not None:
-            self._queue.put(None)
+            self._queue.append(None)
+            self._wake.set()
             thread.join()
 
 

@@ -116,14 +116,24 @@ def _strategy(event: Any, args: tuple[Any, ...]) -> Any:
 _prompt_fields = operator.attrgetter("name", "source", "content")
 
 
-def _request(event: Any, args: tuple[Any, ...]) -> Any:
+def _request(event: Any, args: tuple[Any, ...], last: Any = None) -> Any:
     # Taken before each llm_request hook and after the last (some twenty times a turn): map with attrgetter, not a
-    # generator, which cost more than the hooks themselves.
+    # generator, which cost more than the hooks themselves. The tools' and tags' names are read only when their
+    # set's `version` moved since `last` (the snapshot before): most hooks change neither.
     req, tag_set = args[0], args[1]
     prompts = tuple(map(_prompt_fields, req.system_prompt))
-    tools = tuple(req.tool_set.names()) if isinstance(req.tool_set, ToolSet) else ()
-    tags = tuple(tag_set.names()) if isinstance(tag_set, TagSet) else ()
-    return prompts, tools, tags, req.user_prompt
+    tool_set = req.tool_set
+    if isinstance(tool_set, ToolSet):
+        tool_version = tool_set.version
+        tools = last[1] if last is not None and last[4] == tool_version else tuple(tool_set.names())
+    else:
+        tool_version, tools = None, ()
+    if isinstance(tag_set, TagSet):
+        tag_version = tag_set.version
+        tags = last[2] if last is not None and last[5] == tag_version else tuple(tag_set.names())
+    else:
+        tag_version, tags = None, ()
+    return prompts, tools, tags, req.user_prompt, tool_version, tag_version
 
 
 def _chain(event: Any, args: tuple[Any, ...]) -> Any:
@@ -165,7 +175,7 @@ def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, 
     if probe is _chain:
         return [f"chain {''.join(before)!r} -> {''.join(after)!r}"], None
     lines: list[str] = []
-    (p0, t0, g0, u0), (p1, t1, g1, u1) = before, after
+    (p0, t0, g0, u0), (p1, t1, g1, u1) = before[:4], after[:4]  # then the sets' versions
     old = {(name, i): (source, content) for i, (name, source, content) in enumerate(p0)}
     for i, (name, source, content) in enumerate(p1):
         known = old.get((name, i))
@@ -180,7 +190,7 @@ def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, 
     lines += [f"tag <{name}> added" for name in g1 if name not in g0]
     lines += [f"tag <{name}> removed" for name in g0 if name not in g1]
     if u0 != u1:
-        lines.append(f"user prompt edited: {_cut(u1, 200)!r}")
+        lines.append(f"user prompt edited: {_cut(str(u1), 200)!r}")  # its text, not the list's repr
     return lines, None
 
 
@@ -266,6 +276,39 @@ class _ProbedRecord(_ClosingRecord):
         list.append(self, at)
 
 
+class _StrategyRecord(_ClosingRecord):
+    """A probed record of a message's strategy: compared in place, a new snapshot only when a hook changed it."""
+
+    __slots__ = ()
+
+    def append(self, at: float) -> None:  # the engine's `mark`
+        extra = self[1]
+        states = extra.states
+        last = states[-1]
+        event = extra.obj
+        strategy, forced = event.strategy, event.strategy_forced
+        states.append(last if strategy is last[0] and forced == last[1] else (strategy, forced))
+        list.append(self, at)
+
+
+class _RequestRecord(_ClosingRecord):
+    """A probed record of a model request: each snapshot reuses the last one's tool and tag names while their
+    sets' versions stay."""
+
+    __slots__ = ()
+
+    def append(self, at: float) -> None:  # the engine's `mark`
+        extra = self[1]
+        states = extra.states
+        last = states[-1]
+        state = _request(extra.obj, extra.args, last)
+        states.append(last if state == last else state)
+        list.append(self, at)
+
+
+_RECORDS: dict[Any, type[_ClosingRecord]] = {_strategy: _StrategyRecord, _request: _RequestRecord}
+
+
 #: Where a dispatch record's clock readings begin (after the chain and the `_Extra` slot).
 READINGS = 2
 
@@ -290,7 +333,7 @@ def probed_record(probe: _Probe, event: Any, args: tuple[Any, ...], chain: tuple
     """The record of a dispatch whose event `probe` snapshots: now, and after each hook."""
     extra = _Extra(probe, event, args)
     extra.states.append(probe(event, args))
-    return _ProbedRecord((chain, extra, clock()))
+    return _RECORDS.get(probe, _ProbedRecord)((chain, extra, clock()))
 
 
 def end_record(record: list[Any], event: Any) -> _Extra:
@@ -607,10 +650,13 @@ class Trace:
         self.ended_ns: int | None = None
         self.outcome = "running"
         self.error: str | None = None
-        self.messages: list[Trace] = []
+        # `messages`, `items` and `logs` start as the shared empty tuple and become lists at their first item: a
+        # message's trace has none of them, a turn's mostly no logs (each list, kept in the ring, is one more object
+        # for the garbage collector to walk).
+        self.messages: list[Trace] | tuple[()] = ()
         self.records: list[list[Any]] = []  # raw dispatch records (see `new_record`)
-        self.items: list[dict[str, Any]] = []  # model calls, tool calls, tags, sends, history, with start_ms
-        self.logs: list[dict[str, Any]] = []
+        self.items: list[dict[str, Any]] | tuple[()] = ()  # model calls, tool calls, tags, sends, history
+        self.logs: list[dict[str, Any]] | tuple[()] = ()
         self.dropped = 0
         self._dict: dict[str, Any] | None = None
 
@@ -636,6 +682,14 @@ class Trace:
             self.dropped += 1
         return record
 
+    def adopt(self, message: Trace) -> None:
+        """Keep the trace of a message this turn merged (its `im_message` hooks ran before the turn began)."""
+        messages = self.messages
+        if isinstance(messages, tuple):
+            self.messages = [message]
+        else:
+            messages.append(message)
+
     @property
     def spans(self) -> list[DispatchSpan]:
         """The dispatches of this trace, in the order they started."""
@@ -655,7 +709,11 @@ class Trace:
         now = _now()
         start = started_ns if started_ns is not None else now
         data.update(type=kind, start_ms=self.ms(start), duration_ms=round((now - start) / 1e6, 3))
-        self.items.append(data)
+        items = self.items
+        if isinstance(items, tuple):
+            self.items = [data]
+        else:
+            items.append(data)
 
     def model_call(
         self,
@@ -735,7 +793,12 @@ class Trace:
     def log(self, level: str, logger: str, message: str) -> None:
         """Record one log line written while this trace was current."""
         if len(self.logs) < MAX_LOGS:
-            self.logs.append({"t_ms": self.ms(), "level": level, "logger": logger, "message": _cut(message, 2000)})
+            line = {"t_ms": self.ms(), "level": level, "logger": logger, "message": _cut(message, 2000)}
+            logs = self.logs
+            if isinstance(logs, tuple):
+                self.logs = [line]
+            else:
+                logs.append(line)
         else:
             self.dropped += 1
 

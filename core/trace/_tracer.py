@@ -253,7 +253,7 @@ class Tracer:
             found = self._pending.pop(id(message), None)
             if found is not None and found[0] is message:
                 found[1].ended_ns = found[1].ended_ns or _now()
-                trace.messages.append(found[1])
+                trace.adopt(found[1])
         self._running[trace.id] = trace
         token = _current.set(trace)
         try:

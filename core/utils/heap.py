@@ -7,20 +7,31 @@ second each. `freeze_started()` moves them to the collector's permanent generati
 collections walk only what the turns made (docs/performance.md). Frozen objects are never collected, so
 `thaw()` hands them back when a plugin stops (an unloaded or reloaded plugin's old module must be collectable);
 the heap then stays unfrozen until the next start.
+
+It also raises the youngest generation's threshold (`YOUNG_THRESHOLD` container objects allocated and not yet
+freed, from Python's 700): a serving bot has hundreds of turns in flight, whose objects are alive at every young
+collection, so at 700 each collection walks them again and promotes them, and the old generation fills with turns
+that end a moment later, which makes the full collections frequent. Counted with `gc.callbacks` over
+`bench/pipeline.py` (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["freeze_started", "thaw"]
+__all__ = ["YOUNG_THRESHOLD", "freeze_started", "thaw"]
+
+#: The youngest generation's collection threshold once a bot serves (`gc.set_threshold`; the older two unchanged).
+YOUNG_THRESHOLD = 10_000
 
 
 def freeze_started() -> None:
-    """Called once a long-running command's bot has started: collect what start-up left behind, then freeze the
-    rest."""
+    """Called once a long-running command's bot has started: collect what start-up left behind, freeze the rest,
+    and raise the youngest generation's threshold to `YOUNG_THRESHOLD` (kept until the process exits)."""
     gc.collect()
     gc.freeze()
+    young, older, oldest = gc.get_threshold()
+    gc.set_threshold(max(young, YOUNG_THRESHOLD), older, oldest)
 
 
 def thaw() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import json
 import re
 import uuid
@@ -210,11 +211,21 @@ class FunctionTool(BaseTool):
         return await self.invoke(None, params)
 
 
+#: The numbers `ToolSet.version` takes: each change of any set takes the next one.
+_versions = itertools.count(1)
+
+
 class ToolSet:
-    """The tools offered to the model in one request: add, remove, get, `in`, iterate, export to OpenAI format."""
+    """The tools offered to the model in one request: add, remove, get, `in`, iterate, export to OpenAI format.
+
+    `version` is a number that changes whenever the set changes (`add`, `remove`, `clear`), and no two sets share
+    one: a reader that saw a set at a version knows it has not changed while the number stays (a trace compares
+    it after each `llm_request` hook rather than the tools' names).
+    """
 
     def __init__(self, tools: list[BaseTool] | None = None) -> None:
         self._tools: dict[str, BaseTool] = {}
+        self.version = next(_versions)
         for tool in tools or ():
             self.add(tool)
 
@@ -228,10 +239,12 @@ class ToolSet:
         if not isinstance(tool, BaseTool):
             raise ToolDefinitionError(f"{tool!r} is not a BaseTool instance")
         self._tools[tool.name] = tool
+        self.version = next(_versions)
         return tool
 
     def remove(self, name: str) -> BaseTool | None:
         """Remove the tool called `name`; returns it, or None when there was none."""
+        self.version = next(_versions)
         return self._tools.pop(name, None)
 
     def get(self, name: str) -> BaseTool | None:
@@ -245,11 +258,12 @@ class ToolSet:
     def copy(self) -> ToolSet:
         """A shallow copy (the same tool objects)."""
         out = ToolSet()
-        out._tools = dict(self._tools)
+        out._tools = dict(self._tools)  # a new set: `version` is its own already
         return out
 
     def clear(self) -> None:
         """Remove every tool."""
+        self.version = next(_versions)
         self._tools.clear()
 
     def to_openai(self) -> list[dict[str, Any]]:

@@ -37,6 +37,15 @@ async def test_a_buffer_emptied_by_a_turn_takes_the_next_parked_message(history)
     assert not await history.seen("s", "m3")
 
 
+async def test_a_turn_whose_meta_is_not_json_is_refused_and_nothing_is_stored(history):
+    await history.append_turn("s", [ChatMessage("user", "1")], done=["m1"])
+    with pytest.raises(TypeError):
+        await history.append_turn("s", [ChatMessage("user", "2")], meta={"when": object()}, done=["m2"])
+    assert not await history.is_done("s", "m2")
+    assert await history.append_turn("s", [ChatMessage("user", "3")], done=["m3"]) == 2  # the value was not moved
+    assert [t.messages[0].content for t in await history.list_turns("s")] == ["1", "3"]
+
+
 async def test_a_turn_stored_again_by_a_redelivery_is_stored_once(history):
     first = await history.append_turn("s", [ChatMessage("user", "hi")], done=["m1"])
     again = await history.append_turn("s", [ChatMessage("user", "hi")], done=["m1"])

@@ -12,6 +12,7 @@ from core.cluster import Worker
 from core.config import load_config
 from core.plugin import BasePlugin, on
 from core.testing import EchoProvider
+from core.utils.heap import freeze_started
 
 
 class Hang(BasePlugin):
@@ -34,6 +35,7 @@ async def main(config_path: str, name: str, hang: bool, slow: bool) -> None:
     plugins = ([Hang] if hang else []) + ([Slow] if slow else [])
     worker = Worker(load_config(config_path), provider=EchoProvider(), name=name, entry_points=False, plugins=plugins)
     async with worker:
+        freeze_started()  # as `hookchat run --role worker` does once started
         print("ready", flush=True)
         await asyncio.Event().wait()
 

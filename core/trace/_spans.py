@@ -114,6 +114,12 @@ def _strategy(event: Any, args: tuple[Any, ...]) -> Any:
 
 
 _prompt_fields = operator.attrgetter("name", "source", "content")
+_user_fields = operator.attrgetter("content", "end", "persist")
+
+
+def _user_text(parts: tuple[tuple[str, str, bool], ...]) -> str:
+    """The user prompt's text from its snapshot, as `UserPrompt.text` joins it."""
+    return "".join(content + end for content, end, _ in parts[:-1]) + parts[-1][0] if parts else ""
 
 
 def _request(event: Any, args: tuple[Any, ...], last: Any = None) -> Any:
@@ -133,7 +139,9 @@ def _request(event: Any, args: tuple[Any, ...], last: Any = None) -> Any:
         tags = last[2] if last is not None and last[5] == tag_version else tuple(tag_set.names())
     else:
         tag_version, tags = None, ()
-    return prompts, tools, tags, req.user_prompt, tool_version, tag_version
+    # The user prompt's parts, not the list itself: a hook may edit it in place (`req.user_prompt.append(...)`).
+    user = tuple(map(_user_fields, req.user_prompt))
+    return prompts, tools, tags, user, tool_version, tag_version
 
 
 def _chain(event: Any, args: tuple[Any, ...]) -> Any:
@@ -190,7 +198,7 @@ def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, 
     lines += [f"tag <{name}> added" for name in g1 if name not in g0]
     lines += [f"tag <{name}> removed" for name in g0 if name not in g1]
     if u0 != u1:
-        lines.append(f"user prompt edited: {_cut(str(u1), 200)!r}")  # its text, not the list's repr
+        lines.append(f"user prompt edited: {_cut(_user_text(u1), 200)!r}")
     return lines, None
 
 

@@ -58,6 +58,11 @@ EDITS = [
     ("edits_section", lambda req, tags: setattr(req.get_prompt("extra"), "content", "Be briefer."), None),
     ("removes_section", lambda req, tags: req.system_prompt.pop(), ["1 prompt section(s) removed"]),
     ("edits_user_prompt", lambda req, tags: setattr(req, "user_prompt", "hello again"), None),
+    (
+        "appends_to_user_prompt",  # in place: the same list, one part more
+        lambda req, tags: req.user_prompt.append(Prompt("PS", end="")),
+        ["user prompt edited: 'hello again\\nPS'"],
+    ),
     ("idle_3", lambda req, tags: None, []),
 ]
 

@@ -149,6 +149,7 @@ class HookEngine(pluggy.PluginManager):
         self._stall_thread: threading.Thread | None = None
         self._stop_thread = threading.Event()
         self._beat = time.monotonic()
+        self._min_deadline = math.inf  # the shortest deadline of any hook resolved: how often the records are walked
         #: Plugins whose hook ignored its cancellation at its deadline, with why: their hooks no longer run.
         self.faulty: dict[str, str] = {}
 
@@ -222,6 +223,7 @@ class HookEngine(pluggy.PluginManager):
             code = getattr(inspect.unwrap(getattr(fn, "__func__", fn)), "__code__", None)  # a wrapped hook's own line
             line = code.co_firstlineno if code else 0
             entry = HookEntry(fn, impl.plugin_name, getattr(fn, "__name__", repr(fn)), event, priority, deadline)
+            self._min_deadline = min(self._min_deadline, deadline)
             keyed.append(((-priority, self._load_order.get(impl.plugin_name, math.inf), line), entry))
         keyed.sort(key=lambda item: item[0])
         return tuple(entry for _, entry in keyed)
@@ -436,9 +438,16 @@ class HookEngine(pluggy.PluginManager):
     async def _watch_deadlines(self) -> None:
         """Cancel a dispatch whose current hook has not changed for its deadline."""
         tick = self._tick()
+        walked = time.monotonic()
         while True:
             await asyncio.sleep(tick)
             now = self._beat = time.monotonic()
+            # The beat moves every tick (the stall thread reads it); the records are walked only every 1/20 of the
+            # shortest deadline a hook can have: a hook is still cancelled within 10% past its deadline, and
+            # 10,000 sessions' records are not walked 40 times a second for 10 s deadlines.
+            if now - walked < min(self._min_deadline, self.default_deadline) / 20:
+                continue
+            walked = now
             records = [r for r in list(self._records) if r.entry is not None]
             for record in records:
                 entry = record.entry

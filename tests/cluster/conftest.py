@@ -25,11 +25,11 @@ def nats_server(tmp_path):
 class WorkerProcess:
     """A worker in its own process, killable with SIGKILL."""
 
-    def __init__(self, config: Path, name: str, hang: bool = False, slow: bool = False) -> None:
+    def __init__(self, config: Path, name: str, hang: bool = False, slow: bool = False, stuck: bool = False) -> None:
         self.name = name
         env = {**os.environ, "PYTHONPATH": str(HERE.parent.parent)}
         args = [sys.executable, str(HERE / "worker_main.py"), str(config), name]
-        args += (["--hang"] if hang else []) + (["--slow"] if slow else [])
+        args += (["--hang"] if hang else []) + (["--slow"] if slow else []) + (["--stuck"] if stuck else [])
         self.log = config.parent / f"{name}.log"  # what the worker logged (appended to by a restart), for failures
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env)
@@ -56,8 +56,8 @@ class WorkerProcess:
 def workers():
     started: list[WorkerProcess] = []
 
-    def start(config: Path, name: str, hang: bool = False, slow: bool = False) -> WorkerProcess:
-        worker = WorkerProcess(config, name, hang, slow)
+    def start(config: Path, name: str, hang: bool = False, slow: bool = False, stuck: bool = False) -> WorkerProcess:
+        worker = WorkerProcess(config, name, hang, slow, stuck)
         started.append(worker)
         return worker
 

@@ -57,6 +57,29 @@ async def test_a_worker_restarted_under_its_name_takes_its_partitions_back_at_on
     assert "back from its earlier run" in log and "held by its earlier run comes again now" in log
 
 
+async def test_a_turn_killed_between_its_reply_and_its_storing_is_redone_and_its_reply_not_sent_again(
+    tmp_path, nats_server, workers
+):
+    # One message a turn (flush_messages = 1), nothing parked: the batch is not written down before the turn; the
+    # redelivered message forms it again, so the redo's reply carries the same id and is not sent a second time.
+    config = write_config(tmp_path, nats_server.url, "worker", ack_wait=300.0, lease_seconds=6.0)
+    config.write_text(config.read_text().replace("flush_messages = 5", "flush_messages = 1"))
+    stuck = workers(config, "w", stuck=True)
+    stuck.wait_ready()
+    adapter = RecordingAdapter("test")
+    async with Gateway(config_of(write_config(tmp_path, nats_server.url, "gateway")), [adapter], name="gw") as gw:
+        for s in range(4):
+            await gw.receive(message(s, 0))
+        await wait_for(lambda: len(adapter.sent) >= 4, 60, "the replies of the stuck turns")
+        stuck.kill()  # every turn sent its reply and stored nothing
+        workers(config, "w").wait_ready()
+        for s in range(4):
+            await gw.receive(message(s, 1))
+        await wait_for(lambda: all(len(answered(adapter).get(s, [])) >= 2 for s in range(4)), 60, "the next answers")
+        await asyncio.sleep(2)  # anything sent twice would arrive by now
+    assert {s: answered(adapter).get(s) for s in range(4)} == {s: [0, 1] for s in range(4)}
+
+
 async def test_a_worker_stalled_past_its_lease_loses_its_partitions_and_answers_nothing_twice(
     tmp_path, nats_server, workers
 ):

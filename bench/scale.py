@@ -64,6 +64,7 @@ from core.chat.message_elements import Text  # noqa: E402 - after ROOT is on sys
 from core.cluster import Gateway, owner_of  # noqa: E402 - after ROOT is on sys.path
 from core.config import load_config  # noqa: E402 - after ROOT is on sys.path
 from core.testing import ChatHarness, EchoProvider, NatsServer, RecordingAdapter  # noqa: E402 - after ROOT is on sys.path
+from core.utils.heap import freeze_started, thaw  # noqa: E402 - after ROOT is on sys.path
 
 SESSIONS = 200
 MESSAGES = 2_500  # per run, after the warm-up message of each session
@@ -159,6 +160,7 @@ async def single_process() -> dict:
     adapter = SignalAdapter("test")
     config = {"plugins": {"config": PLUGIN_CONFIG}, "trace": {"enabled": False}}
     async with ChatHarness(provider=EchoProvider(), adapter=adapter, config=config) as bot:
+        freeze_started()  # as `hookchat run` does once started (and the workers do): like with like
         app = bot.app
         warm, burst = workload()
         await asyncio.gather(*[(await app.receive(m)).turn for m in warm])
@@ -184,6 +186,7 @@ async def single_process() -> dict:
             (await app.receive(m)).turn  # noqa: B018 - the reply's arrival is what is timed
 
         latency = await latency_of(send_one, adapter, "lat")
+    thaw()
     return {"rate": len(burst) / wall, "cpu": cpu / len(burst), "latency": latency}
 
 
@@ -303,6 +306,7 @@ async def cluster_run(
         adapter = SignalAdapter("test")
         gateway = Gateway(load_config(cluster.config), [adapter], name="gw")
         await gateway.start()
+        freeze_started()  # as `hookchat run --role gateway` does once started
         await settled(gateway, cluster.names)
         warm, burst = workload()
         warm += [message(f"lat{n}", 0) for n in range(LATENCY_SAMPLES)] if latency else []
@@ -363,6 +367,7 @@ async def cluster_run(
             if gateway is not None:
                 await gateway.aclose()
         finally:
+            thaw()  # the next run starts from a heap of its own
             cluster.close()
 
 

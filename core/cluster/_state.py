@@ -399,19 +399,6 @@ class ClusterHistory:
             self._answered.setdefault(sid, set()).update(answered)  # for `tidy`
             raise
 
-    async def has_parked(self, sid: str) -> bool:
-        """Whether messages of `sid` not known to be answered are in the buffers bucket (from memory, as `seen`
-        read it, while this worker owns the session)."""
-        buffers = self.bus.buffers
-        assert buffers is not None
-
-        async def job() -> dict[str, Any] | None:
-            return (await self._values.read(buffers, self._buffer_key(sid), sid))[0]
-
-        value = await self.patiently(sid, f"reading the parked messages of {sid}", job)
-        answered = self._answered.get(sid, set())
-        return value is not None and any(e["id"] not in answered for e in value["messages"])
-
     async def unpark(self, sid: str, ids: Sequence[str]) -> None:
         """Take answered messages out of the session's parked buffer."""
         assert self.bus.buffers is not None

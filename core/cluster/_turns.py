@@ -1,6 +1,5 @@
 """Before a worker's turn runs, its batch is written down in the cluster (`ClusterHistory.intend`), so whoever
-redoes it after a crash forms the same batch and its replies carry the same ids. (Not a batch of just the one
-message held, with nothing of its session parked: its redelivery forms that batch again.) `ClusterTurns` is the plugin that
+redoes it after a crash forms the same batch and its replies carry the same ids. `ClusterTurns` is the plugin that
 does it first of all `im_batch_message` hooks; it sees the worker only as a `BatchLedger`."""
 
 from __future__ import annotations
@@ -43,10 +42,6 @@ class TurnLedger:
             return True
         unparked = {i: data for i in ids if (data := self.held.data(i)) is not None}
         try:
-            if len(unparked) == len(ids) == 1 and not await self.history.has_parked(event.sid):
-                # The one message this worker holds, nothing of its session parked: whoever redoes the turn gets
-                # that message again, alone, as this turn did, and forms this same batch. A write per turn saved.
-                return True
             await self.history.intend(event.sid, ids, unparked)
         except HistoryError as exc:  # no turn may send what a redo could not match
             logger.warning("cluster: turn of %s put off: %s", event.sid, exc)

@@ -318,9 +318,9 @@ class StandingPull:
         self._ended: asyncio.Future[None] | None = None
 
     @classmethod
-    async def open(cls, bus: Bus, consumer: str, stream: str | None = None) -> StandingPull:
-        """A standing pull on `consumer` of `stream` (the incoming stream by default), its first request made."""
-        pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{stream or bus.in_stream}.{consumer}")
+    async def open(cls, bus: Bus, consumer: str) -> StandingPull:
+        """A standing pull on `consumer` of the incoming stream, its first request made."""
+        pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{bus.in_stream}.{consumer}")
         pull._sub = await bus.nc.subscribe(pull._inbox, cb=pull._queue.put)
         await pull.renew()
         return pull
@@ -336,12 +336,8 @@ class StandingPull:
         while True:
             if self._nc.stats["reconnects"] != self._reconnects or time.monotonic() - self._made > self.EXPIRES + 2:
                 await self.renew()  # the request may be lost (or nothing said it ended)
-            try:  # no timer when one is waiting (a backlog)
-                msg = (
-                    self._queue.get_nowait()
-                    if self._queue.qsize()
-                    else await asyncio.wait_for(self._queue.get(), timeout)
-                )
+            try:
+                msg = await asyncio.wait_for(self._queue.get(), timeout)
             except TimeoutError:
                 return None
             status = (msg.headers or {}).get("Status")

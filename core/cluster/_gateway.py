@@ -15,6 +15,7 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
+import nats.errors
 from nats.js import api
 
 from core.adapter import Adapter
@@ -30,7 +31,7 @@ from core.chat import (
 )
 from core.chat.message_elements import Text
 from core.chat.wire import WireError, chain_from_wire, message_from_wire, message_to_wire, session_from_wire
-from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, StandingPull, default_name
+from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, default_name
 from core.cluster._spool import Outbox, Outgoing, Spool
 from core.config import HookchatConfig
 from core.utils.log import logger
@@ -180,25 +181,20 @@ class Gateway:
     # -- replies --------------------------------------------------------------------------------------------------
 
     async def _replies(self) -> None:
-        """Send the replies in stream order, from one standing pull request (not a fetch round trip per few)."""
-        pull = None
-        try:
-            while True:
-                try:
-                    if pull is None:
-                        pull = await StandingPull.open(self.bus, f"gw-{self.name}", self.bus.out_stream)
-                    msg = await pull.next(1.0)
-                except NATS_ERRORS as exc:
-                    logger.debug("cluster: gateway %s reply fetch failed: %s", self.name, exc)
-                    await asyncio.sleep(0.25)
-                    continue
-                if msg is not None:
-                    await self._reply(msg)
-        finally:
-            if pull is not None:
-                for msg in await pull.close():  # delivered and not sent: they come again at the next start
-                    with contextlib.suppress(*NATS_ERRORS):
-                        await msg.nak()
+        sub = None
+        while True:
+            try:
+                if sub is None:
+                    sub = await self.bus.js.pull_subscribe_bind(durable=f"gw-{self.name}", stream=self.bus.out_stream)
+                messages = await sub.fetch(256, timeout=1.0)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except NATS_ERRORS as exc:
+                logger.debug("cluster: gateway %s reply fetch failed: %s", self.name, exc)
+                await asyncio.sleep(0.25)
+                continue
+            for msg in messages:
+                await self._reply(msg)
 
     async def _reply(self, msg: Any) -> None:
         try:

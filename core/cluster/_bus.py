@@ -125,6 +125,15 @@ class Bus:
         """The partition of session `sid`."""
         return partition_of(sid, self.config.partitions)
 
+    @property
+    def can_reset(self) -> bool:
+        """Whether the server resets consumers (JetStream's consumer reset, ADR-60: nats-server 2.14 or later)."""
+        try:
+            version = self.nc.connected_server_version
+            return (version.major, version.minor) >= (2, 14)
+        except (AttributeError, ValueError):  # not connected, or a version that is not semantic
+            return False
+
     async def connect(self) -> None:
         """Connect (reconnecting for ever once connected) and create what is missing; `ClusterError` when the
         server cannot be reached."""

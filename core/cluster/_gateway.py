@@ -181,11 +181,23 @@ class Gateway:
     # -- replies --------------------------------------------------------------------------------------------------
 
     async def _replies(self) -> None:
-        sub = None
+        """Send the replies for this gateway, in the order the stream holds them.
+
+        A reply the server delivered and this gateway never got (lost as the server went away) would otherwise
+        stay unacknowledged for `ack_wait` and then come after the session's later replies. So the consumer is
+        reset (JetStream's consumer reset, nats-server 2.14 or later) at the start, after each reconnection, and
+        whenever a delivery is missing (its delivery sequence skips one): everything unacknowledged then comes
+        again at once, in stream order, and what was already sent is recognised by its id."""
+        sub: Any = None
+        expected: int | None = None  # the next delivery's consumer sequence; None: not known (no reset)
+        reconnects = -1  # the connection's reconnections when the subscription was made
+        missed = False
         while True:
             try:
-                if sub is None:
-                    sub = await self.bus.js.pull_subscribe_bind(durable=f"gw-{self.name}", stream=self.bus.out_stream)
+                if sub is None or missed or self.bus.nc.stats["reconnects"] != reconnects:
+                    old, sub, missed = sub, None, False
+                    reconnects = self.bus.nc.stats["reconnects"]
+                    sub, expected = await self._reply_subscription(old)
                 messages = await sub.fetch(256, timeout=1.0)
             except (TimeoutError, nats.errors.TimeoutError):
                 continue
@@ -194,7 +206,32 @@ class Gateway:
                 await asyncio.sleep(0.25)
                 continue
             for msg in messages:
+                delivered = msg.metadata.sequence.consumer
+                if expected is not None and delivered != expected:
+                    logger.warning(
+                        "cluster: gateway %s missed a reply (delivery %d came, %d was next); resetting its consumer",
+                        self.name,
+                        delivered,
+                        expected,
+                    )
+                    missed = True  # the rest of this batch comes again after the reset
+                    break
+                expected = delivered + 1
                 await self._reply(msg)
+
+    async def _reply_subscription(self, old: Any) -> tuple[Any, int | None]:
+        """A new subscription to this gateway's replies, the consumer reset first; and the consumer sequence its
+        first delivery will have (1 after a reset; None when the server cannot reset, which leaves a missed reply
+        to come again after `ack_wait`). What the old subscription held and had not sent comes again."""
+        if old is not None:
+            with contextlib.suppress(*NATS_ERRORS, ValueError):
+                await old.unsubscribe()
+        consumer = f"gw-{self.name}"
+        expected = None
+        if self.bus.can_reset:
+            await self.bus.js.reset_consumer(self.bus.out_stream, consumer)
+            expected = 1
+        return await self.bus.js.pull_subscribe_bind(durable=consumer, stream=self.bus.out_stream), expected
 
     async def _reply(self, msg: Any) -> None:
         try:

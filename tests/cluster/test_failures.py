@@ -2,7 +2,8 @@
 each on a real NATS server: a worker restarted under the same name takes its partitions back at once; a worker
 that stalls past its lease (SIGSTOP) loses its partitions and, resumed, answers nothing twice; a gateway stopped
 while the server is away publishes its spool at its next start; a malformed message is dropped and its partition
-goes on; a message too large for the stream is refused with a notice to its sender."""
+goes on; a message too large for the stream is refused with a notice to its sender; a reply the server delivered
+and the gateway never got comes again at once, before the session's later replies."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from core.chat import KiraIMMessage, MessageChain, Session, User
 from core.chat.message_elements import Text
+from core.chat.wire import chain_to_wire, session_to_wire
 from core.cluster import Gateway, Worker, partition_of
 from core.config import HookchatConfig
 from core.testing import EchoProvider, RecordingAdapter
@@ -174,3 +176,61 @@ async def test_a_message_the_stream_refuses_for_good_is_told_to_its_sender(tmp_p
     notice = adapter.sent[0].chain.message_repr
     assert notice.startswith("Sorry, I could not take your message") and "xxxx" in notice
     assert gw.outbox.pending == 0
+
+
+class GatedAdapter(RecordingAdapter):
+    """Records what it sends, holding the first send until `gate` is set."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.gate = asyncio.Event()
+        self.holding = False
+
+    async def send(self, session, chain):
+        if not self.sent and not self.gate.is_set():
+            self.holding = True
+            await self.gate.wait()
+        return await super().send(session, chain)
+
+
+async def test_a_reply_delivered_to_the_gateway_and_lost_comes_again_at_once_before_the_later_ones(
+    tmp_path, nats_server
+):
+    """A delivery lost on its way (as when the server goes away just after sending it) is taken here by a second
+    connection that never acknowledges it. Without the gateway's consumer reset it would come `ack_wait` (30 s)
+    later, after the session's next reply."""
+    adapter = GatedAdapter("test")
+    session = Session("test", "dm", "u1")
+    async with Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [adapter], name="gw") as gw:
+        bus = gw.bus
+
+        async def reply(n: int) -> None:
+            data = {
+                "id": f"r{n}",
+                "session": session_to_wire(session),
+                "chain": chain_to_wire(MessageChain([Text(f"r{n}")])),
+            }
+            await bus.publish(bus.out_subject("gw"), data, f"r{n}")
+
+        await reply(0)
+        await wait_for(lambda: adapter.holding, 10, "the gateway to be sending the first reply")
+
+        async def idle() -> bool:  # the gateway's own pull request has expired: the next reply waits in the stream
+            return (await bus.js.consumer_info(bus.out_stream, "gw-gw")).num_waiting == 0
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await idle():
+            assert asyncio.get_running_loop().time() < deadline, "the gateway's pull request did not expire"
+            await asyncio.sleep(0.1)
+        await reply(1)
+        await reply(2)
+        other = await nats.connect(nats_server.url)
+        try:
+            stolen = await other.jetstream().pull_subscribe_bind(durable="gw-gw", stream=bus.out_stream)
+            [lost] = await stolen.fetch(1, timeout=5)
+            assert json.loads(lost.data)["id"] == "r1"  # delivered, and never acknowledged
+            adapter.gate.set()
+            await wait_for(lambda: len(adapter.sent) == 3, 20, "all three replies sent")
+        finally:
+            await other.close()
+    assert [r.chain.message_repr for r in adapter.sent] == ["r0", "r1", "r2"]

@@ -52,6 +52,9 @@ def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser
         "each <msg> of the streamed answer arrives as a message of its own"
     )
     assert browser.find_element(By.CSS_SELECTOR, "#chat-log .msg.user").text == "hi bot"
+    wait_for(browser, EC.element_to_be_clickable((By.ID, "chat-send")))  # the turn has ended
+    links = browser.find_elements(By.CSS_SELECTOR, "#chat-log a.trace-link")
+    assert len(links) == 2, "one trace link under each reply, and no bare one for the turn they already link to"
     shot(browser, "chat")
 
     browser.find_element(By.CSS_SELECTOR, "#chat-log .msg.bot a.trace-link").click()

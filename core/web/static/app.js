@@ -43,7 +43,7 @@ function status(text) { $("#status").textContent = text; }
 
 // -- chat ---------------------------------------------------------------------------------------------------------
 
-const chat = { socket: null, session: localStorage.getItem("hookchat.session") || "", turn: null, bubble: {} };
+const chat = { socket: null, session: localStorage.getItem("hookchat.session") || "", turn: null, bubble: {}, linked: new Set() };
 
 function renderElement(e) {
   switch (e.type) {
@@ -98,6 +98,7 @@ function connect(session) {
       loadHistory(frame.sid);
       refreshSessions(frame.session);
     } else if (frame.type === "turn_started") {
+      chat.linked = new Set();  // the traces this turn's bubbles link to
       setTurn(true);
     } else if (frame.type === "draft") {  // the message being written, replaced by the message once sent
       if (!chat.draft) chat.draft = addBubble("bot draft", "");
@@ -106,12 +107,16 @@ function connect(session) {
     } else if (frame.type === "message") {
       dropDraft();
       addBubble("bot", frame.elements.map(renderElement), traceLink(frame.trace_id));
+      chat.linked.add(frame.trace_id);
     } else if (frame.type === "turn_ended") {
       dropDraft();
       setTurn(false);
       const note = frame.stopped ? "stopped" : frame.error ? frame.error : frame.sent ? null : "(nothing to send)";
       const bubble = note ? addBubble("note", note, traceLink(frame.trace_id)) : null;
-      if (!bubble && frame.trace_id) addBubble("note", "", traceLink(frame.trace_id)).classList.add("turn-end");
+      // the turn's trace, unless a message of it already links there
+      if (!bubble && frame.trace_id && !chat.linked.has(frame.trace_id)) {
+        addBubble("note", "", traceLink(frame.trace_id)).classList.add("turn-end");
+      }
     } else if (frame.type === "error") {
       addBubble("note", "error: " + frame.error);
     }

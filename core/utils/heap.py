@@ -13,25 +13,52 @@ freed, from Python's 700): a serving bot has hundreds of turns in flight, whose 
 collection, so at 700 each collection walks them again and promotes them, and the old generation fills with turns
 that end a moment later, which makes the full collections frequent. Counted with `gc.callbacks` over
 `bench/pipeline.py` (docs/performance.md).
+
+Before that, while a command starts, `collector_paused()` keeps the collector from running at all: what start-up
+allocates lives until the exit, so a collection then walks a growing heap and frees next to nothing (as the `gc`
+module's documentation advises for a process that freezes its heap: disable early, freeze once set up).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 
-__all__ = ["YOUNG_THRESHOLD", "freeze_started", "thaw"]
+__all__ = ["YOUNG_THRESHOLD", "collector_paused", "freeze_started", "thaw"]
 
 #: The youngest generation's collection threshold once a bot serves (`gc.set_threshold`; the older two unchanged).
 YOUNG_THRESHOLD = 10_000
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic collections in the block until `freeze_started()` (a long-running command's bot is up); a
+    one-shot command (`hookchat plugins`) is done before that. The collector's state before the block comes back
+    after it. `gc.collect()` still collects when called."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled and not gc.isenabled():
+            if not gc.get_freeze_count():
+                # What the block allocated joins the oldest generation without a walk (`unfreeze` moves the frozen
+                # objects there): counted as young, it would all be walked by the next young collection.
+                gc.freeze()
+                gc.unfreeze()
+            gc.enable()
+
+
 def freeze_started() -> None:
     """Called once a long-running command's bot has started: collect what start-up left behind, freeze the rest,
-    and raise the youngest generation's threshold to `YOUNG_THRESHOLD` (kept until the process exits)."""
+    raise the youngest generation's threshold to `YOUNG_THRESHOLD` (kept until the process exits) and let the
+    collector run again (`collector_paused()` stopped it during start-up)."""
     gc.collect()
     gc.freeze()
     young, older, oldest = gc.get_threshold()
     gc.set_threshold(max(young, YOUNG_THRESHOLD), older, oldest)
+    gc.enable()
 
 
 def thaw() -> None:

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.utils.heap import collector_paused, freeze_started  # the standard library only
+from core.utils.heap import command_heap, freeze_started  # the standard library only
 from core.utils.process import StopSignals  # the standard library only
 
 # Each command imports what it runs, inside its function: `hookchat --help` and `hookchat plugins` must not pay for
@@ -484,8 +484,8 @@ class _TraceFormatter(logging.Formatter):
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `hookchat` command."""
     args = _parser().parse_args(argv)
-    # Start-up without collections: a long-running command resumes them once its bot is up (`freeze_started()`).
-    with collector_paused():
+    # The collector waits while the command starts, and its last walk at the exit skips what the command made.
+    with command_heap():
         return _command(args)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
@@ -157,6 +156,7 @@ class HookChat:
         self.provider = provider if provider is not None else build_provider(self.config)
         self.adapters: dict[str, Adapter] = {a.name: a for a in adapters}
         self.history: SessionHistory | None = None
+        self._agent: AgentLoop | None = None  # made at the first turn (`agent`)
         if not isinstance(history, bool):  # a store of the caller's (a cluster worker's shared history)
             self.history = history
         elif history:
@@ -195,10 +195,15 @@ class HookChat:
         self.store_factory: Callable[[str], PluginStoreLike] | None = None
         self._started = False
 
-    @functools.cached_property
+    @property
     def agent(self) -> AgentLoop:
         """The agent loop that runs the turns (model, tools, the output parsed and sent), made at its first use: a
         command that runs no turn (`hookchat plugins`) never loads it."""
+        if self._agent is None:
+            self._agent = self._make_agent()
+        return self._agent
+
+    def _make_agent(self) -> AgentLoop:
         # The agent loop's modules are imported here, with the first turn, not with the app (docs/performance.md).
         from core.provider.agent import AgentLoop, AgentSettings
 

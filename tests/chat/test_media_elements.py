@@ -26,7 +26,7 @@ def test_a_media_element_is_equal_to_one_of_its_kind_with_the_same_source(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_media_element_is_a_dataclass_of_its_kind(kind):
     element = kind(path="/tmp/a.bin")
-    assert dataclasses.is_dataclass(element)
+    assert dataclasses.is_dataclass(kind)
     assert [f.name for f in dataclasses.fields(element) if f.init] == ["url", "path", "base64", "name", "mime"]
     copy = dataclasses.replace(element, name="renamed")
     assert type(copy) is kind and copy.path == "/tmp/a.bin" and copy.name == "renamed"

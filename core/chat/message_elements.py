@@ -66,7 +66,7 @@ class Text(BaseMessageElement):
         return self.text
 
 
-@dataclass(eq=True)
+@dataclass(eq=True, init=False)  # its own __init__, as Image's
 class At(BaseMessageElement):
     """A mention of a user (`user_id`, or `pid` as KiraAI calls it; "all" mentions everyone), optionally with the
     display name it had."""
@@ -148,7 +148,7 @@ class Notice(BaseMessageElement):
         return f"[Notice {self.text}]"
 
 
-@dataclass(eq=True)
+@dataclass(eq=True, init=False)  # its own __init__, as Image's
 class Poke(BaseMessageElement):
     """A poke / nudge aimed at a user (`user_id`, or `pid` as KiraAI calls it)."""
 

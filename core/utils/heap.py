@@ -19,7 +19,8 @@ command starts the collector does not run at all: what start-up allocates lives 
 then walks a growing heap and frees next to nothing (as the `gc` module's documentation advises for a process that
 freezes its heap: disable early, freeze once set up). When the command is done the process ends: what it made is
 frozen, so the interpreter's last collection at the exit does not walk it all to free memory the operating system
-takes back anyway (together a tenth of a `hookchat plugins`, docs/performance.md).
+takes back anyway (together 7% of a `hookchat plugins`, docs/performance.md). Nothing is finalized then: the
+`__del__` of an object in a reference cycle does not run, which CPython does not promise at the exit anyway.
 """
 
 from __future__ import annotations

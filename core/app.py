@@ -39,7 +39,6 @@ from core.mcp import McpManager
 from core.pipeline import MessagePipeline, TurnScheduler, message_from_inbox
 from core.plugin import HookEngine, PluginLoader
 from core.provider import ChatMessage, LLMProvider
-from core.provider.agent import AgentLoop, AgentSettings
 from core.provider.registry import build_provider
 from core.services import PluginStoreLike, PushService
 from core.tag import MediaPolicy
@@ -51,6 +50,7 @@ from core.utils.signals import message_sent, send
 from core.utils.tasks import SHUTDOWN_GRACE, wait_or_abandon
 
 if TYPE_CHECKING:
+    from core.provider.agent import AgentLoop
     from core.server import ToolRegistryServer
 
 __all__ = ["HookChat", "build_provider", "SAVED_SETTINGS_NAME", "read_saved_settings"]
@@ -156,6 +156,7 @@ class HookChat:
         self.provider = provider if provider is not None else build_provider(self.config)
         self.adapters: dict[str, Adapter] = {a.name: a for a in adapters}
         self.history: SessionHistory | None = None
+        self._agent: AgentLoop | None = None  # made at the first turn (`agent`)
         if not isinstance(history, bool):  # a store of the caller's (a cluster worker's shared history)
             self.history = history
         elif history:
@@ -165,23 +166,6 @@ class HookChat:
                 max_tokens=limits.history_tokens,
                 retain_turns=limits.history_retain_turns,
             )
-        self.agent = AgentLoop(
-            self.engine,
-            self.provider,
-            self.send,
-            tools=self.plugins.tools,
-            tags=self.plugins.tags,
-            history=self.history,
-            drafts=self.drafts_for,
-            typing=self.typing_for,
-            settings=AgentSettings(
-                max_steps=limits.max_steps,
-                tool_timeout=limits.tool_timeout,
-                max_tool_timeout=limits.max_tool_timeout,
-                max_messages=limits.max_messages_per_turn,
-                max_chars=limits.max_chars_per_turn,
-            ),
-        )
         self.scheduler = TurnScheduler(
             self._run_turn,
             limits.max_concurrent_turns,
@@ -210,6 +194,37 @@ class HookChat:
         #: each plugin's own SQLite file.
         self.store_factory: Callable[[str], PluginStoreLike] | None = None
         self._started = False
+
+    @property
+    def agent(self) -> AgentLoop:
+        """The agent loop that runs the turns (model, tools, the output parsed and sent), made at its first use: a
+        command that runs no turn (`hookchat plugins`) never loads it."""
+        if self._agent is None:
+            self._agent = self._make_agent()
+        return self._agent
+
+    def _make_agent(self) -> AgentLoop:
+        # The agent loop's modules are imported here, with the first turn, not with the app (docs/performance.md).
+        from core.provider.agent import AgentLoop, AgentSettings
+
+        limits = self.config.limits
+        return AgentLoop(
+            self.engine,
+            self.provider,
+            self.send,
+            tools=self.plugins.tools,
+            tags=self.plugins.tags,
+            history=self.history,
+            drafts=self.drafts_for,
+            typing=self.typing_for,
+            settings=AgentSettings(
+                max_steps=limits.max_steps,
+                tool_timeout=limits.tool_timeout,
+                max_tool_timeout=limits.max_tool_timeout,
+                max_messages=limits.max_messages_per_turn,
+                max_chars=limits.max_chars_per_turn,
+            ),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 

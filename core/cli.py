@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.utils.heap import freeze_started  # the standard library only
+from core.utils.heap import command_heap, freeze_started  # the standard library only
 from core.utils.process import StopSignals  # the standard library only
 
 # Each command imports what it runs, inside its function: `hookchat --help` and `hookchat plugins` must not pay for
@@ -342,6 +342,7 @@ async def _mcp_serve(config: HookchatConfig, http: bool, host: str, port: int) -
     async with app:
         server = McpToolServer(app.plugins.tools)
         names = ", ".join(t.name for t in server.offered()) or "none"
+        freeze_started()  # serves until stopped, like `hookchat run`
         if not http:
             print(f"[hookchat] serving tools over MCP on stdio: {names}", file=sys.stderr, flush=True)
             await server.serve_stdio()
@@ -483,6 +484,13 @@ class _TraceFormatter(logging.Formatter):
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `hookchat` command."""
     args = _parser().parse_args(argv)
+    # The collector waits while the command starts, and its last walk at the exit skips what the command made.
+    with command_heap():
+        return _command(args)
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exit status."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "new-plugin":
         return _new_plugin(args.name, Path(args.dir))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -630,6 +629,10 @@ def load_config(
 
 
 def _read_toml(file: Path) -> dict[str, Any]:
+    # Imported when there is a file to read: tomllib compiles its regular expressions at import, which a command
+    # started without a config file need not pay.
+    import tomllib
+
     try:
         with file.open("rb") as f:
             return tomllib.load(f)

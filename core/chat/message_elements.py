@@ -66,7 +66,7 @@ class Text(BaseMessageElement):
         return self.text
 
 
-@dataclass(eq=True)
+@dataclass(eq=True, init=False)  # its own __init__, as Image's
 class At(BaseMessageElement):
     """A mention of a user (`user_id`, or `pid` as KiraAI calls it; "all" mentions everyone), optionally with the
     display name it had."""
@@ -148,7 +148,7 @@ class Notice(BaseMessageElement):
         return f"[Notice {self.text}]"
 
 
-@dataclass(eq=True)
+@dataclass(eq=True, init=False)  # its own __init__, as Image's
 class Poke(BaseMessageElement):
     """A poke / nudge aimed at a user (`user_id`, or `pid` as KiraAI calls it)."""
 
@@ -183,7 +183,11 @@ class Json(BaseMessageElement):
 
 @dataclass(eq=True)
 class _Media(BaseMessageElement):
-    """A piece of media given by exactly one of url, path, base64 or a data URL (`url="data:..."`)."""
+    """A piece of media given by exactly one of url, path, base64 or a data URL (`url="data:..."`).
+
+    A kind that adds no field (`Sticker`, `Record`, `File`, `Video`) is a plain subclass: it inherits the generated
+    `__init__`, `__repr__` (which names the kind) and `__eq__` (which compares kinds too), so it need not generate
+    them again at every start-up."""
 
     url: str | None = None
     path: str | None = None
@@ -360,28 +364,24 @@ class Image(_Media):
         return self.url or self.path or self.base64 or ""
 
 
-@dataclass(eq=True)
 class Sticker(_Media):
     """A sticker (an image the platform shows as a sticker)."""
 
     type: ClassVar[str] = "sticker"
 
 
-@dataclass(eq=True)
 class Record(_Media):
     """A voice recording."""
 
     type: ClassVar[str] = "record"
 
 
-@dataclass(eq=True)
 class File(_Media):
     """A file attachment."""
 
     type: ClassVar[str] = "file"
 
 
-@dataclass(eq=True)
 class Video(_Media):
     """A video."""
 

@@ -83,7 +83,11 @@ class KiraApp(PluginHost, Protocol):
     plugins: PluginLoader
     provider: LLMProvider
     history: SessionHistory | None
-    agent: AgentLoop
+
+    @property
+    def agent(self) -> AgentLoop:
+        """The agent loop that runs the turns (its settings hold the persona section)."""
+        ...
 
     async def receive(self, message: KiraIMMessage) -> Received:
         """Deliver an incoming message to the pipeline."""

@@ -8,7 +8,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from core.chat import BaseMessageElement, KiraStepResult
 from core.config import ProviderConfig
@@ -116,6 +116,9 @@ class OpenAIMessage(BaseModel):
     `tool_calls` items as dicts. Put it in `LLMRequest(messages=[...])` for a request of the plugin's own; a plain
     dict with the same keys works too. Items can be read and written by key as well (`msg["content"]`).
     """
+
+    # Its validator is built on first use: hookchat's own turns never make one (KiraAI-style plugins do).
+    model_config = ConfigDict(defer_build=True)
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str | list[Any] | dict[str, Any] | None = None

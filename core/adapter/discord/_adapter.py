@@ -14,6 +14,7 @@ import itertools
 import logging
 import random
 from collections import deque
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -83,8 +84,7 @@ class DiscordAdapter(Adapter):
         except ValueError as exc:
             raise AdapterError(f"adapter {self.name!r} (discord): {exc}") from None
         mentions = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
-        self.client = discord.Client(intents=self.intents, allowed_mentions=mentions)
-        self.client.event(self.on_message)
+        self.client: discord.Client = _Client(self._received, intents=self.intents, allowed_mentions=mentions)
         self._queue: deque[discord.Message] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._own_ids: deque[int] = deque(maxlen=_OWN_IDS)
@@ -175,9 +175,9 @@ class DiscordAdapter(Adapter):
 
     # -- incoming -------------------------------------------------------------------------------------------------
 
-    async def on_message(self, message: discord.Message) -> None:
-        """discord.py's `on_message` event: queue a message for delivery (bounded by `max_queued_messages`; more are
-        dropped, with a warning when dropping starts)."""
+    def _received(self, message: discord.Message) -> None:
+        """Every message discord.py parses, as it parses it (the bot's own included): queue it for delivery
+        (bounded by `max_queued_messages`; more are dropped, with a warning when dropping starts)."""
         me = self.client.user
         if me is not None and message.author.id == me.id:
             return
@@ -353,6 +353,22 @@ class DiscordAdapter(Adapter):
                 await asyncio.sleep(_TYPING_EVERY)
         except (discord.HTTPException, AdapterError, ValueError, OSError, aiohttp.ClientError) as exc:
             logger.debug("discord %s: no typing indicator in %s: %s", self.name, session.sid, exc)
+
+
+class _Client(discord.Client):
+    """discord.py's `Client`, handing each `message` event to `take` as it is dispatched: discord.py runs every
+    event handler as a task of its own, so an `on_message` handler made and ran a task for every message the bot
+    saw, its own echoed back included. Listeners (`wait_for`) and handlers set with `client.event` run as before."""
+
+    def __init__(self, take: Callable[[discord.Message], None], **options: Any) -> None:
+        super().__init__(**options)
+        self._take = take
+
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """discord.py's dispatch, after handing a `message` event's message to `take`."""
+        if event == "message":
+            self._take(args[0])
+        super().dispatch(event, *args, **kwargs)
 
 
 def _embed(data: dict[str, Any]) -> discord.Embed:

@@ -116,17 +116,28 @@ class HTTPClient:
         else:
             head.append(b"\r\n")
         request = b"".join(head)
-        async with asyncio.timeout(timeout), self._slots:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        if self._slots.locked():  # `limit` requests under way: waiting for one to end counts in the timeout
+            async with asyncio.timeout_at(deadline):
+                await self._slots.acquire()
+        else:
+            await self._slots.acquire()
+        try:
             while True:
                 connection = self._reused()
                 if connection is None:
-                    return await self._exchange(await self._connect(), request)
+                    async with asyncio.timeout_at(deadline):
+                        connection = await self._connect()
+                    return await self._exchange(connection, request, deadline)
                 try:
-                    return await self._exchange(connection, request)
+                    return await self._exchange(connection, request, deadline)
                 except _ClosedUnanswered:
                     if method not in IDEMPOTENT:
                         raise HTTPError("the server closed a kept-alive connection before answering") from None
                     # the server closed it as it was taken from the pool: try the next one (or a new one)
+        finally:
+            self._slots.release()
 
     async def close(self) -> None:
         """Close the idle connections, and every other one as its request ends; later requests raise `HTTPError`."""
@@ -151,9 +162,9 @@ class HTTPClient:
         )
         return connection
 
-    async def _exchange(self, connection: _Connection, request: bytes) -> Answer:
+    async def _exchange(self, connection: _Connection, request: bytes, deadline: float) -> Answer:
         try:
-            answer = await connection.exchange(request)
+            answer = await connection.exchange(request, deadline)
         except BaseException:
             connection.close()  # cancelled, timed out or broken midway: its state is unknown
             raise
@@ -178,16 +189,20 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._body: list[bytes] = []
         self._waiter: asyncio.Future[Answer] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._received = False  # any byte of the current answer
         self._ends_at_eof = False  # the current answer's body is all that comes before the connection closes
         self._keep_alive = True
         self.usable = True  # open, and may carry another request
         self.idle_since = 0.0
 
-    def exchange(self, request: bytes) -> asyncio.Future[Answer]:
-        """Write `request`; the future of its answer."""
+    def exchange(self, request: bytes, deadline: float) -> asyncio.Future[Answer]:
+        """Write `request`; the future of its answer, failed with `TimeoutError` at `deadline` (the loop's time).
+        (A timer of the connection's own: `asyncio.timeout` around the exchange cost a third of its CPU.)"""
         assert self._transport is not None and self._waiter is None
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        self._timer = loop.call_at(deadline, self._fail, TimeoutError())
         self._body, self._received, self._ends_at_eof = [], False, False
         self._transport.write(request)
         return self._waiter
@@ -233,6 +248,8 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         waiter, self._waiter = self._waiter, None
+        if self._timer is not None:
+            self._timer.cancel()
         if not self._keep_alive:
             self.close()
         if waiter is not None and not waiter.done():
@@ -253,6 +270,8 @@ class _Connection(asyncio.Protocol):
 
     def _fail(self, exc: Exception) -> None:
         waiter, self._waiter = self._waiter, None
+        if self._timer is not None:
+            self._timer.cancel()
         self.close()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)

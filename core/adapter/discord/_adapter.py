@@ -94,6 +94,7 @@ class DiscordAdapter(Adapter):
         # message, a system call that gives up the interpreter lock (seen in a profile of bench/adapters.py).
         self._nonces = itertools.count(random.getrandbits(62))
         self._tasks: list[asyncio.Task[None]] = []
+        self._typing = DelayedTyping(_TYPING_AFTER, f"hookchat:discord:{self.name}:typing")
         self.dropped_messages = 0
         self._dropping = False
 
@@ -356,7 +357,7 @@ class DiscordAdapter(Adapter):
         (option `typing`)."""
         if not self.settings.typing:
             return super().typing(session)
-        return DelayedTyping(_TYPING_AFTER, lambda: self._keep_typing(session), f"hookchat:discord:{self.name}:typing")
+        return self._typing.held(lambda: self._keep_typing(session))
 
     async def _keep_typing(self, session: Session) -> None:
         try:

@@ -135,6 +135,7 @@ class TelegramAdapter(Adapter):
         self._queue: asyncio.Queue[Message] = asyncio.Queue(s.max_queued_updates)
         self._external = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._typing = DelayedTyping(_TYPING_AFTER, f"hookchat:telegram:{self.name}:typing")
         self._runner: web.AppRunner | None = None
         self._port = s.port
         self._senders: dict[str, Callable[..., Awaitable[Any]]] = {
@@ -628,7 +629,7 @@ class TelegramAdapter(Adapter):
     def typing(self, session: Session) -> AbstractAsyncContextManager[None]:
         """Telegram's "typing..." in the chat of `session` while the model writes, from half a second on
         (`sendChatAction`, renewed every 4.5 s); a chat action that fails is only logged (debug)."""
-        return DelayedTyping(_TYPING_AFTER, lambda: self._keep_typing(session), f"hookchat:telegram:{self.name}:typing")
+        return self._typing.held(lambda: self._keep_typing(session))
 
     async def _keep_typing(self, session: Session) -> None:
         try:

@@ -37,6 +37,7 @@ from core.adapter.media import MediaElement, upload_name
 from core.chat.message_elements import BaseMessageElement, MediaError, Reply, Sticker
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
+from core.utils.recent import Recent
 from core.utils.tasks import cancel_and_wait
 
 __all__ = ["DiscordAdapter", "CAPABILITIES", "INTENTS"]
@@ -48,6 +49,7 @@ CAPABILITIES = frozenset({"text", "at", "reply", "image", "file", "record", "vid
 #: The gateway intents the bot asks for; `message_content` must also be switched on in the Developer Portal.
 INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, message_content=True)
 _OWN_IDS = 1000  # ids of messages the bot sent, to tell a reply to the bot when Discord did not resolve it
+_CHANNELS = 1000  # sessions whose channel is kept, so each answer does not look it up again
 _TYPING_EVERY = 8.0  # seconds; Discord shows "typing" for 10 s after each trigger
 _TYPING_AFTER = 0.5  # seconds of model work before "typing..." is shown: a quick answer needs no indicator
 #: The channels the bot sends to and deletes in: a guild's text, voice or stage channel, a thread, a DM (each has an
@@ -90,6 +92,7 @@ class DiscordAdapter(Adapter):
         self._queue: deque[discord.Message] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._own_ids: deque[int] = deque(maxlen=_OWN_IDS)
+        self._channels: Recent[str, _Channel] = Recent(_CHANNELS)  # session id -> where its answers go
         # Each message's nonce (Discord posts a nonce once): from a random start, not discord.py's os.urandom per
         # message, a system call that gives up the interpreter lock (seen in a profile of bench/adapters.py).
         self._nonces = itertools.count(random.getrandbits(62))
@@ -268,14 +271,22 @@ class DiscordAdapter(Adapter):
     # -- outgoing -------------------------------------------------------------------------------------------------
 
     async def _channel(self, session: Session) -> _Channel:
+        """The channel of `session`, found once (discord.py's lookup walks the guilds' channels on every call; a
+        channel deleted since is refused by Discord when sent to)."""
+        channel = self._channels.get(session.sid)
+        if channel is not None:
+            return channel
         target = int(session.session_id)
         if session.is_group:
-            channel = self.client.get_channel(target) or await self.client.fetch_channel(target)
-            if not isinstance(channel, _Channel):
+            found = self.client.get_channel(target) or await self.client.fetch_channel(target)
+            if not isinstance(found, _Channel):
                 raise AdapterError(f"channel {target} is not one messages can be sent to")
-            return channel
-        user = self.client.get_user(target) or await self.client.fetch_user(target)
-        return user.dm_channel or await user.create_dm()
+            channel = found
+        else:
+            user = self.client.get_user(target) or await self.client.fetch_user(target)
+            channel = user.dm_channel or await user.create_dm()
+        self._channels.remember(session.sid, channel)
+        return channel
 
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
         """Send `chain` to the channel (or the user's DM) of `session`: content split at 2,000 characters, files

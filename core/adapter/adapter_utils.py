@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from core.chat.message_utils import KiraIMSentResult, MessageChain
@@ -48,27 +49,60 @@ class IMAdapter(abc.ABC):
 
 
 class DelayedTyping:
-    """What an adapter's `typing()` returns: held around a model call, it starts `keep()` (the platform's typing
-    indicator, renewed until it is cancelled; it must not raise) as a task named `name` once `after` seconds have
-    passed, and cancels it when the call ends. A quicker answer costs one timer, not a task started and cancelled
-    (most answers are quicker: no indicator is needed then)."""
+    """An adapter's typing indicators, each shown once the model has written for `after` seconds: `held(keep)` is
+    what the adapter's `typing()` returns, held around a model call; `after` seconds into it, `keep()` (the
+    platform's indicator, renewed until it is cancelled; it must not raise) starts as a task named `name`, and is
+    cancelled when the call ends. Most answers are quicker and need no indicator: one timer of the adapter's own
+    looks at the calls under way (the oldest first) when the first of them is due, so a quick answer costs no
+    timer, task or cancellation of its own."""
 
-    __slots__ = ("_after", "_keep", "_name", "_timer", "_task")
+    __slots__ = ("_after", "_name", "_waiting", "_timer")
 
-    def __init__(self, after: float, keep: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
-        self._after, self._keep, self._name = after, keep, name
+    def __init__(self, after: float, name: str) -> None:
+        self._after, self._name = after, name
+        self._waiting: dict[_Held, float] = {}  # the calls without an indicator yet -> when each began, oldest first
         self._timer: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[None] | None = None
 
-    def _begin(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._keep(), name=self._name)
+    def held(self, keep: Callable[[], Coroutine[Any, Any, None]]) -> AbstractAsyncContextManager[None]:
+        """The context manager of one model call, whose indicator `keep()` shows."""
+        return _Held(self, keep)
 
-    async def __aenter__(self) -> None:
-        self._timer = asyncio.get_running_loop().call_later(self._after, self._begin)
+    def _begin(self, held: _Held) -> None:
+        loop = asyncio.get_running_loop()
+        self._waiting[held] = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_later(self._after, self._due)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        task, self._task = self._task, None
+    def _due(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = None
+        now = loop.time()
+        while self._waiting:
+            held, began = next(iter(self._waiting.items()))
+            if began + self._after > now:  # the rest began later still
+                self._timer = loop.call_at(began + self._after, self._due)
+                return
+            del self._waiting[held]
+            held.task = loop.create_task(held.keep(), name=self._name)
+
+    async def _end(self, held: _Held) -> None:
+        self._waiting.pop(held, None)
+        task, held.task = held.task, None
         if task is not None:
             await cancel_and_wait(task)
+
+
+class _Held:
+    """One model call's hold on its adapter's `DelayedTyping`."""
+
+    __slots__ = ("_owner", "keep", "task")
+
+    def __init__(self, owner: DelayedTyping, keep: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._owner, self.keep = owner, keep
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> None:
+        self._owner._begin(self)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._owner._end(self)

@@ -12,6 +12,7 @@ test_a_reply_goes_out_as_a_message_reference; a thread is a channel whose messag
 from __future__ import annotations
 
 import base64
+import json
 import re
 import subprocess
 import sys
@@ -167,9 +168,9 @@ async def test_attachments_and_an_embed_go_out(discord_bot: Bot, tmp_path):
     assert with_embed.embeds[0].title == "Weather" and with_embed.embeds[0].color.value == 0x3366FF
 
 
-async def test_files_and_embeds_ride_with_the_last_text_part(discord_bot: Bot, tmp_path):
+async def test_files_and_embeds_ride_with_the_last_text_part(discord_bot: Bot, tmp_path, monkeypatch):
     # What dpytest cannot show: it reads a message's content and embeds only from the JSON payload, which
-    # discord.py 2 sends as a multipart field once there are files; so this checks what is handed to discord.py.
+    # discord.py 2 sends as a multipart field once there are files; so this checks what reaches discord.py's HTTP.
     from core.adapter.discord import to_parts
 
     picture = tmp_path / "cat.png"
@@ -184,10 +185,30 @@ async def test_files_and_embeds_ride_with_the_last_text_part(discord_bot: Bot, t
             ]
         )
     )
-    kwargs = await discord_bot.adapter._send_kwargs(discord_bot.config.channels[0], parts[-1])
-    assert len(parts) == 2 and "files" not in await discord_bot.adapter._send_kwargs(None, parts[0])
-    assert kwargs["content"] == "x" * 500 and [f.filename for f in kwargs["files"]] == ["cat.png"]
-    assert [e.title for e in kwargs["embeds"]] == ["t", None] and kwargs["embeds"][1].image.url.endswith("p.png")
+    adapter, channel = discord_bot.adapter, discord_bot.config.channels[0]
+    requests = record_sends(monkeypatch, adapter)
+    assert await adapter._send_part(channel, parts[0]) == 1
+    await adapter._send_part(channel, parts[-1])
+    (first_id, first, first_files), (last_id, last, files) = requests
+    assert len(parts) == 2 and first_id == last_id == channel.id and not first_files
+    assert last["content"] == "x" * 500 and [f.filename for f in files] == ["cat.png"]
+    assert [e.get("title") for e in last["embeds"]] == ["t", None] and last["embeds"][1]["image"]["url"].endswith(
+        "p.png"
+    )
+
+
+def record_sends(monkeypatch, adapter: DiscordAdapter) -> list[tuple[int, dict[str, Any], list[Any]]]:
+    """What the adapter hands discord.py's HTTP client to send, as (channel id, the JSON payload, files), each
+    answered as Discord answers: with the message (here only its id, 1)."""
+    requests: list[tuple[int, dict[str, Any], list[Any]]] = []
+
+    async def send_message(channel_id: int, *, params: Any) -> dict[str, Any]:
+        payload = params.payload or json.loads(params.multipart[0]["value"])  # payload_json once there are files
+        requests.append((channel_id, payload, list(params.files or ())))
+        return {"id": "1"}
+
+    monkeypatch.setattr(adapter.client.http, "send_message", send_message)
+    return requests
 
 
 async def test_attachments_in_become_media_elements(discord_bot: Bot, tmp_path):
@@ -289,11 +310,14 @@ async def test_a_reply_goes_out_as_a_message_reference(monkeypatch):
     channel = discord.PartialMessageable(state=adapter.client._connection, id=300)
     from core.adapter.discord._convert import to_parts
 
+    requests = record_sends(monkeypatch, adapter)
     (part,) = to_parts(MessageChain([Reply("800"), Text("sure")]))
-    kwargs = await adapter._send_kwargs(channel, part)
-    reference = kwargs["reference"]
-    assert kwargs["content"] == "sure" and isinstance(reference, discord.MessageReference)
-    assert (reference.message_id, reference.channel_id, reference.fail_if_not_exists) == (800, 300, False)
+    await adapter._send_part(channel, part)
+    ((channel_id, payload, _),) = requests
+    assert channel_id == 300 and payload["content"] == "sure"
+    reference = payload["message_reference"]
+    assert reference == {"type": 0, "message_id": 800, "channel_id": 300, "fail_if_not_exists": False}  # 0: a reply
+    assert payload["allowed_mentions"] == {"parse": ["users"], "replied_user": True}  # the client's: no @everyone
 
 
 def test_split_content_cuts_at_line_breaks_then_spaces():

@@ -22,7 +22,7 @@ from aiogram.types import Sticker as TgSticker
 from aiogram_test_framework import RequestType
 from aiogram_test_framework import TestClient as AiogramTestClient
 
-from core.adapter.telegram import TelegramAdapter
+from core.adapter.telegram import TelegramAdapter, split_text, utf16_len
 from core.app import HookChat
 from core.chat import KiraMessageEvent, MessageChain, Session
 from core.chat.message_elements import At, File, Image, Record, Reply, Sticker, Text
@@ -255,3 +255,10 @@ def test_a_received_file_is_kept_under_a_name_no_sender_chooses(monkeypatch, tmp
         set_data_path(None)
     assert hostile.parent == plain.parent == odd.parent == tmp_path / "telegram" / "tg" and odd.name == "id.png"
     assert hostile.name == "______x.sh" and plain.name == "AgADBQ.pdf"
+
+
+def test_the_split_counts_utf16_units_as_telegram_does():
+    # "😀" is two UTF-16 units: 2,048 of them fill a message (4,096 units) though they are 2,048 characters
+    assert (utf16_len("a😀é"), utf16_len("")) == (4, 0)
+    pieces = split_text([("😀" * 2049, None)])
+    assert [len(text) for text, _ in pieces] == [2048, 1]

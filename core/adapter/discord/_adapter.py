@@ -14,11 +14,14 @@ import itertools
 import logging
 import random
 from collections import deque
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiohttp
 import discord
+from discord.http import handle_message_parameters
+from discord.utils import MISSING
 from pydantic import ValidationError
 
 from core.adapter import Adapter, AdapterError, AdapterHost, options_error
@@ -34,6 +37,7 @@ from core.adapter.media import MediaElement, upload_name
 from core.chat.message_elements import BaseMessageElement, MediaError, Reply, Sticker
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
+from core.utils.recent import Recent
 from core.utils.tasks import cancel_and_wait
 
 __all__ = ["DiscordAdapter", "CAPABILITIES", "INTENTS"]
@@ -45,6 +49,7 @@ CAPABILITIES = frozenset({"text", "at", "reply", "image", "file", "record", "vid
 #: The gateway intents the bot asks for; `message_content` must also be switched on in the Developer Portal.
 INTENTS = discord.Intents(guilds=True, guild_messages=True, dm_messages=True, message_content=True)
 _OWN_IDS = 1000  # ids of messages the bot sent, to tell a reply to the bot when Discord did not resolve it
+_CHANNELS = 1000  # sessions whose channel is kept, so each answer does not look it up again
 _TYPING_EVERY = 8.0  # seconds; Discord shows "typing" for 10 s after each trigger
 _TYPING_AFTER = 0.5  # seconds of model work before "typing..." is shown: a quick answer needs no indicator
 #: The channels the bot sends to and deletes in: a guild's text, voice or stage channel, a thread, a DM (each has an
@@ -83,15 +88,16 @@ class DiscordAdapter(Adapter):
         except ValueError as exc:
             raise AdapterError(f"adapter {self.name!r} (discord): {exc}") from None
         mentions = discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True)
-        self.client = discord.Client(intents=self.intents, allowed_mentions=mentions)
-        self.client.event(self.on_message)
+        self.client: discord.Client = _Client(self._received, intents=self.intents, allowed_mentions=mentions)
         self._queue: deque[discord.Message] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._own_ids: deque[int] = deque(maxlen=_OWN_IDS)
+        self._channels: Recent[str, _Channel] = Recent(_CHANNELS)  # session id -> where its answers go
         # Each message's nonce (Discord posts a nonce once): from a random start, not discord.py's os.urandom per
         # message, a system call that gives up the interpreter lock (seen in a profile of bench/adapters.py).
         self._nonces = itertools.count(random.getrandbits(62))
         self._tasks: list[asyncio.Task[None]] = []
+        self._typing = DelayedTyping(_TYPING_AFTER, f"hookchat:discord:{self.name}:typing")
         self.dropped_messages = 0
         self._dropping = False
 
@@ -175,9 +181,9 @@ class DiscordAdapter(Adapter):
 
     # -- incoming -------------------------------------------------------------------------------------------------
 
-    async def on_message(self, message: discord.Message) -> None:
-        """discord.py's `on_message` event: queue a message for delivery (bounded by `max_queued_messages`; more are
-        dropped, with a warning when dropping starts)."""
+    def _received(self, message: discord.Message) -> None:
+        """Every message discord.py parses, as it parses it (the bot's own included): queue it for delivery
+        (bounded by `max_queued_messages`; more are dropped, with a warning when dropping starts)."""
         me = self.client.user
         if me is not None and message.author.id == me.id:
             return
@@ -265,14 +271,22 @@ class DiscordAdapter(Adapter):
     # -- outgoing -------------------------------------------------------------------------------------------------
 
     async def _channel(self, session: Session) -> _Channel:
+        """The channel of `session`, found once (discord.py's lookup walks the guilds' channels on every call; a
+        channel deleted since is refused by Discord when sent to)."""
+        channel = self._channels.get(session.sid)
+        if channel is not None:
+            return channel
         target = int(session.session_id)
         if session.is_group:
-            channel = self.client.get_channel(target) or await self.client.fetch_channel(target)
-            if not isinstance(channel, _Channel):
+            found = self.client.get_channel(target) or await self.client.fetch_channel(target)
+            if not isinstance(found, _Channel):
                 raise AdapterError(f"channel {target} is not one messages can be sent to")
-            return channel
-        user = self.client.get_user(target) or await self.client.fetch_user(target)
-        return user.dm_channel or await user.create_dm()
+            channel = found
+        else:
+            user = self.client.get_user(target) or await self.client.fetch_user(target)
+            channel = user.dm_channel or await user.create_dm()
+        self._channels.remember(session.sid, channel)
+        return channel
 
     async def send(self, session: Session, chain: MessageChain) -> KiraIMSentResult:
         """Send `chain` to the channel (or the user's DM) of `session`: content split at 2,000 characters, files
@@ -287,13 +301,13 @@ class DiscordAdapter(Adapter):
             channel = await self._channel(session)
             for number, part in enumerate(parts, 1):
                 try:
-                    sent = await channel.send(**await self._send_kwargs(channel, part))
+                    sent = await self._send_part(channel, part)
                 except (discord.HTTPException, MediaError) as exc:
                     if len(parts) > 1:
                         raise AdapterError(f"part {number} of {len(parts)}: {exc}") from exc
                     raise
-                self._own_ids.append(sent.id)
-                ids.append(str(sent.id))
+                self._own_ids.append(sent)
+                ids.append(str(sent))
         except (discord.HTTPException, MediaError, AdapterError, ValueError) as exc:
             logger.warning("discord %s: send to %s failed: %s", self.name, session.sid, exc)
             return KiraIMSentResult(
@@ -301,19 +315,30 @@ class DiscordAdapter(Adapter):
             )
         return KiraIMSentResult(chain, session, ok=True, message_id=ids[0], message_ids=tuple(ids))
 
-    async def _send_kwargs(self, channel: _Channel, part: Part) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"nonce": next(self._nonces)}
-        if part.content:
-            kwargs["content"] = part.content
-        if part.files:
-            kwargs["files"] = [await self._upload(media) for media in part.files]
-        if part.embeds:
-            kwargs["embeds"] = [_embed(e) for e in part.embeds]
-        if part.reply_to is not None:
-            kwargs["reference"] = discord.MessageReference(
+    async def _send_part(self, channel: _Channel, part: Part) -> int:
+        """Send one part; the id of the message Discord made. What `channel.send` does with the same arguments
+        (its parameters, discord.py's HTTP client, which waits out 429s), but for building a `discord.Message` of
+        the answer, of which only the id is read: a third of discord.py's work for a message (seen in a profile of
+        bench/adapters.py), the gateway's echo of the message being another."""
+        reference = (
+            discord.MessageReference(
                 message_id=part.reply_to, channel_id=channel.id, fail_if_not_exists=False
-            )
-        return kwargs
+            ).to_message_reference_dict()
+            if part.reply_to is not None
+            else MISSING
+        )
+        files = [await self._upload(media) for media in part.files] if part.files else MISSING
+        with handle_message_parameters(
+            content=part.content or None,
+            nonce=next(self._nonces),
+            files=files,
+            embeds=[_embed(e) for e in part.embeds] if part.embeds else MISSING,
+            allowed_mentions=None,
+            message_reference=reference,
+            previous_allowed_mentions=self.client.allowed_mentions,
+        ) as params:
+            data = await self.client.http.send_message(channel.id, params=params)
+        return int(data["id"])
 
     async def _upload(self, media: MediaElement) -> discord.File:
         data = await media.get_bytes()  # a path is read in a worker thread
@@ -343,7 +368,7 @@ class DiscordAdapter(Adapter):
         (option `typing`)."""
         if not self.settings.typing:
             return super().typing(session)
-        return DelayedTyping(_TYPING_AFTER, lambda: self._keep_typing(session), f"hookchat:discord:{self.name}:typing")
+        return self._typing.held(lambda: self._keep_typing(session))
 
     async def _keep_typing(self, session: Session) -> None:
         try:
@@ -353,6 +378,22 @@ class DiscordAdapter(Adapter):
                 await asyncio.sleep(_TYPING_EVERY)
         except (discord.HTTPException, AdapterError, ValueError, OSError, aiohttp.ClientError) as exc:
             logger.debug("discord %s: no typing indicator in %s: %s", self.name, session.sid, exc)
+
+
+class _Client(discord.Client):
+    """discord.py's `Client`, handing each `message` event to `take` as it is dispatched: discord.py runs every
+    event handler as a task of its own, so an `on_message` handler made and ran a task for every message the bot
+    saw, its own echoed back included. Listeners (`wait_for`) and handlers set with `client.event` run as before."""
+
+    def __init__(self, take: Callable[[discord.Message], None], **options: Any) -> None:
+        super().__init__(**options)
+        self._take = take
+
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        """discord.py's dispatch, after handing a `message` event's message to `take`."""
+        if event == "message":
+            self._take(args[0])
+        super().dispatch(event, *args, **kwargs)
 
 
 def _embed(data: dict[str, Any]) -> discord.Embed:

@@ -30,6 +30,7 @@ import httpx
 from pydantic import ValidationError
 
 from core.adapter import Adapter, AdapterError, AdapterHost, options_error, require_library
+from core.adapter.http_client import Headers, HTTPClient
 from core.adapter.matrix._content import (
     MEDIA_MSGTYPES,
     MediaPart,
@@ -54,7 +55,6 @@ from core.utils.recent import Recent
 from core.utils.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
-    import aiohttp
     import nio
 
 __all__ = ["MatrixAdapter", "MatrixError", "MatrixStats", "CAPABILITIES", "ENCRYPTION_REFUSAL"]
@@ -175,9 +175,8 @@ class MatrixAdapter(Adapter):
         self._pending_token: str | None = None  # the newest batch fetched, not yet all delivered
         self._state_dirty = False  # changed since the state file was last written
         self._saver: asyncio.Task[None] | None = None
-        self._headers: tuple[str, dict[str, str]] = ("", {})  # (access token, the headers of `_request`)
-        self._encoded_base = ("", "")  # (homeserver, its address encoded)
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._api: HTTPClient | None = None  # `_request`'s
+        self._headers = ("", Headers({}))  # (access token, the headers of `_request`)
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
@@ -202,6 +201,7 @@ class MatrixAdapter(Adapter):
         )
         self.client = nio.AsyncClient(s.homeserver, s.user_id, device_id=self._state.device_id, config=config)
         self._http = httpx.AsyncClient(timeout=s.request_timeout, follow_redirects=False, trust_env=False)
+        self._api = HTTPClient(s.homeserver)
         try:
             await self._login()
         except (TimeoutError, OSError, self._aiohttp_error()) as exc:
@@ -238,6 +238,9 @@ class MatrixAdapter(Adapter):
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
 
     def _aiohttp_error(self) -> type[Exception]:
         import aiohttp  # matrix-nio's transport, present whenever nio is
@@ -316,55 +319,27 @@ class MatrixAdapter(Adapter):
     async def _request(
         self, method: str, path: str, body: dict[str, Any] | None = None, *, request_timeout: float | None = None
     ) -> tuple[int, dict[str, Any]]:
-        """One client-server API request through nio's HTTP session, answered as (status, JSON body). Used for the
-        two requests made per message (`/sync`, `send`): nio's own methods check every event against JSON schemas,
-        which costs more than the rest of a turn and blocks the loop for seconds on a large sync."""
-        client = self.client
-        assert client is not None
-        if self._headers[0] != client.access_token:
-            self._headers = (
-                client.access_token,
-                {"Authorization": f"Bearer {client.access_token}", "Content-Type": "application/json"},
-            )
-        from yarl import URL  # aiohttp's, present whenever nio is
-
-        data = json.dumps(body).encode() if body is not None else None
-        session = client.client_session
-        if session is None:  # nio makes its session with the first request
-            response = await client.send(method, path, data, self._headers[1], timeout=request_timeout)
-        else:  # as nio's `send` does, with the address given encoded (the path and query are): not parsed again
-            response = await session.request(
-                method,
-                URL(self._base(client.homeserver) + path, encoded=True),
-                data=data,
-                ssl=True if client.ssl is None else client.ssl,  # None is aiohttp's True
-                headers=self._headers[1],
-                timeout=self._timeout(client.config.request_timeout if request_timeout is None else request_timeout),
-            )
-        async with response:
-            raw = await response.read()
+        """One client-server API request through the adapter's `HTTPClient`, answered as (status, JSON body). Used
+        for the two requests made per message (`/sync`, `send`): nio's own methods check every event against JSON
+        schemas, which costs more than the rest of a turn and blocks the loop for seconds on a large sync, and its
+        aiohttp session costs a fifth of a turn's CPU a request."""
+        client, http = self.client, self._api
+        assert client is not None and http is not None
+        token = client.access_token
+        if self._headers[0] != token:
+            self._headers = (token, Headers({"Authorization": f"Bearer {token}"}))
+        answer = await http.request(
+            method,
+            path,
+            json.dumps(body).encode() if body is not None else None,
+            headers=self._headers[1],
+            timeout=self.settings.request_timeout if request_timeout is None else request_timeout,
+        )
         try:
-            answer = json.loads(raw)
+            data = json.loads(answer.body)
         except ValueError:
-            answer = None
-        return response.status, answer if isinstance(answer, dict) else {}
-
-    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
-        """A request's timeout as aiohttp takes it, made once for each length."""
-        timeout = self._timeouts.get(seconds)
-        if timeout is None:
-            import aiohttp  # matrix-nio's transport, present whenever nio is
-
-            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
-        return timeout
-
-    def _base(self, homeserver: str) -> str:
-        """The homeserver's address as yarl encodes it (an international domain name in IDNA, say), once."""
-        if self._encoded_base[0] != homeserver:
-            from yarl import URL  # aiohttp's, present whenever nio is
-
-            self._encoded_base = (homeserver, str(URL(homeserver)))
-        return self._encoded_base[1]
+            data = None
+        return answer.status, data if isinstance(data, dict) else {}
 
     async def _sync_forever(self) -> None:
         s = self.settings

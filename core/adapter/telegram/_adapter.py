@@ -15,12 +15,15 @@ import json
 import logging
 import random
 import re
+import ssl
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
-import aiohttp
+import aiogram
+import certifi
 from aiogram import Bot, Dispatcher, Router, methods
 from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
@@ -33,15 +36,15 @@ from aiogram.exceptions import (
     TelegramUnauthorizedError,
 )
 from aiogram.methods.base import Response, TelegramMethod
-from aiogram.types import BufferedInputFile, FSInputFile, Message, MessageEntity, ReplyParameters, Update
+from aiogram.types import BufferedInputFile, Chat, FSInputFile, Message, MessageEntity, ReplyParameters, Update
 from aiogram.types import User as TelegramUser
 from aiogram.utils.token import TokenValidationError
 from aiohttp import web
 from pydantic import ValidationError
-from yarl import URL
 
 from core.adapter import Adapter, AdapterError, AdapterHost, options_error
 from core.adapter.adapter_utils import DelayedTyping
+from core.adapter.http_client import HTTPClient
 from core.adapter.media import MediaElement, file_suffix, upload_name
 from core.adapter.telegram._convert import Outgoing, entities_to_elements, to_outgoing
 from core.adapter.telegram._options import LOOPBACK_HOSTS, TelegramOptions
@@ -49,6 +52,7 @@ from core.chat.message_elements import BaseMessageElement, File, Image, MediaErr
 from core.chat.message_utils import KiraIMMessage, KiraIMSentResult, MessageChain
 from core.chat.session import Group, Session, User
 from core.utils.path_utils import get_data_path
+from core.utils.recent import Recent
 from core.utils.tasks import cancel_and_wait
 
 __all__ = ["TelegramAdapter", "CAPABILITIES", "SECRET_HEADER"]
@@ -63,7 +67,7 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ["message"]
 _TYPING_EVERY = 4.5  # seconds; Telegram shows a chat action for 5 s or until the bot's next message
 _TYPING_AFTER = 0.5  # seconds of model work before "typing..." is shown: a quick answer needs no indicator
-_JSON = {"Content-Type": "application/json"}
+_HEADERS = {"User-Agent": f"aiogram/{aiogram.__version__}"}  # what aiogram's own requests say
 # aiogram parses every answer as `Response[<type>]`, a pydantic generic class that pydantic caches only weakly:
 # once the garbage collector frees it, the next call builds it again (tens of milliseconds of CPU, seen in a
 # profile of bench/adapters.py). These references keep the classes of the methods the adapter calls alive.
@@ -87,6 +91,8 @@ _RESPONSE_TYPES = tuple(
         )
     }
 )
+
+_SHARED_MODELS = 1000  # chats' and senders' models kept for the next message of the same chat or sender
 
 T = TypeVar("T")
 
@@ -114,8 +120,10 @@ class TelegramAdapter(Adapter):
         except ValueError as exc:
             raise AdapterError(f"adapter {self.name!r} (telegram): {exc}") from None
         try:
-            session = AiohttpSession(api=TelegramAPIServer.from_base(s.api_url.rstrip("/")), timeout=s.request_timeout)
-            self.bot = Bot(token, session=session)
+            self._session = AiohttpSession(
+                api=TelegramAPIServer.from_base(s.api_url.rstrip("/")), timeout=s.request_timeout
+            )
+            self.bot = Bot(token, session=self._session)
         except TokenValidationError:
             raise AdapterError(
                 f"adapter {self.name!r} (telegram): ${s.token_env} does not hold a bot token (they "
@@ -127,6 +135,7 @@ class TelegramAdapter(Adapter):
         self._queue: asyncio.Queue[Message] = asyncio.Queue(s.max_queued_updates)
         self._external = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._typing = DelayedTyping(_TYPING_AFTER, f"hookchat:telegram:{self.name}:typing")
         self._runner: web.AppRunner | None = None
         self._port = s.port
         self._senders: dict[str, Callable[..., Awaitable[Any]]] = {
@@ -137,8 +146,10 @@ class TelegramAdapter(Adapter):
             "video": self.bot.send_video,
         }
         self.dropped_updates = 0  # webhook requests answered 503 because the queue was full
-        self._urls: dict[str, URL] = {}  # Bot API method -> its address (`_post`)
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._http: HTTPClient | None = None  # `_post`'s, made with its first request
+        self._targets: dict[str, str] = {}  # Bot API method -> the path of its address (`_post`)
+        # ("chat" or "from", id) -> the fields last seen and their model, shared by the messages that repeat them
+        self._models: Recent[tuple[str, Any], tuple[dict[str, Any], Chat | TelegramUser]] = Recent(_SHARED_MODELS)
 
     def attach(self, bot: Bot, dispatcher: Dispatcher) -> None:
         """Serve through an aiogram `Bot` and `Dispatcher` that you run (your own aiogram application, or a test
@@ -197,6 +208,9 @@ class TelegramAdapter(Adapter):
                 self._runner = None
             if not self._external:
                 await self.bot.session.close()
+            if self._http is not None:
+                await self._http.close()
+                self._http = None
 
     @property
     def port(self) -> int:
@@ -274,26 +288,48 @@ class TelegramAdapter(Adapter):
                 delay = await self._backoff(delay)
                 continue
             delay = s.reconnect_initial
-            for update in updates:
-                offset = update.update_id + 1  # confirmed with the next getUpdates, once it is queued
-                await self._on_update(update)
+            for update_id, message in updates:
+                offset = update_id + 1  # confirmed with the next getUpdates, once it is queued
+                if message is not None:
+                    await self._on_message(message)
 
-    async def _get_updates(self, offset: int | None) -> list[Update]:
+    async def _get_updates(self, offset: int | None) -> list[tuple[int, Message | None]]:
+        """The next updates: each one's id and its message (None for an update of another kind)."""
         s = self.settings
 
         def method() -> methods.GetUpdates:
             return methods.GetUpdates(offset=offset, timeout=s.poll_timeout, allowed_updates=ALLOWED_UPDATES)
 
         if not self._plain_http():
-            return await self.bot(method(), request_timeout=int(s.poll_timeout + s.request_timeout))
+            updates = await self.bot(method(), request_timeout=int(s.poll_timeout + s.request_timeout))
+            return [(update.update_id, update.message) for update in updates]
         fields: dict[str, Any] = {"timeout": s.poll_timeout, "allowed_updates": ALLOWED_UPDATES}
         if offset is not None:
             fields["offset"] = offset
         result = await self._post("getUpdates", fields, s.poll_timeout + s.request_timeout, method)
         try:
-            return [Update.model_validate(update, context={"bot": self.bot}) for update in result]
-        except (ValidationError, TypeError) as exc:  # as aiogram reports an answer that is not the Bot API's
-            raise ClientDecodeError("Failed to deserialize object", exc, result) from exc
+            return [(int(update["update_id"]), self._message(update.get("message"))) for update in result]
+        except (ValidationError, TypeError, KeyError, ValueError) as exc:  # as aiogram reports an answer that
+            raise ClientDecodeError("Failed to deserialize object", exc, result) from exc  # is not the Bot API's
+
+    def _message(self, fields: Any) -> Message | None:
+        """The `Message` of an update's `message` (None when it has none), validated on its own (not inside an
+        `Update`), its `chat` and `from` the models made for the same fields before: aiogram's models are frozen,
+        so messages of one chat share them, and pydantic validates half as much (about 10 us a message)."""
+        if fields is None:
+            return None
+        if not isinstance(fields, dict):
+            raise TypeError(f"an update's message is {type(fields).__name__}, not an object")
+        fields = dict(fields)
+        for key, model in (("chat", Chat), ("from", TelegramUser)):
+            value = fields.get(key)
+            if isinstance(value, dict) and "id" in value:
+                known = self._models.get((key, value["id"]))
+                if known is None or known[0] != value:
+                    known = (value, model.model_validate(value, context={"bot": self.bot}))
+                    self._models.remember((key, value["id"]), known)
+                fields[key] = known[1]
+        return Message.model_validate(fields, context={"bot": self.bot})
 
     async def _listen(self) -> None:
         s = self.settings
@@ -547,53 +583,53 @@ class TelegramAdapter(Adapter):
         return str(sent.message_id) if isinstance(sent, Message) else ""
 
     def _plain_http(self) -> bool:
-        """Whether the requests made for every message (`getUpdates`, `sendMessage`) may skip aiogram's models: on
-        the adapter's own session with no request middleware (one registered on `self.bot.session` sees every
-        request that goes through aiogram). Building those models, the form and its answer's models is half the
-        CPU of a send (measured against a Bot API server on loopback)."""
-        return not self._external and isinstance(self.bot.session, AiohttpSession) and not self.bot.session.middleware
+        """Whether the requests made for every message (`getUpdates`, `sendMessage`) may skip aiogram's models and
+        HTTP session (`_post`): while the bot's session is the adapter's own (no proxy), with no request middleware
+        (one registered on `self.bot.session` sees every request that goes through aiogram). Building those
+        models, the form and its answer's models is half the CPU of a send through aiogram, and aiohttp most of
+        the rest (measured against a Bot API server on loopback)."""
+        return not self._external and self.bot.session is self._session and not self._session.middleware
 
     async def _post(
         self, name: str, fields: dict[str, Any], timeout: float, method: Callable[[], TelegramMethod[Any]]
     ) -> Any:
         """Bot API method `name` with `fields` as a JSON body (which the Bot API takes for every method but
-        uploads; cheaper to make than a urlencoded form), through aiogram's HTTP session (its connection pool,
-        proxy and User-Agent): the answer's `result` as JSON when Telegram says ok. Otherwise aiogram reads the
-        answer, given the request as its model (`method()`), and raises what `self.bot(method())` would: a 429 is
+        uploads; cheaper to make than a urlencoded form), through the adapter's `HTTPClient` (a fifth of aiohttp's
+        CPU a request): the answer's `result` as JSON when Telegram says ok. Otherwise aiogram reads the answer,
+        given the request as its model (`method()`), and raises what `self.bot(method())` would: a 429 is
         `TelegramRetryAfter`, a refusal `TelegramBadRequest`, no answer `TelegramNetworkError`."""
-        session = self.bot.session
-        assert isinstance(session, AiohttpSession)
-        http = await session.create_session()
-        url = self._urls.get(name)
-        if url is None:  # the method's address, parsed and checked once (aiohttp would for every request)
-            url = self._urls[name] = URL(session.api.api_url(token=self.bot.token, method=name))
-        limit = self._timeouts.get(timeout)
-        if limit is None:
-            limit = self._timeouts[timeout] = aiohttp.ClientTimeout(total=timeout)
+        session = self._session
+        if self._http is None:
+            api = self.settings.api_url
+            # verified as aiogram's session verifies: with certifi's certificate authorities
+            context = ssl.create_default_context(cafile=certifi.where()) if api.startswith("https:") else None
+            self._http = HTTPClient(api, headers=_HEADERS, ssl_context=context)
+        target = self._targets.get(name)
+        if target is None:
+            target = self._targets[name] = urlsplit(session.api.api_url(token=self.bot.token, method=name)).path
         try:
-            async with http.post(url, data=json.dumps(fields).encode(), headers=_JSON, timeout=limit) as response:
-                status, raw = response.status, await response.read()
+            answer = await self._http.request("POST", target, json.dumps(fields).encode(), timeout=timeout)
         except TimeoutError as exc:
             raise TelegramNetworkError(method=method(), message="Request timeout error") from exc
-        except aiohttp.ClientError as exc:
+        except OSError as exc:
             raise TelegramNetworkError(method=method(), message=f"{type(exc).__name__}: {exc}") from exc
-        if 200 <= status <= 226:
+        if 200 <= answer.status <= 226:
             try:
-                answer = json.loads(raw)
+                result = json.loads(answer.body)
             except ValueError:
-                answer = None
-            if isinstance(answer, dict) and answer.get("ok") is True:
-                return answer.get("result")
+                result = None
+            if isinstance(result, dict) and result.get("ok") is True:
+                return result.get("result")
         # raises for every answer the fast path does not take, but an `ok` that only pydantic reads as true
         response = session.check_response(
-            bot=self.bot, method=method(), status_code=status, content=raw.decode("utf-8", "replace")
+            bot=self.bot, method=method(), status_code=answer.status, content=answer.body.decode("utf-8", "replace")
         )
         return response.model_dump(mode="json", by_alias=True, exclude_none=True).get("result")
 
     def typing(self, session: Session) -> AbstractAsyncContextManager[None]:
         """Telegram's "typing..." in the chat of `session` while the model writes, from half a second on
         (`sendChatAction`, renewed every 4.5 s); a chat action that fails is only logged (debug)."""
-        return DelayedTyping(_TYPING_AFTER, lambda: self._keep_typing(session), f"hookchat:telegram:{self.name}:typing")
+        return self._typing.held(lambda: self._keep_typing(session))
 
     async def _keep_typing(self, session: Session) -> None:
         try:

@@ -22,6 +22,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.kv import KeyValue
 
+from core.cluster._publish import Publisher
 from core.config import ClusterConfig
 from core.utils.log import logger
 
@@ -50,6 +51,7 @@ class Entry(NamedTuple):
 
 
 _FIRST_CONNECT = 10.0
+_REQUEST_TIMEOUT = 5.0  # seconds a JetStream call waits for its answer unless told otherwise
 
 
 class ClusterError(RuntimeError):
@@ -99,6 +101,7 @@ class Bus:
         self.out_stream = f"{config.prefix.upper()}_OUT"
         self.nc: Any = None
         self.js: Any = None
+        self._publisher: Publisher | None = None
         self.history: KeyValue | None = None
         self.buffers: KeyValue | None = None
         self.stores: KeyValue | None = None
@@ -172,8 +175,10 @@ class Bus:
                 f"cannot reach the NATS server at {self.config.url} ([cluster] url) within "
                 f"{_FIRST_CONNECT:.0f} s: {str(exc) or type(exc).__name__}"
             ) from exc
-        self.js = self.nc.jetstream(timeout=5)
+        self.js = self.nc.jetstream(timeout=_REQUEST_TIMEOUT)
         try:
+            self._publisher = Publisher(self.nc, _REQUEST_TIMEOUT)
+            await self._publisher.start()
             await self._ensure()
         except NATS_ERRORS as exc:
             await self.close()
@@ -278,7 +283,26 @@ class Bus:
         for the stream to hold it; the stream drops a second message with the same `msg_id` within
         `[cluster] dedup_window`, so retrying after a lost answer never duplicates."""
         payload = data if isinstance(data, bytes) else json.dumps(data, ensure_ascii=False).encode()
-        await self.js.publish(subject, payload, timeout=timeout, headers={"Nats-Msg-Id": msg_id, **(headers or {})})
+        await self.publisher.publish(subject, payload, {"Nats-Msg-Id": msg_id, **(headers or {})}, timeout)
+
+    async def write(self, kv: KeyValue, key: str, value: bytes | None, last: int) -> int:
+        """Compare-and-set on bucket `kv`: store `value` under `key` (delete the key, for None) only if the key is
+        at revision `last` (0: never set; a deletion with 0 is unconditional). The new revision (that of the
+        deletion marker after a deletion); `KeyWrongLastSequenceError` when the key had moved on."""
+        if value is None:
+            headers = {"KV-Operation": "DEL"}
+            if last:
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(last)
+        else:
+            headers = {"Nats-Expected-Last-Subject-Sequence": str(last)}
+        return await self.publisher.publish(f"{kv._pre}{key}", value or b"", headers)
+
+    @property
+    def publisher(self) -> Publisher:
+        """The connection's JetStream publisher (`ClusterError` before `connect`)."""
+        if self._publisher is None:
+            raise ClusterError(f"{self.name} is not connected to the cluster")
+        return self._publisher
 
     async def register(self, role: str, info: dict[str, Any]) -> None:
         """Announce this process in the members bucket (it expires `lease_seconds` after the last call)."""

@@ -59,10 +59,10 @@ async def test_a_deletion_that_lost_its_compare_and_set_is_retried_not_raised(hi
     # again on the value read anew; JetStream reports it as a plain bad request, which once left answered messages
     # in the bucket.
     kv = history.bus.buffers
-    assert await _write(kv, "k", {"v": 1}, 0)
+    assert await _write(history.bus, kv, "k", {"v": 1}, 0)
     _, revision = await _read(kv, "k")
-    assert await _write(kv, "k", {"v": 2}, revision)  # the other writer
-    assert await _write(kv, "k", None, revision) is None
+    assert await _write(history.bus, kv, "k", {"v": 2}, revision)  # the other writer
+    assert await _write(history.bus, kv, "k", None, revision) is None
     assert (await _read(kv, "k"))[0] == {"v": 2}
 
 

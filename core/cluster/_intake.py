@@ -173,6 +173,8 @@ class Intake:
         try:
             received = await self.app.receive(message, inbox_id=message_id)
             if received.turn is not None:
+                if received.strategy is not MessageStrategy.BUFFER:  # before the turn begins: nothing yielded yet
+                    self.held.sent_on(message_id)
                 await asyncio.wait([received.turn])
                 outcome = Outcome.ANSWERED
             elif received.strategy is MessageStrategy.BUFFER:

@@ -419,6 +419,16 @@ class ClusterHistory:
                 found[sid] = left
         return found
 
+    async def has_parked(self, sid: str) -> bool:
+        """Whether anything of `sid` is in the buffers bucket (answered messages not yet tidied away included).
+        Read from memory, as `seen` left it, while this worker owns `sid`."""
+        assert self.bus.buffers is not None
+        try:
+            value, _ = await self._values.read(self.bus.buffers, self._buffer_key(sid), sid)
+        except NATS_ERRORS:  # not known: as if something were
+            return True
+        return bool(value and (value["messages"] or value.get("turns")))
+
     async def parked_of(self, sid: str) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
         """`parked` for one session (None when it has nothing parked)."""
         assert self.bus.buffers is not None

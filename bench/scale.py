@@ -420,6 +420,7 @@ async def cluster_run(
             counts = await callgrind.count(counted), await callgrind.count(me)
             took = time.perf_counter() - start
             instructions = tuple((n - rate * took) / len(burst) for n, rate in zip(counts, idle_counts, strict=True))
+            instructions += tuple(n / len(burst) for n in counts)  # and with it (the idle rate is not a busy one's)
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             await asyncio.to_thread(spy.wait, 30)
@@ -499,10 +500,15 @@ def print_cpu(run: dict, single_cpu: float) -> float:
         f"{run['traffic'][1]:.1f} out"
     )
     if run["instructions"] is not None:
-        workers, gateway = run["instructions"]
+        workers, gateway, workers_all, gateway_all = run["instructions"]
         print(
-            f"    instructions per turn (callgrind, over the burst, less the idle background): workers {workers / 1e6:.2f} M"
-            + (f", gateway {gateway / 1e6:.2f} M" if gateway else " (gateway: start this bench under callgrind)")
+            f"    instructions per turn (callgrind, over the burst, less the idle background; with it): workers "
+            f"{workers / 1e6:.2f} M; {workers_all / 1e6:.2f} M"
+            + (
+                f", gateway {gateway / 1e6:.2f} M; {gateway_all / 1e6:.2f} M"
+                if gateway
+                else " (gateway: start this bench under callgrind)"
+            )
         )
     return net_total
 

@@ -10,8 +10,10 @@ import functools
 import hashlib
 import json
 import os
+import re
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,11 +37,27 @@ __all__ = [
     "encode_key",
     "decode_key",
     "default_name",
+    "delivery_of",
     "NATS_ERRORS",
 ]
 
 #: What a NATS call raises when the server is away or refuses (callers retry or report, never crash a loop).
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
+
+
+# A JetStream message's reply subject: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<left>
+_ACK_SUBJECT = re.compile(r"\$JS\.ACK\.[^.]+\.[^.]+\.(\d+)\.\d+\.(\d+)\.\d+\.\d+")
+
+
+def delivery_of(msg: Msg) -> tuple[int, int]:
+    """How many times a JetStream message was delivered, and its consumer sequence, read from its reply subject
+    (nats-py's `msg.metadata` builds three dataclasses and a datetime for them); other subject forms (with a
+    domain) through `msg.metadata`."""
+    found = _ACK_SUBJECT.fullmatch(msg.reply)
+    if found is None:
+        metadata = msg.metadata
+        return metadata.num_delivered, metadata.sequence.consumer
+    return int(found[1]), int(found[2])
 
 
 class Entry(NamedTuple):
@@ -343,7 +361,8 @@ class StandingPull:
         self._nc = nc
         self._subject = subject  # the consumer's `MSG.NEXT` API subject
         self._inbox = nc.new_inbox()
-        self._queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self._arrived: deque[Msg] = deque()
+        self._waiter: asyncio.Future[None] | None = None  # resolved when a message arrives
         self._sub: Any = None
         self._left = 0  # messages the newest request may still deliver
         self._made = 0.0  # when the newest request was made (monotonic)
@@ -354,9 +373,30 @@ class StandingPull:
     async def open(cls, bus: Bus, consumer: str) -> StandingPull:
         """A standing pull on `consumer` of the incoming stream, its first request made."""
         pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{bus.in_stream}.{consumer}")
-        pull._sub = await bus.nc.subscribe(pull._inbox, cb=pull._queue.put)
+        pull._sub = await bus.nc.subscribe(pull._inbox, cb=pull._arrive)
         await pull.renew()
         return pull
+
+    async def _arrive(self, msg: Msg) -> None:
+        self._arrived.append(msg)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _take(self, timeout: float) -> Msg | None:
+        """The oldest message that arrived, waiting up to `timeout` seconds for one (a future and a timer: not
+        `wait_for` on a queue, which makes a task per call)."""
+        if not self._arrived:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+            if not self._arrived:
+                return None
+        return self._arrived.popleft()
 
     async def renew(self) -> None:
         """Make the request (again)."""
@@ -369,9 +409,8 @@ class StandingPull:
         while True:
             if self._nc.stats["reconnects"] != self._reconnects or time.monotonic() - self._made > self.EXPIRES + 2:
                 await self.renew()  # the request may be lost (or nothing said it ended)
-            try:
-                msg = await asyncio.wait_for(self._queue.get(), timeout)
-            except TimeoutError:
+            msg = await self._take(timeout)
+            if msg is None:
                 return None
             status = (msg.headers or {}).get("Status")
             if status is None:
@@ -404,9 +443,11 @@ class StandingPull:
     async def close(self) -> list[Msg]:
         """`end`, then the messages that came and were not taken by `next`, for the caller to let go."""
         await self.end()
-        left = []
-        while not self._queue.empty():
-            msg = self._queue.get_nowait()
-            if msg.headers is None or "Status" not in msg.headers:
-                left.append(msg)
+        left = [msg for msg in self._arrived if msg.headers is None or "Status" not in msg.headers]
+        self._arrived.clear()
         return left
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

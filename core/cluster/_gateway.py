@@ -31,7 +31,7 @@ from core.chat import (
 )
 from core.chat.message_elements import Text
 from core.chat.wire import WireError, chain_from_wire, message_from_wire, message_to_wire, session_from_wire
-from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, default_name
+from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, default_name, delivery_of
 from core.cluster._spool import Outbox, Outgoing, Spool
 from core.config import HookchatConfig
 from core.utils.log import logger
@@ -206,7 +206,7 @@ class Gateway:
                 await asyncio.sleep(0.25)
                 continue
             for msg in messages:
-                delivered = msg.metadata.sequence.consumer
+                _, delivered = delivery_of(msg)
                 if expected is not None and delivered != expected:
                     logger.warning(
                         "cluster: gateway %s missed a reply (delivery %d came, %d was next); resetting its consumer",

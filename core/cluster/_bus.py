@@ -370,9 +370,9 @@ class StandingPull:
         self._ended: asyncio.Future[None] | None = None
 
     @classmethod
-    async def open(cls, bus: Bus, consumer: str) -> StandingPull:
-        """A standing pull on `consumer` of the incoming stream, its first request made."""
-        pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{bus.in_stream}.{consumer}")
+    async def open(cls, bus: Bus, consumer: str, stream: str | None = None) -> StandingPull:
+        """A standing pull on `consumer` of `stream` (default: the incoming stream), its first request made."""
+        pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{stream or bus.in_stream}.{consumer}")
         pull._sub = await bus.nc.subscribe(pull._inbox, cb=pull._arrive)
         await pull.renew()
         return pull

@@ -5,6 +5,11 @@ Run: .venv/bin/python bench/scale.py   (needs `nats-server`, from the `nats-serv
 '.[test]'`; it is looked for next to the Python interpreter, then on PATH). `--workers 1` measures only that
 count (and no receipt or latency run), for quick comparisons; `--profile DIR` also records worker w0 with py-spy
 over each burst (DIR/w0-N<n>.txt, collapsed stacks; py-spy must be on PATH or beside the interpreter).
+`--callgrind DIR` counts instructions per turn, which the load of the machine does not move (wall-clock figures
+on a shared machine do): the workers run under `valgrind --tool=callgrind` with instrumentation switched on for
+the burst only (`callgrind_control`), and so does this process (the gateway, and the single process) when it
+was itself started under `valgrind --tool=callgrind --instr-atstart=no`; a shorter burst (CALLGRIND_MESSAGES),
+as everything runs some 50 times slower. nats-server (Go) is not counted: its messages per turn are printed.
 
 Target (issue 21): one worker at >= 0.5x the single process's turns/s and <= 1.5 ms of CPU per turn (workers +
 nats-server + gateway); printed with "met" or "not met".
@@ -80,6 +85,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 TARGET_RATIO = 0.5  # one worker's turns/s against the single process's
 TARGET_CPU = 1.5e-3  # seconds of CPU per turn, workers + nats-server + gateway, one worker
 WAIT = 600  # seconds a burst may take (a loaded machine is slow; a lost message still fails the run)
+CALLGRIND_MESSAGES = 500  # per run with --callgrind
+CALLGRIND_LEASE = 120.0  # seconds, with --callgrind
 
 
 class SignalAdapter(RecordingAdapter):
@@ -156,7 +163,7 @@ async def latency_of(send_one, adapter: SignalAdapter, label: str) -> list[float
 # -- one process --------------------------------------------------------------------------------------------------
 
 
-async def single_process() -> dict:
+async def single_process(callgrind: Callgrind | None = None) -> dict:
     adapter = SignalAdapter("test")
     config = {"plugins": {"config": PLUGIN_CONFIG}, "trace": {"enabled": False}}
     async with ChatHarness(provider=EchoProvider(), adapter=adapter, config=config) as bot:
@@ -174,10 +181,14 @@ async def single_process() -> dict:
             for m in messages:
                 await (await app.receive(m)).turn
 
+        me = [os.getpid()] if callgrind is not None and under_callgrind() else []
+        if me:
+            await callgrind.on(me)  # type: ignore[union-attr] - `me` is empty without callgrind
         start, cpu = time.perf_counter(), time.process_time()
         await asyncio.wait_for(asyncio.gather(*map(converse, conversations)), WAIT)
         wall = adapter.last - start
         cpu = time.process_time() - cpu
+        instructions = await callgrind.count(me) / len(burst) if me else None  # type: ignore[union-attr] - as above
         wrong = answered_once(adapter, burst)
         if wrong:
             raise RuntimeError(f"single process: {wrong}")
@@ -187,7 +198,7 @@ async def single_process() -> dict:
 
         latency = await latency_of(send_one, adapter, "lat")
     thaw()
-    return {"rate": len(burst) / wall, "cpu": cpu / len(burst), "latency": latency}
+    return {"rate": len(burst) / wall, "cpu": cpu / len(burst), "latency": latency, "instructions": instructions}
 
 
 # -- the cluster ----------------------------------------------------------------------------------------------------
@@ -200,9 +211,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def write_config(directory: Path, url: str, receipt_timeout: float | None) -> Path:
+def write_config(directory: Path, url: str, receipt_timeout: float | None, lease_seconds: float | None = None) -> Path:
     path = directory / "cluster.toml"
     receipt = "" if receipt_timeout is None else f"receipt_timeout = {receipt_timeout}\n"
+    receipt += "" if lease_seconds is None else f"lease_seconds = {lease_seconds}\n"
     path.write_text(
         f'[data]\ndir = "{directory / "data"}"\n[trace]\nenabled = false\n'
         f'[cluster]\nurl = "{url}"\npartitions = {PARTITIONS}\n{receipt}'
@@ -231,15 +243,70 @@ async def settled(gateway: Gateway, names: list[str], seconds: float = 60) -> No
     raise RuntimeError(f"partitions not spread over {names} within {seconds:.0f} s")
 
 
+class Callgrind:
+    """Instruction counts of processes run under `valgrind --tool=callgrind --instr-atstart=no` (outputs in
+    `directory`): `on` starts counting, `count` stops and returns what was counted since."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.control = shutil.which("callgrind_control")
+        if shutil.which("valgrind") is None or self.control is None:
+            raise RuntimeError("--callgrind needs valgrind (apt-get install valgrind)")
+
+    def command(self, name: str) -> list[str]:
+        """The prefix that runs a program under callgrind, its output named after `name`."""
+        out = self.directory / f"{name}.%p.out"
+        return ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+
+    async def _control(self, pid: int, *args: str) -> str:
+        # Not subprocess.run: this process may be one of those controlled, and must stay responsive meanwhile.
+        assert self.control is not None
+        proc = await asyncio.create_subprocess_exec(
+            self.control, *args, str(pid), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        out, _ = await proc.communicate()
+        if proc.returncode:
+            raise RuntimeError(f"callgrind_control {' '.join(args)} {pid} failed")
+        return out.decode()
+
+    async def on(self, pids: list[int]) -> None:
+        """Count from now on (what was counted before is dropped)."""
+        for pid in pids:
+            await self._control(pid, "--zero")
+            await self._control(pid, "--instr=on")
+
+    async def count(self, pids: list[int]) -> int:
+        """Stop counting; the instructions counted since `on`, summed over `pids` and their threads."""
+        total = 0
+        for pid in pids:
+            shown = await self._control(pid, "-e", "Ir")  # a line "Th <n> <count>" per thread
+            total += sum(
+                int(line.split()[2].replace(",", "")) for line in shown.splitlines() if line.strip().startswith("Th ")
+            )
+            await self._control(pid, "--instr=off")
+        return total
+
+
+def under_callgrind() -> bool:
+    """Whether this process runs under valgrind (its preload library is in the environment)."""
+    return "vgpreload" in os.environ.get("LD_PRELOAD", "")
+
+
 class Cluster:
     """A NATS server and N worker processes; `close()` ends all of them, whatever state they are in."""
 
-    def __init__(self, directory: Path, workers: int, receipt_timeout: float | None) -> None:
+    def __init__(
+        self, directory: Path, workers: int, receipt_timeout: float | None, callgrind: Callgrind | None = None
+    ) -> None:
+        self.callgrind = callgrind
         self.directory = directory
         # Its HTTP monitoring port's /varz counts the messages it handled.
         self.server = NatsServer(directory / "js", monitor=True)
         self.url = self.server.url
-        self.config = write_config(directory, self.url, receipt_timeout)
+        # Under callgrind a turn takes some 50 times longer: longer leases keep their renewals (64 a lease/6) from
+        # outweighing the turns being counted.
+        lease = CALLGRIND_LEASE if callgrind is not None else None
+        self.config = write_config(directory, self.url, receipt_timeout, lease)
         self.names = [f"w{i}" for i in range(workers)]
         self.workers: list[subprocess.Popen] = []
 
@@ -249,6 +316,8 @@ class Cluster:
         for name in self.names:
             with (self.directory / f"{name}.log").open("wb") as log:
                 args = [sys.executable, str(WORKER_MAIN), str(self.config), name]
+                if self.callgrind is not None:
+                    args = self.callgrind.command(name) + args
                 self.workers.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, env=env))
         for name, proc in zip(self.names, self.workers, strict=True):
             line = await asyncio.to_thread(proc.stdout.readline)
@@ -296,10 +365,15 @@ def py_spy(pid: int, output: Path) -> subprocess.Popen:
 
 
 async def cluster_run(
-    root: Path, workers: int, receipt_timeout: float | None, latency: bool, profile: Path | None = None
+    root: Path,
+    workers: int,
+    receipt_timeout: float | None,
+    latency: bool,
+    profile: Path | None = None,
+    callgrind: Callgrind | None = None,
 ) -> dict:
     directory = Path(tempfile.mkdtemp(prefix=f"n{workers}-", dir=root))
-    cluster = Cluster(directory, workers, receipt_timeout)
+    cluster = Cluster(directory, workers, receipt_timeout, callgrind)
     gateway = None
     try:
         await cluster.start()
@@ -315,12 +389,21 @@ async def cluster_run(
         await adapter.until(len(warm), WAIT)
         await asyncio.sleep(0.3)  # the warm-up's last turns are stored and acknowledged
         adapter.sent.clear()
+        counted = [p.pid for p in cluster.workers] if callgrind is not None else []
+        me = [os.getpid()] if callgrind is not None and under_callgrind() else []
+        if callgrind is not None:
+            await callgrind.on(counted + me)
         idle = time.perf_counter(), *cluster.cpu(), time.process_time()  # nothing to do: heartbeats, leases, polls
         await asyncio.sleep(IDLE_SECONDS)
         worker_cpu, broker_cpu = cluster.cpu()
         gateway_cpu = time.process_time()
         traffic = cluster.messages()
         spy = py_spy(cluster.workers[0].pid, profile / f"w0-N{workers}.txt") if profile is not None else None
+        idle_counts = (0, 0)
+        if callgrind is not None:  # the idle background's instructions per second, to take out of the burst's
+            idle_counts = await callgrind.count(counted), await callgrind.count(me)
+            idle_counts = tuple(n / (time.perf_counter() - idle[0]) for n in idle_counts)
+            await callgrind.on(counted + me)
         start = time.perf_counter()
         idle = [
             (now - then) / (start - idle[0])
@@ -332,6 +415,12 @@ async def cluster_run(
         await adapter.until(len(burst), WAIT)
         wall = adapter.last - start
         await asyncio.sleep(0.3)  # the last turns are stored and acknowledged: their CPU counts too
+        instructions = None
+        if callgrind is not None:  # per turn, less the idle background over the same time
+            counts = await callgrind.count(counted), await callgrind.count(me)
+            took = time.perf_counter() - start
+            instructions = tuple((n - rate * took) / len(burst) for n, rate in zip(counts, idle_counts, strict=True))
+            instructions += tuple(n / len(burst) for n in counts)  # and with it (the idle rate is not a busy one's)
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             await asyncio.to_thread(spy.wait, 30)
@@ -352,6 +441,7 @@ async def cluster_run(
             "idle": idle,
             "window": window,
             "traffic": [t / turns for t in traffic],
+            "instructions": instructions,
         }
         if latency:
             result["latency"] = await latency_of(gateway.receive, adapter, "lat")
@@ -409,6 +499,17 @@ def print_cpu(run: dict, single_cpu: float) -> float:
         f"    NATS messages per turn (server's /varz, idle background included): {run['traffic'][0]:.1f} in, "
         f"{run['traffic'][1]:.1f} out"
     )
+    if run["instructions"] is not None:
+        workers, gateway, workers_all, gateway_all = run["instructions"]
+        print(
+            f"    instructions per turn (callgrind, over the burst, less the idle background; with it): workers "
+            f"{workers / 1e6:.2f} M; {workers_all / 1e6:.2f} M"
+            + (
+                f", gateway {gateway / 1e6:.2f} M; {gateway_all / 1e6:.2f} M"
+                if gateway
+                else " (gateway: start this bench under callgrind)"
+            )
+        )
     return net_total
 
 
@@ -418,6 +519,9 @@ def options() -> argparse.Namespace:
         "--workers", default=",".join(map(str, WORKER_COUNTS)), help="worker counts to run, comma-separated"
     )
     parser.add_argument("--profile", type=Path, help="record worker w0 with py-spy into this directory")
+    parser.add_argument(
+        "--callgrind", type=Path, help="count instructions per turn with callgrind (its outputs in this directory)"
+    )
     args = parser.parse_args()
     args.counts = [int(n) for n in args.workers.split(",")]
     return args
@@ -428,10 +532,16 @@ def verdict(met: bool) -> str:
 
 
 async def main() -> None:
+    global MESSAGES  # a shorter burst under callgrind
     args = options()
-    full = args.counts == list(WORKER_COUNTS)
+    full = args.counts == list(WORKER_COUNTS) and args.callgrind is None
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
+    callgrind = None
+    if args.callgrind is not None:
+        args.callgrind.mkdir(parents=True, exist_ok=True)
+        callgrind = Callgrind(args.callgrind.resolve())
+        MESSAGES = CALLGRIND_MESSAGES
     logging.disable(logging.WARNING)
     began = time.perf_counter()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -441,16 +551,19 @@ async def main() -> None:
         f"flush_messages = 1 (one turn per message), EchoProvider, tracing off, {PARTITIONS} partitions; "
         f"{cores} core(s), load average {load:.1f} at start (every process of the run shares these cores)"
     )
-    single = await single_process()
+    single = await single_process(callgrind)
     print(
         f"single process (testing kit, SQLite history): {single['rate']:,.0f} turns/s, CPU {us(single['cpu'])} per turn"
+        + (f", {single['instructions'] / 1e6:.2f} M instructions per turn" if single["instructions"] else "")
     )
     runs: dict[str, dict] = {}
     net: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="hookchat-scale-") as tmp:
         for n in args.counts:
             label = f"N={n}"
-            runs[label] = r = await cluster_run(Path(tmp), n, 0, latency=full and n == 2, profile=args.profile)
+            runs[label] = r = await cluster_run(
+                Path(tmp), n, 0, latency=full and n == 2, profile=args.profile, callgrind=callgrind
+            )
             first = runs[f"N={args.counts[0]}"]
             print(
                 f"cluster, {n} worker(s), receipt_timeout = 0: {r['rate']:,.0f} turns/s "

@@ -10,8 +10,10 @@ import functools
 import hashlib
 import json
 import os
+import re
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -22,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.kv import KeyValue
 
+from core.cluster._publish import Publisher
 from core.config import ClusterConfig
 from core.utils.log import logger
 
@@ -34,11 +37,27 @@ __all__ = [
     "encode_key",
     "decode_key",
     "default_name",
+    "delivery_of",
     "NATS_ERRORS",
 ]
 
 #: What a NATS call raises when the server is away or refuses (callers retry or report, never crash a loop).
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
+
+
+# A JetStream message's reply subject: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<left>
+_ACK_SUBJECT = re.compile(r"\$JS\.ACK\.[^.]+\.[^.]+\.(\d+)\.\d+\.(\d+)\.\d+\.\d+")
+
+
+def delivery_of(msg: Msg) -> tuple[int, int]:
+    """How many times a JetStream message was delivered, and its consumer sequence, read from its reply subject
+    (nats-py's `msg.metadata` builds three dataclasses and a datetime for them); other subject forms (with a
+    domain) through `msg.metadata`."""
+    found = _ACK_SUBJECT.fullmatch(msg.reply)
+    if found is None:
+        metadata = msg.metadata
+        return metadata.num_delivered, metadata.sequence.consumer
+    return int(found[1]), int(found[2])
 
 
 class Entry(NamedTuple):
@@ -50,6 +69,7 @@ class Entry(NamedTuple):
 
 
 _FIRST_CONNECT = 10.0
+_REQUEST_TIMEOUT = 5.0  # seconds a JetStream call waits for its answer unless told otherwise
 
 
 class ClusterError(RuntimeError):
@@ -99,6 +119,7 @@ class Bus:
         self.out_stream = f"{config.prefix.upper()}_OUT"
         self.nc: Any = None
         self.js: Any = None
+        self._publisher: Publisher | None = None
         self.history: KeyValue | None = None
         self.buffers: KeyValue | None = None
         self.stores: KeyValue | None = None
@@ -172,8 +193,10 @@ class Bus:
                 f"cannot reach the NATS server at {self.config.url} ([cluster] url) within "
                 f"{_FIRST_CONNECT:.0f} s: {str(exc) or type(exc).__name__}"
             ) from exc
-        self.js = self.nc.jetstream(timeout=5)
+        self.js = self.nc.jetstream(timeout=_REQUEST_TIMEOUT)
         try:
+            self._publisher = Publisher(self.nc, _REQUEST_TIMEOUT)
+            await self._publisher.start()
             await self._ensure()
         except NATS_ERRORS as exc:
             await self.close()
@@ -278,7 +301,26 @@ class Bus:
         for the stream to hold it; the stream drops a second message with the same `msg_id` within
         `[cluster] dedup_window`, so retrying after a lost answer never duplicates."""
         payload = data if isinstance(data, bytes) else json.dumps(data, ensure_ascii=False).encode()
-        await self.js.publish(subject, payload, timeout=timeout, headers={"Nats-Msg-Id": msg_id, **(headers or {})})
+        await self.publisher.publish(subject, payload, {"Nats-Msg-Id": msg_id, **(headers or {})}, timeout)
+
+    async def write(self, kv: KeyValue, key: str, value: bytes | None, last: int) -> int:
+        """Compare-and-set on bucket `kv`: store `value` under `key` (delete the key, for None) only if the key is
+        at revision `last` (0: never set; a deletion with 0 is unconditional). The new revision (that of the
+        deletion marker after a deletion); `KeyWrongLastSequenceError` when the key had moved on."""
+        if value is None:
+            headers = {"KV-Operation": "DEL"}
+            if last:
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(last)
+        else:
+            headers = {"Nats-Expected-Last-Subject-Sequence": str(last)}
+        return await self.publisher.publish(f"{kv._pre}{key}", value or b"", headers)
+
+    @property
+    def publisher(self) -> Publisher:
+        """The connection's JetStream publisher (`ClusterError` before `connect`)."""
+        if self._publisher is None:
+            raise ClusterError(f"{self.name} is not connected to the cluster")
+        return self._publisher
 
     async def register(self, role: str, info: dict[str, Any]) -> None:
         """Announce this process in the members bucket (it expires `lease_seconds` after the last call)."""
@@ -319,7 +361,8 @@ class StandingPull:
         self._nc = nc
         self._subject = subject  # the consumer's `MSG.NEXT` API subject
         self._inbox = nc.new_inbox()
-        self._queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self._arrived: deque[Msg] = deque()
+        self._waiter: asyncio.Future[None] | None = None  # resolved when a message arrives
         self._sub: Any = None
         self._left = 0  # messages the newest request may still deliver
         self._made = 0.0  # when the newest request was made (monotonic)
@@ -327,12 +370,33 @@ class StandingPull:
         self._ended: asyncio.Future[None] | None = None
 
     @classmethod
-    async def open(cls, bus: Bus, consumer: str) -> StandingPull:
-        """A standing pull on `consumer` of the incoming stream, its first request made."""
-        pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{bus.in_stream}.{consumer}")
-        pull._sub = await bus.nc.subscribe(pull._inbox, cb=pull._queue.put)
+    async def open(cls, bus: Bus, consumer: str, stream: str | None = None) -> StandingPull:
+        """A standing pull on `consumer` of `stream` (default: the incoming stream), its first request made."""
+        pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{stream or bus.in_stream}.{consumer}")
+        pull._sub = await bus.nc.subscribe(pull._inbox, cb=pull._arrive)
         await pull.renew()
         return pull
+
+    async def _arrive(self, msg: Msg) -> None:
+        self._arrived.append(msg)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _take(self, timeout: float) -> Msg | None:
+        """The oldest message that arrived, waiting up to `timeout` seconds for one (a future and a timer: not
+        `wait_for` on a queue, which makes a task per call)."""
+        if not self._arrived:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            timer = loop.call_later(timeout, _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+            if not self._arrived:
+                return None
+        return self._arrived.popleft()
 
     async def renew(self) -> None:
         """Make the request (again)."""
@@ -345,9 +409,8 @@ class StandingPull:
         while True:
             if self._nc.stats["reconnects"] != self._reconnects or time.monotonic() - self._made > self.EXPIRES + 2:
                 await self.renew()  # the request may be lost (or nothing said it ended)
-            try:
-                msg = await asyncio.wait_for(self._queue.get(), timeout)
-            except TimeoutError:
+            msg = await self._take(timeout)
+            if msg is None:
                 return None
             status = (msg.headers or {}).get("Status")
             if status is None:
@@ -380,9 +443,11 @@ class StandingPull:
     async def close(self) -> list[Msg]:
         """`end`, then the messages that came and were not taken by `next`, for the caller to let go."""
         await self.end()
-        left = []
-        while not self._queue.empty():
-            msg = self._queue.get_nowait()
-            if msg.headers is None or "Status" not in msg.headers:
-                left.append(msg)
+        left = [msg for msg in self._arrived if msg.headers is None or "Status" not in msg.headers]
+        self._arrived.clear()
         return left
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -15,7 +15,6 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
-import nats.errors
 from nats.js import api
 
 from core.adapter import Adapter
@@ -31,7 +30,7 @@ from core.chat import (
 )
 from core.chat.message_elements import Text
 from core.chat.wire import WireError, chain_from_wire, message_from_wire, message_to_wire, session_from_wire
-from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, default_name
+from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, StandingPull, default_name, delivery_of
 from core.cluster._spool import Outbox, Outgoing, Spool
 from core.config import HookchatConfig
 from core.utils.log import logger
@@ -181,32 +180,33 @@ class Gateway:
     # -- replies --------------------------------------------------------------------------------------------------
 
     async def _replies(self) -> None:
-        """Send the replies for this gateway, in the order the stream holds them.
+        """Send the replies for this gateway, in the order the stream holds them, from one standing pull request
+        (not a fetch round trip per few replies).
 
         A reply the server delivered and this gateway never got (lost as the server went away) would otherwise
         stay unacknowledged for `ack_wait` and then come after the session's later replies. So the consumer is
         reset (JetStream's consumer reset, nats-server 2.14 or later) at the start, after each reconnection, and
         whenever a delivery is missing (its delivery sequence skips one): everything unacknowledged then comes
         again at once, in stream order, and what was already sent is recognised by its id."""
-        sub: Any = None
+        pull: StandingPull | None = None
         expected: int | None = None  # the next delivery's consumer sequence; None: not known (no reset)
-        reconnects = -1  # the connection's reconnections when the subscription was made
+        reconnects = -1  # the connection's reconnections when the pull was made
         missed = False
-        while True:
-            try:
-                if sub is None or missed or self.bus.nc.stats["reconnects"] != reconnects:
-                    old, sub, missed = sub, None, False
-                    reconnects = self.bus.nc.stats["reconnects"]
-                    sub, expected = await self._reply_subscription(old)
-                messages = await sub.fetch(256, timeout=1.0)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
-            except NATS_ERRORS as exc:
-                logger.debug("cluster: gateway %s reply fetch failed: %s", self.name, exc)
-                await asyncio.sleep(0.25)
-                continue
-            for msg in messages:
-                delivered = msg.metadata.sequence.consumer
+        try:
+            while True:
+                try:
+                    if pull is None or missed or self.bus.nc.stats["reconnects"] != reconnects:
+                        old, pull, missed = pull, None, False
+                        reconnects = self.bus.nc.stats["reconnects"]
+                        pull, expected = await self._reply_pull(old)
+                    msg = await pull.next(1.0)
+                except NATS_ERRORS as exc:
+                    logger.debug("cluster: gateway %s reply pull failed: %s", self.name, exc)
+                    await asyncio.sleep(0.25)
+                    continue
+                if msg is None:
+                    continue
+                _, delivered = delivery_of(msg)
                 if expected is not None and delivered != expected:
                     logger.warning(
                         "cluster: gateway %s missed a reply (delivery %d came, %d was next); resetting its consumer",
@@ -214,24 +214,26 @@ class Gateway:
                         delivered,
                         expected,
                     )
-                    missed = True  # the rest of this batch comes again after the reset
-                    break
+                    missed = True  # what came after it comes again after the reset
+                    continue
                 expected = delivered + 1
                 await self._reply(msg)
+        finally:
+            if pull is not None:  # delivered and not sent: they come again after the reset at the next start
+                await pull.close()
 
-    async def _reply_subscription(self, old: Any) -> tuple[Any, int | None]:
-        """A new subscription to this gateway's replies, the consumer reset first; and the consumer sequence its
+    async def _reply_pull(self, old: StandingPull | None) -> tuple[StandingPull, int | None]:
+        """A new standing pull on this gateway's replies, the consumer reset first; and the consumer sequence its
         first delivery will have (1 after a reset; None when the server cannot reset, which leaves a missed reply
-        to come again after `ack_wait`). What the old subscription held and had not sent comes again."""
+        to come again after `ack_wait`). What the old pull held and had not sent comes again."""
         if old is not None:
-            with contextlib.suppress(*NATS_ERRORS, ValueError):
-                await old.unsubscribe()
+            await old.close()
         consumer = f"gw-{self.name}"
         expected = None
         if self.bus.can_reset:
             await self.bus.js.reset_consumer(self.bus.out_stream, consumer)
             expected = 1
-        return await self.bus.js.pull_subscribe_bind(durable=consumer, stream=self.bus.out_stream), expected
+        return await StandingPull.open(self.bus, consumer, self.bus.out_stream), expected
 
     async def _reply(self, msg: Any) -> None:
         try:

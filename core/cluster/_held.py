@@ -27,6 +27,7 @@ class _Held:
     msg: Msg
     data: dict[str, Any] | None  # its published data, for a batch that writes it down (None: parked already)
     since: float = field(default_factory=time.monotonic)  # when it was delivered or last kept alive
+    at_once: bool = False  # the hooks sent it on to a turn as it arrived (never buffered, never parked)
 
 
 class HeldMessages:
@@ -50,6 +51,18 @@ class HeldMessages:
         """The published data of a held message that is not parked yet (None otherwise)."""
         held = self._held.get(message_id)
         return held.data if held is not None else None
+
+    def sent_on(self, message_id: str) -> None:
+        """The hooks sent the held message on to a turn as it arrived: the same hooks send it on alike when it is
+        delivered again (with nothing buffered for its session, as now), so its batch forms again by itself."""
+        held = self._held.get(message_id)
+        if held is not None:
+            held.at_once = True
+
+    def went_on_at_once(self, message_id: str) -> bool:
+        """Whether `sent_on` was called for the held message `message_id`."""
+        held = self._held.get(message_id)
+        return held is not None and held.at_once
 
     def on(self, partition: int) -> bool:
         """Whether a message of `partition` is held here."""

@@ -16,7 +16,7 @@ from nats.aio.msg import Msg
 from core.chat import KiraIMMessage, KiraIMSentResult, MessageChain, MessageStrategy, Received, Session
 from core.chat.message_elements import Text
 from core.chat.wire import WireError, message_from_wire
-from core.cluster._bus import NATS_ERRORS, Bus, StandingPull
+from core.cluster._bus import NATS_ERRORS, Bus, StandingPull, delivery_of
 from core.cluster._held import RETRY_PAUSE, HeldMessages, ack
 from core.cluster._recovery import Recovery
 from core.cluster._state import ClusterHistory
@@ -141,7 +141,7 @@ class Intake:
         self.turns += 1
         sid = session.sid
         self._route(sid, str(data.get("gw", "")), session.adapter_name)
-        delivered = msg.metadata.num_delivered
+        delivered, _ = delivery_of(msg)
         if message_id in self.recovery.recovered:
             self.held.hold(message_id, msg)
             return Outcome.REDONE
@@ -173,6 +173,8 @@ class Intake:
         try:
             received = await self.app.receive(message, inbox_id=message_id)
             if received.turn is not None:
+                if received.strategy is not MessageStrategy.BUFFER:  # before the turn begins: nothing yielded yet
+                    self.held.sent_on(message_id)
                 await asyncio.wait([received.turn])
                 outcome = Outcome.ANSWERED
             elif received.strategy is MessageStrategy.BUFFER:

@@ -83,7 +83,8 @@ class Recovery:
         server away for `PATIENCE`), or by a race while a partition moves.
 
         Two sightings, because one read can be stale: a turn that ends during the read looks stranded once, and is
-        answered (not parked) by the next sweep."""
+        answered (not parked) by the next sweep. A begun batch is redone whole or not at all: a part of it would
+        be a batch of other messages, whose replies carry other ids than those it may have sent already."""
         suspects, self._suspects = self._suspects, set()
         for partition in partitions:
             for sid, (turns, messages) in (await self.history.parked(partition)).items():
@@ -93,6 +94,10 @@ class Recovery:
                 loose = {i for i in messages if i not in buffered and i not in self.recovered and i not in self.held}
                 self._suspects |= loose
                 stranded = {i: d for i, d in messages.items() if i in loose and i in suspects}
+                for ids in turns:
+                    if not stranded.keys() >= set(ids):  # a part is held here: that part's delivery redoes it
+                        for message_id in ids:
+                            stranded.pop(message_id, None)
                 if not stranded or not consuming(partition):
                     continue
                 logger.warning("cluster: worker %s answers %d stranded message(s) of %s", self.name, len(stranded), sid)

@@ -30,7 +30,6 @@ T = TypeVar("T")
 
 _DONE_KEPT = 4096  # ids of answered messages kept per session: far more than any redelivery can lag behind
 _CAS_TRIES = 20
-_WRONG_LAST_SEQUENCE = 10071  # JetStream's error code for a compare-and-set that lost
 #: Seconds a turn's read or write keeps retrying while the server is away (a restart), before the turn gives up.
 PATIENCE = 300.0
 
@@ -47,30 +46,15 @@ async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
     return json.loads(entry.value), entry.revision or 0
 
 
-async def _write(kv: KeyValue, key: str, value: dict[str, Any] | None, revision: int) -> int | None:
+async def _write(bus: Bus, kv: KeyValue, key: str, value: dict[str, Any] | None, revision: int) -> int | None:
     """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`. The new revision (that of
-    the deletion marker after a deletion); None if the key had moved on."""
+    the deletion marker after a deletion, so the next write to the key needs no read first); None if the key had
+    moved on."""
+    data = None if value is None else json.dumps(value, ensure_ascii=False).encode()
     try:
-        if value is None:
-            return await _delete(kv, key, revision)
-        data = json.dumps(value, ensure_ascii=False).encode()
-        return await (kv.update(key, data, last=revision) if revision else kv.create(key, data))
+        return await bus.write(kv, key, data, revision)
     except nats.js.errors.KeyWrongLastSequenceError:
         return None
-    except nats.js.errors.BadRequestError as exc:  # `delete` reports a moved revision as a plain bad request
-        if exc.err_code == _WRONG_LAST_SEQUENCE:
-            return None
-        raise
-
-
-async def _delete(kv: KeyValue, key: str, revision: int) -> int:
-    """`kv.delete(key, last=revision)`, returning the deletion marker's revision (nats-py's `delete` drops it), so
-    the next write to the key needs no read first."""
-    headers = {"KV-Operation": "DEL"}
-    if revision:
-        headers["Nats-Expected-Last-Subject-Sequence"] = str(revision)
-    ack = await kv._js.publish(f"{kv._pre}{key}", headers=headers)
-    return ack.seq
 
 
 _Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
@@ -84,9 +68,10 @@ class _OwnedValues:
     finds the value moved and reads it again. A partition's values are forgotten whenever its ownership changes,
     and only used while this worker owns the session (`owns`)."""
 
-    def __init__(self, owns: Callable[[str], bool], partition: Callable[[str], int], size: int = 2_000) -> None:
+    def __init__(self, bus: Bus, owns: Callable[[str], bool], size: int = 2_000) -> None:
+        self._bus = bus
         self._owns = owns
-        self._partition = partition
+        self._partition = bus.partition
         self._size = size
         self._values: OrderedDict[tuple[str, str], tuple[str, dict[str, Any] | None, int]] = OrderedDict()
 
@@ -118,7 +103,7 @@ class _OwnedValues:
             if new is value:
                 return value
             try:
-                written = await _write(kv, key, new, revision)
+                written = await _write(self._bus, kv, key, new, revision)
             except BaseException:  # it may have been stored with its answer lost: read it again next time
                 self._values.pop(slot, None)
                 raise
@@ -166,7 +151,7 @@ class ClusterHistory:
         self.bus = bus
         self._owns = owns
         self._confirm = confirm
-        self._values = _OwnedValues(owns, bus.partition)
+        self._values = _OwnedValues(bus, owns)
         #: Ids of messages whose turn could not begin (its batch was not written down): not done, left parked
         #: for the partition's next owner or this worker's sweep.
         self.abandoned: set[str] = set()
@@ -433,6 +418,16 @@ class ClusterHistory:
             if left is not None:
                 found[sid] = left
         return found
+
+    async def has_parked(self, sid: str) -> bool:
+        """Whether anything of `sid` is in the buffers bucket (answered messages not yet tidied away included).
+        Read from memory, as `seen` left it, while this worker owns `sid`."""
+        assert self.bus.buffers is not None
+        try:
+            value, _ = await self._values.read(self.bus.buffers, self._buffer_key(sid), sid)
+        except NATS_ERRORS:  # not known: as if something were
+            return True
+        return bool(value and (value["messages"] or value.get("turns")))
 
     async def parked_of(self, sid: str) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
         """`parked` for one session (None when it has nothing parked)."""

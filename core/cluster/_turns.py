@@ -36,9 +36,17 @@ class TurnLedger:
 
     async def begin(self, event: KiraMessageBatchEvent) -> bool:
         """See `BatchLedger.begin`. A batch that could not be written down leaves its messages parked and held
-        (`history.abandoned`): the partition's next owner, or this worker's sweep, answers them."""
+        (`history.abandoned`): the partition's next owner, or this worker's sweep, answers them.
+
+        A batch of just the one held message that the hooks sent on as it arrived, nothing of its session parked,
+        is not written down (a round trip less per turn): after a crash it is delivered again, with nothing parked
+        or buffered for its session as now, and the same hooks send it on into the same batch, whose replies carry
+        the same ids. Not a message flushed from the buffer: its park may still be in flight, and once parked and
+        acknowledged it would be answered again in another batch."""
         ids = [m.inbox_id for m in event.messages if m.inbox_id]
         if not ids:
+            return True
+        if len(ids) == 1 and self.held.went_on_at_once(ids[0]) and not await self.history.has_parked(event.sid):
             return True
         unparked = {i: data for i in ids if (data := self.held.data(i)) is not None}
         try:

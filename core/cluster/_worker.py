@@ -204,18 +204,32 @@ class Worker:
             self._owned_before.discard(partition)
             earlier_run = True
         self._forget_values(partition)  # another worker may have written its sessions' values since
-        await self.recovery.recover(partition)
-        if earlier_run:
-            await self._reclaim(partition)
-        stop = asyncio.Event()
-        loop = self._tasks.spawn(self.intake.consume(partition, stop), name=f"partition-{partition}")
+        # Held before recovery: the turns it queues check that this worker owns their partition when they begin,
+        # which they may do while `_reclaim` waits (they were put off as moved, and newer messages overtook them).
+        # The partition's messages are taken once recovery has queued the older ones, which keeps their order.
+        stop, recovered = asyncio.Event(), asyncio.Event()
+        loop = self._tasks.spawn(self._consume_after(recovered, partition, stop), name=f"partition-{partition}")
         self.leases.add(partition, revision, began, loop, stop)
+        try:
+            await self.recovery.recover(partition)
+            if earlier_run:
+                await self._reclaim(partition)
+        except BaseException:
+            loop.cancel()
+            await self.leases.release(partition)  # taken again at a later heartbeat
+            raise
+        finally:
+            recovered.set()
         logger.info(
             "cluster: worker %s took partition %d%s",
             self.name,
             partition,
             " back from its earlier run" if earlier_run else "",
         )
+
+    async def _consume_after(self, recovered: asyncio.Event, partition: int, stop: asyncio.Event) -> None:
+        await recovered.wait()
+        await self.intake.consume(partition, stop)
 
     async def _reclaim(self, partition: int) -> None:
         """The message this worker's earlier run held unacknowledged on `partition` is delivered again now, not

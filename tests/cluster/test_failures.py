@@ -16,8 +16,8 @@ import pytest
 
 from core.chat import KiraIMMessage, MessageChain, Session, User
 from core.chat.message_elements import Text
-from core.chat.wire import chain_to_wire, session_to_wire
-from core.cluster import Gateway, Worker, partition_of
+from core.chat.wire import chain_to_wire, message_to_wire, session_to_wire
+from core.cluster import Bus, ClusterHistory, Gateway, Worker, partition_of
 from core.config import HookchatConfig
 from core.testing import EchoProvider, RecordingAdapter
 from tests.cluster.test_outage import settled
@@ -57,6 +57,33 @@ async def test_a_worker_restarted_under_its_name_takes_its_partitions_back_at_on
         )
     log = killed.log.read_text()
     assert "back from its earlier run" in log and "held by its earlier run comes again now" in log
+
+
+async def test_a_worker_taking_back_its_partition_answers_what_it_had_parked_first(tmp_path, nats_server, caplog):
+    # The lease is this worker's from an earlier run (same name), and a message of it is parked: the turn that
+    # recovery queues begins while the held message is taken back (a round trip), and must find the partition owned
+    # by then. (It was put off as moved, left for a sweep many seconds later, and newer messages overtook it.)
+    config = in_process_config(tmp_path, nats_server.url, "w")
+    config.cluster.lease_seconds = 60.0  # no sweep within the test
+    setup = Bus(config.cluster, "setup")
+    await setup.connect()
+    try:
+        first = message(0, 0)
+        sid = first.session.sid  # type: ignore[union-attr] - message() names the session
+        assert setup.leases is not None
+        await setup.leases.create(f"p{setup.partition(sid)}", b"w")
+        history = ClusterHistory(setup, max_turns=None, max_tokens=None, done=lambda ids: asyncio.sleep(0))
+        await history.park(sid, "parked-0", {"id": "parked-0", "gw": "gw", "message": message_to_wire(first)})
+    finally:
+        await setup.close()
+    adapter = RecordingAdapter("test")
+    async with (
+        Gateway(in_process_config(tmp_path, nats_server.url, "gateway"), [adapter], name="gw") as gw,
+        Worker(config, provider=EchoProvider(), name="w", entry_points=False),
+    ):
+        await gw.receive(message(0, 1))
+        await wait_for(lambda: answered(adapter).get(0) == [0, 1], 30, "the parked message answered, then the next")
+    assert "put off" not in caplog.text
 
 
 @pytest.mark.parametrize("follower_first", [False, True], ids=["next-after-restart", "next-held-behind-the-stuck-turn"])

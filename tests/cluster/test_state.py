@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from core.chat import KiraIMMessage, KiraMessageBatchEvent, KiraMessageEvent, MessageChain, Session, User
+from core.chat.message_elements import Text
 from core.cluster import Bus, ClusterHistory
+from core.cluster._held import HeldMessages
 from core.cluster._state import _read, _write
+from core.cluster._turns import TurnLedger
 from core.config import ClusterConfig
 from core.provider import ChatMessage
 
@@ -59,10 +63,10 @@ async def test_a_deletion_that_lost_its_compare_and_set_is_retried_not_raised(hi
     # again on the value read anew; JetStream reports it as a plain bad request, which once left answered messages
     # in the bucket.
     kv = history.bus.buffers
-    assert await _write(kv, "k", {"v": 1}, 0)
+    assert await _write(history.bus, kv, "k", {"v": 1}, 0)
     _, revision = await _read(kv, "k")
-    assert await _write(kv, "k", {"v": 2}, revision)  # the other writer
-    assert await _write(kv, "k", None, revision) is None
+    assert await _write(history.bus, kv, "k", {"v": 2}, revision)  # the other writer
+    assert await _write(history.bus, kv, "k", None, revision) is None
     assert (await _read(kv, "k"))[0] == {"v": 2}
 
 
@@ -97,3 +101,38 @@ async def test_answered_messages_leave_the_parked_buffer_with_the_sessions_next_
     await history.append_turn("s", [ChatMessage("user", "3")], done=["m3"])
     await history.tidy()
     assert (await _read(buffers, key))[0] is None
+
+
+class HeldMsg:
+    subject = "hookchat.in.0"
+
+
+def batch_of(*ids: str) -> KiraMessageBatchEvent:
+    events = []
+    for message_id in ids:
+        event = KiraMessageEvent(
+            KiraIMMessage(MessageChain([Text(message_id)]), User("u1"), Session("test", "dm", "u1"))
+        )
+        event.inbox_id = message_id
+        events.append(event)
+    return KiraMessageBatchEvent(events, events[-1].session)
+
+
+async def test_only_a_message_the_hooks_sent_on_at_once_skips_the_write_down_of_its_batch(history):
+    # Sent on as it arrived: delivered again after a crash, it forms the same batch by itself. A message flushed
+    # from the buffer alone may have its park still in flight: once parked and acknowledged, a crash would answer
+    # it again in another batch, so its batch is written down.
+    held = HeldMessages(30.0, lambda subject: 0)
+    ledger = TurnLedger(history, held)
+    sid = batch_of("x").sid
+    held.hold("m1", HeldMsg(), {"n": 1})  # type: ignore[arg-type] - only its subject is read
+    held.sent_on("m1")
+    assert await ledger.begin(batch_of("m1"))
+    assert await history.parked_of(sid) is None
+    held.hold("m2", HeldMsg(), {"n": 2})  # type: ignore[arg-type] - as above
+    assert await ledger.begin(batch_of("m2"))
+    assert await history.parked_of(sid) == ([["m2"]], {"m2": {"n": 2}})
+    held.hold("m3", HeldMsg(), {"n": 3})  # type: ignore[arg-type] - as above
+    held.sent_on("m3")
+    assert await ledger.begin(batch_of("m3"))  # sent on at once, but something of its session is parked
+    assert (await history.parked_of(sid))[0] == [["m2"], ["m3"]]  # type: ignore[index] - parked, as just seen

@@ -1,0 +1,100 @@
+"""JetStream publishes (stream messages and key-value writes) without nats-py's per-call request machinery: one
+reply subscription for all of a connection's publishes, a counter for their reply subjects, one future each, and
+one timer for all of them; the stream's acknowledgement is read for its sequence alone."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import json
+import re
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+
+__all__ = ["Publisher"]
+
+_SEQ = re.compile(rb'"seq":(\d+)')
+_NO_RESPONDERS = "503"
+_WRONG_LAST_SEQUENCE = (10071, 10164)  # the codes nats-py's key-value turns into KeyWrongLastSequenceError
+
+
+class Publisher:
+    """Publishes on connection `nc` and waits for the stream's acknowledgement, many publishes in flight at once (the
+    connection's writer sends together whatever was published meanwhile, and each waits only on its own future).
+
+    Per publish, nats-py's `js.publish` draws a random token (a system call), validates the subjects, makes a timer
+    and two futures (`wait_for`), and parses the answer into a dataclass; this makes one future and reads the
+    sequence with a regular expression, and one timer fails whatever waited past its deadline. Errors are those of
+    nats-py: `nats.errors.TimeoutError`, `NoStreamResponseError`, `KeyWrongLastSequenceError` for a conditional
+    write that lost, `APIError` for the rest."""
+
+    def __init__(self, nc: Any, timeout: float) -> None:
+        self._nc = nc
+        self.timeout = timeout
+        self._prefix = nc.new_inbox() + "."
+        self._tokens = itertools.count()
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._deadlines: list[tuple[float, str]] = []  # a heap; entries of settled publishes stay until they are due
+        self._timer: asyncio.TimerHandle | None = None
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        """Subscribe to the acknowledgements (the subscription ends with the connection)."""
+        self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._acknowledged)
+
+    async def _acknowledged(self, msg: Msg) -> None:
+        future = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if future is not None and not future.done():
+            future.set_result(msg)
+
+    async def publish(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None = None, timeout: float | None = None
+    ) -> int:
+        """Publish `payload` to `subject` and return its stream sequence once the stream holds it (at most `timeout`
+        seconds, default `self.timeout`)."""
+        loop = asyncio.get_running_loop()
+        token = str(next(self._tokens))
+        future: asyncio.Future[Msg] = loop.create_future()
+        self._waiting[token] = future
+        deadline = loop.time() + (self.timeout if timeout is None else timeout)
+        heapq.heappush(self._deadlines, (deadline, token))
+        if self._timer is None or self._timer.when() > deadline:
+            self._arm(loop)
+        try:
+            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+            msg = await future
+        finally:
+            self._waiting.pop(token, None)
+        data = msg.data
+        if not data and msg.headers and msg.headers.get("Status") == _NO_RESPONDERS:
+            raise nats.js.errors.NoStreamResponseError
+        found = _SEQ.search(data)
+        if found is None or b'"error"' in data:
+            error = json.loads(data).get("error") or {"code": 500, "description": f"unexpected answer {data[:200]!r}"}
+            if error.get("err_code") in _WRONG_LAST_SEQUENCE:
+                raise nats.js.errors.KeyWrongLastSequenceError(description=error.get("description"))
+            nats.js.errors.APIError.from_error(error)  # raises the class of its code
+            raise nats.js.errors.APIError(**error)
+        return int(found[1])
+
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(self._deadlines[0][0], self._expire, loop) if self._deadlines else None
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Fail the publishes whose deadline passed, then wait for the next deadline."""
+        self._timer = None
+        now = loop.time()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, token = heapq.heappop(self._deadlines)
+            future = self._waiting.pop(token, None)
+            if future is not None and not future.done():
+                future.set_exception(nats.errors.TimeoutError())
+        while self._deadlines and self._deadlines[0][1] not in self._waiting:  # settled: no timer for them
+            heapq.heappop(self._deadlines)
+        self._arm(loop)

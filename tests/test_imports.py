@@ -56,9 +56,17 @@ def test_the_testing_kit_runs_a_turn_without_the_serving_machinery():
 
 # What loading the default plugins does not need: jsonschema and its reference resolver (a tool's or an entry's
 # schema, or a config value the plain check cannot judge, imports them), `regex` (a schema's `pattern`), `packaging`
-# (a manifest's `core_version`; the built-in plugins state none), `tomllib` (a config file; the folder has none) and
-# the agent loop (the first turn).
-NOT_FOR_LISTING = ("jsonschema", "referencing", "regex", "packaging", "tomllib", "core.provider.agent")
+# (a manifest's `core_version`; the built-in plugins state none), `tomllib` (a config file; the folder has none), the
+# agent loop (the first turn) and the Agent Skills (the `skills` plugin, loaded when the skills folder exists).
+NOT_FOR_LISTING = (
+    "jsonschema",
+    "referencing",
+    "regex",
+    "packaging",
+    "tomllib",
+    "core.provider.agent",
+    "core.mcp._skills",
+)
 
 
 def test_listing_the_plugins_loads_no_heavy_machinery_nor_jsonschema(tmp_path):

@@ -57,7 +57,8 @@ def test_the_testing_kit_runs_a_turn_without_the_serving_machinery():
 # What loading the default plugins does not need: jsonschema and its reference resolver (a tool's or an entry's
 # schema, or a config value the plain check cannot judge, imports them), `regex` (a schema's `pattern`), `packaging`
 # (a manifest's `core_version`; the built-in plugins state none), `tomllib` (a config file; the folder has none), the
-# agent loop (the first turn) and the Agent Skills (the `skills` plugin, loaded when the skills folder exists).
+# agent loop (the first turn), the Agent Skills (the `skills` plugin, loaded when the skills folder exists) and
+# KiraAI's model clients (a KiraAI plugin asking its provider manager for one).
 NOT_FOR_LISTING = (
     "jsonschema",
     "referencing",
@@ -66,6 +67,7 @@ NOT_FOR_LISTING = (
     "tomllib",
     "core.provider.agent",
     "core.mcp._skills",
+    "core.provider.model_client",
 )
 
 

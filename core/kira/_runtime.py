@@ -44,16 +44,16 @@ from core.plugin import (
     custom_event_name,
 )
 from core.provider.llm import ChatMessage, OpenAIMessage, ToolCall
-from core.provider.model_client import LLMModelClient, ModelInfo, ModelType
 from core.services import PluginHost
 
-if TYPE_CHECKING:  # annotations of the KiraApp protocol only
+if TYPE_CHECKING:  # annotations of the KiraApp protocol (and of `ProviderManagerFacade`'s clients) only
     from core.adapter import Adapter
     from core.config import HookchatConfig
     from core.kira._clients import OneBotClient
     from core.plugin import PluginLoader
     from core.provider import LLMProvider
     from core.provider.agent import AgentLoop
+    from core.provider.model_client import LLMModelClient, ModelInfo
 
 __all__ = [
     "KiraApp",
@@ -599,6 +599,10 @@ class ProviderManagerFacade:
         self._app = app
 
     def _model(self, model_id: str | None = None) -> ModelInfo:
+        # The model clients' module is imported by the first plugin that asks for one: its dataclasses are 0.6% of
+        # a `hookchat plugins`, which asks for none (docs/performance.md).
+        from core.provider.model_client import ModelInfo, ModelType
+
         chosen = self._app.config.provider()
         provider = self._app.provider
         name = chosen.name if chosen is not None else provider.name
@@ -606,9 +610,14 @@ class ProviderManagerFacade:
         config = {"base_url": chosen.base_url} if chosen is not None else {}
         return ModelInfo(ModelType.LLM, model_id or (models[0] if models else provider.name), name, name, config)
 
+    def _client(self, model: ModelInfo) -> LLMModelClient:
+        from core.provider.model_client import LLMModelClient  # with `_model`'s, on first use
+
+        return LLMModelClient(self._app.provider, model)
+
     def get_default_llm(self) -> LLMModelClient:
         """The application's model."""
-        return LLMModelClient(self._app.provider, self._model())
+        return self._client(self._model())
 
     def get_default_fast_llm(self) -> LLMModelClient:
         """The application's model (hookchat has no separate fast model)."""
@@ -622,7 +631,7 @@ class ProviderManagerFacade:
         """A client for `model_id` of the application's provider `provider_id`; None for another provider."""
         if provider_id != self._model().provider_id:
             return None
-        return LLMModelClient(self._app.provider, self._model(model_id))
+        return self._client(self._model(model_id))
 
     def get_provider_info(self, provider_id: str) -> ProviderInfo | None:
         """The configured provider `provider_id` (a `[[providers]]` name), or None."""

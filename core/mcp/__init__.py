@@ -12,11 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from core.mcp._errors import McpConfigError
 from core.mcp._manager import McpManager, read_servers_file
-from core.mcp._skills import SKILL_FILE, Skill, SkillCatalog, SkillError, SkillFileTool, parse_skill
 
 # The names below need the MCP SDK (and starlette, for serving): they are imported on first use (PEP 562), so
 # `import core.app` and a plugin's tests do not load the SDK unless a server is configured or tools are served.
+# So are the Agent Skills' names, which only the `skills` plugin (loaded when the skills folder exists) and the web
+# console use (their module is 0.5% of a `hookchat plugins`, docs/performance.md).
 _LAZY = {
+    **dict.fromkeys(
+        ("SKILL_FILE", "Skill", "SkillCatalog", "SkillError", "SkillFileTool", "parse_skill"), "core.mcp._skills"
+    ),
     **dict.fromkeys(
         (
             "MAX_DESCRIPTION",
@@ -50,6 +54,7 @@ if TYPE_CHECKING:  # what the checker sees of the lazy names (the same modules a
     )
     from core.mcp._results import MAX_MEDIA_BASE64, MAX_RESULT_CHARS, to_tool_result
     from core.mcp._serve import LOOPBACK_HOSTS, McpHttpListener, McpServeError, McpToolServer
+    from core.mcp._skills import SKILL_FILE, Skill, SkillCatalog, SkillError, SkillFileTool, parse_skill
 
 
 def __getattr__(name: str) -> Any:

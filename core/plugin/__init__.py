@@ -5,6 +5,8 @@
 Everything a plugin author imports lives here; the modules starting with `_` are internals with one job each.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from core.plugin._base import BasePlugin, PluginContext
 from core.plugin._decorators import on, register, register_tool
 from core.plugin._engine import HookEngine, HookEntry, HookRegistrationError, HookTimeout
@@ -31,11 +33,32 @@ from core.plugin._loader import (
     PluginStatus,
 )
 from core.plugin._source import Manifest
-from core.plugin._web import PageMenu, PluginPage, PluginPageSource, WebDeclaration, web_declarations
 from core.services import PluginConfigError
 from core.utils import signals
 from core.utils.log import get_logger, logger
 from core.utils.registry import OwnedRegistry
+
+# KiraAI's web declarations (pages, endpoints, widgets for the web console) are imported on first use (PEP 562):
+# only a plugin that declares one and the web console use them, and their module is 0.7% of a `hookchat plugins`
+# (docs/performance.md).
+_LAZY: dict[str, str] = dict.fromkeys(
+    ("PageMenu", "PluginPage", "PluginPageSource", "WebDeclaration", "web_declarations"), "core.plugin._web"
+)
+
+if TYPE_CHECKING:  # what the checker sees of the lazy names
+    from core.plugin._web import PageMenu, PluginPage, PluginPageSource, WebDeclaration, web_declarations
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'core.plugin' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "KiraAdapter",

@@ -1,6 +1,7 @@
 """Guarded import of a plugin's code: the manifest's `core_version` checked, the code imported in a daemon thread
 under a package name of its own (so a reload, or an import abandoned at the start-up deadline, never collides),
-its plugin class found, and its modules forgotten again when it stops."""
+its plugin class found, and its modules forgotten again when it stops (their bytecode caches deleted before this
+process imports a plugin again, never at the stop: the next process reads them as it reads any module's)."""
 
 from __future__ import annotations
 
@@ -153,6 +154,7 @@ def _import_folder(source: PluginSource, package: str) -> tuple[type, list[str]]
     if entry is None:
         raise PluginLoadError(f"{folder} has no entry module ({', '.join(ENTRY_MODULES)})")
     importlib.invalidate_caches()  # a file added since the last import must be found
+    _delete_stale_caches()  # a plugin forgotten in this process: its files are read as they are now
     try:
         init = folder / "__init__.py"
         if init.is_file():
@@ -197,23 +199,38 @@ def _package_modules(package: str) -> list[str]:
 
 
 def forget_modules(modules: list[str]) -> None:
-    """Drop a stopped plugin's modules and their bytecode caches (`forget_caches`)."""
+    """Drop a stopped plugin's modules, their bytecode caches stale (`forget_caches`)."""
     forget_caches(modules)
     for name in modules:
         sys.modules.pop(name, None)
 
 
+#: The bytecode caches of plugin modules this process imported and then forgot (`forget_caches`), deleted before
+#: its next import of a plugin (`_import_folder`).
+_STALE_CACHES: set[str] = set()
+_STALE_LOCK = threading.Lock()
+
+
 def forget_caches(modules: list[str]) -> None:
-    """Delete the bytecode caches of a plugin's modules, so the next import runs the files as they are then: a
-    cache is trusted while the source keeps its size and its mtime in whole seconds, which misses an edit saved
-    within the same second."""
-    for name in modules:
-        cached = getattr(getattr(sys.modules.get(name), "__spec__", None), "cached", None)
-        if cached:
-            try:
-                Path(cached).unlink(missing_ok=True)
-            except OSError:
-                pass
+    """Mark the bytecode caches of a plugin's modules stale: the next import of a plugin in this process deletes
+    them first, so it runs the files as they are then (a cache is trusted while the source keeps its size and its
+    mtime in whole seconds, which misses an edit saved within the same second). They are not deleted here: when a
+    bot stops, the next process would compile every plugin again, as `hookchat plugins` did at every run; it trusts
+    them as Python trusts any module's cache."""
+    cached = {getattr(getattr(sys.modules.get(name), "__spec__", None), "cached", None) for name in modules}
+    with _STALE_LOCK:
+        _STALE_CACHES.update(path for path in cached if path)
+
+
+def _delete_stale_caches() -> None:
+    with _STALE_LOCK:
+        stale = list(_STALE_CACHES)
+        _STALE_CACHES.clear()
+    for path in stale:
+        try:
+            Path(path).unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def find_plugin_class(module: Any, plugin_id: str, manifest: Manifest | None = None) -> type:

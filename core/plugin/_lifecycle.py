@@ -80,7 +80,7 @@ class PluginRunner:
         try:
             cfg = validate_config(plugin_id, source.schema, settings)
         except PluginConfigError:
-            await anyio.to_thread.run_sync(forget_modules, modules)
+            forget_modules(modules)
             raise
         return Imported(source, plugin_class, modules, compat, cfg)
 
@@ -150,8 +150,7 @@ class PluginRunner:
         # Again, after terminate() and the plugin's tasks are done: anything they registered meanwhile goes too.
         tools.remove_owner(plugin_id)
         self.tags.remove_owner(plugin_id)
-        if modules:
-            await anyio.to_thread.run_sync(forget_modules, modules)
+        forget_modules(modules)
 
     async def _timed(self, plugin_id: str, stage: str, work: Awaitable[Any]) -> Any:
         """Await one start-up stage of a plugin under the start-up deadline (`init_timeout`): slower than

@@ -249,7 +249,7 @@ class PluginLoader:
                 self._catalog.put(fresh)
             return await self.load(plugin_id)
         try:
-            await anyio.to_thread.run_sync(forget_caches, old.modules)  # the new version reads the files afresh
+            forget_caches(old.modules)  # the new version reads the files afresh
             code = await self._runner.prepare(plugin_id, fresh, self.plugin_config.get(plugin_id, {}))
         except BaseException as exc:
             if not plugins_failure(exc):
@@ -263,7 +263,7 @@ class PluginLoader:
             if not plugins_failure(exc):
                 raise
             return await self._restore(old, exc)
-        await anyio.to_thread.run_sync(forget_modules, old.modules)
+        forget_modules(old.modules)
         if plugin_id in self._faults:  # a new version: an earlier fault is no longer its own
             await anyio.to_thread.run_sync(self._faults.forget, plugin_id)
         return self._loaded_now(running)

@@ -79,6 +79,31 @@ async def test_reload_runs_the_code_as_it_is_now_on_disk(
     assert unloaded == [{"plugin_id": "versioned"}] and loaded == [{"plugin_id": "versioned"}]
 
 
+async def test_a_stopped_plugin_keeps_its_bytecode_and_loading_it_again_runs_the_code_on_disk(
+    make_manager, write_plugin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as on a user's machine: bytecode caches are written
+    main = write_plugin("versioned", VERSIONED.format(version="v1")) / "main.py"
+    os.utime(main, (1_700_000_000, 1_700_000_000))
+    first = make_manager()
+    await first.load_all()
+    assert await ping(first) == ["v1"]
+    await first.shutdown()
+    # The next process reads the cache as Python reads any module's, instead of compiling the plugin again.
+    [cache] = (main.parent / "__pycache__").glob("main.*.pyc")
+
+    # An edit saved within the same second, of the same size: the cache still looks valid, but this process
+    # forgot the plugin, so its next import reads the file.
+    write_plugin("versioned", VERSIONED.format(version="v2"))
+    os.utime(main, (1_700_000_000, 1_700_000_000))
+    second = make_manager()
+    await second.load_all()
+
+    assert await ping(second) == ["v2"]
+    await second.shutdown()
+    assert cache.exists()
+
+
 async def test_unloading_a_plugin_removes_everything_it_registered_and_nothing_else(
     manager: PluginLoader, write_plugin, record_signal
 ) -> None:

@@ -19,7 +19,7 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from core.cluster._bus import NATS_ERRORS, Bus, decode_key, encode_key
-from core.history import HistoryError, Turn, estimate_tokens
+from core.history import HistoryError, Turn, copy_messages, estimate_tokens
 from core.provider import ChatMessage
 from core.services import Err, Ok, Result, SdkError
 from core.utils.log import logger
@@ -52,13 +52,24 @@ def _encode(value: dict[str, Any]) -> bytes:
 
 class _Turn(dict[str, Any]):
     """A stored turn of a history value, which is never changed once made: its JSON is made once and kept, not
-    made again at every later turn's write of the value (up to `history_turns` of them)."""
+    made again at every later turn's write of the value (up to `history_turns` of them), and so are its messages
+    decoded (each read gets copies, as `HistoryStore`'s do)."""
 
-    __slots__ = ("json",)
+    __slots__ = ("json", "decoded")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.json: str | None = None
+        self.decoded: tuple[ChatMessage, ...] | None = None
+
+
+def _messages_of(turn: dict[str, Any]) -> list[ChatMessage]:
+    """A stored turn's messages, as new objects."""
+    if not isinstance(turn, _Turn):  # read from the server: a `_Turn` once the value is written again
+        return [ChatMessage.from_dict(m) for m in turn["messages"]]
+    if turn.decoded is None:
+        turn.decoded = tuple(ChatMessage.from_dict(m) for m in turn["messages"])
+    return copy_messages(turn.decoded)
 
 
 def _encode_history(value: dict[str, Any]) -> bytes:
@@ -255,14 +266,14 @@ class ClusterHistory:
         turns = (await self.patiently(sid, f"reading the history of {sid}", lambda: self._session(sid)))["turns"]
         if self.max_turns is not None:
             turns = turns[-self.max_turns :] if self.max_turns else []
-        picked: list[list[dict[str, Any]]] = []
+        picked: list[dict[str, Any]] = []
         used = 0
         for turn in reversed(turns):
             used += turn["tokens"]
             if self.max_tokens is not None and used > self.max_tokens:
                 break
-            picked.append(turn["messages"])
-        return [ChatMessage.from_dict(m) for messages in reversed(picked) for m in messages]
+            picked.append(turn)
+        return [m for turn in reversed(picked) for m in _messages_of(turn)]
 
     async def is_done(self, sid: str, message_id: str) -> bool:
         """Whether the message `message_id` of `sid` was answered by a stored turn."""

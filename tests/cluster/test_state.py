@@ -145,3 +145,11 @@ async def test_a_history_value_with_its_turns_encoded_once_reads_back_the_same()
     stored = {**read, "turns": [*read["turns"], _Turn(id=2, messages=[{"role": "user", "content": "2"}])]}
     assert json.loads(_encode_history(stored)) == json.loads(json.dumps(stored))
     assert json.loads(_encode_history({"turns": []})) == {"turns": []}
+
+
+async def test_the_history_a_turn_reads_is_a_copy_it_may_edit(history):
+    # Stored turns keep their messages decoded; each read must still get objects of its own.
+    await history.append_turn("s", [ChatMessage("user", "1")], done=["m1"])
+    first = await history.get_history("s")
+    first[0].content = "edited"
+    assert [m.content for m in await history.get_history("s")] == ["1"]

@@ -27,6 +27,7 @@ __all__ = [
     "InboxEntry",
     "HistoryError",
     "TurnNotFoundError",
+    "copy_messages",
     "estimate_tokens",
 ]
 
@@ -241,12 +242,17 @@ class _DecodedTurns:
             if len(turns) >= _DECODED_MAX:
                 del turns[next(iter(turns))]  # the oldest decoded
             turns[text] = decoded
-        return [
-            ChatMessage(m.role, m.content, [], m.tool_call_id, m.name)
-            if not m.tool_calls
-            else ChatMessage.from_dict(m.to_dict())  # tool calls hold dicts of arguments: copied whole
-            for m in decoded
-        ]
+        return copy_messages(decoded)
+
+
+def copy_messages(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """New objects equal to `messages` (decoded once and kept), which a caller may edit."""
+    return [
+        ChatMessage(m.role, m.content, [], m.tool_call_id, m.name)
+        if not m.tool_calls
+        else ChatMessage.from_dict(m.to_dict())  # tool calls hold dicts of arguments: copied whole
+        for m in messages
+    ]
 
 
 def _row_to_turn(row: tuple[Any, ...]) -> Turn:

@@ -19,7 +19,7 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from core.cluster._bus import NATS_ERRORS, Bus, decode_key, encode_key
-from core.history import HistoryError, Turn, estimate_tokens
+from core.history import HistoryError, Turn, copy_messages, estimate_tokens
 from core.provider import ChatMessage
 from core.services import Err, Ok, Result, SdkError
 from core.utils.log import logger
@@ -46,11 +46,58 @@ async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
     return json.loads(entry.value), entry.revision or 0
 
 
-async def _write(bus: Bus, kv: KeyValue, key: str, value: dict[str, Any] | None, revision: int) -> int | None:
+def _encode(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
+class _Turn(dict[str, Any]):
+    """A stored turn of a history value, which is never changed once made: its JSON is made once and kept, not
+    made again at every later turn's write of the value (up to `history_turns` of them), and so are its messages
+    decoded (each read gets copies, as `HistoryStore`'s do)."""
+
+    __slots__ = ("json", "decoded")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.json: str | None = None
+        self.decoded: tuple[ChatMessage, ...] | None = None
+
+
+def _messages_of(turn: dict[str, Any]) -> list[ChatMessage]:
+    """A stored turn's messages, as new objects."""
+    if not isinstance(turn, _Turn):  # read from the server: a `_Turn` once the value is written again
+        return [ChatMessage.from_dict(m) for m in turn["messages"]]
+    if turn.decoded is None:
+        turn.decoded = tuple(ChatMessage.from_dict(m) for m in turn["messages"])
+    return copy_messages(turn.decoded)
+
+
+def _encode_history(value: dict[str, Any]) -> bytes:
+    """A history value as JSON, each turn's from its `_Turn` (made a `_Turn` here when read from the server)."""
+    turns = value["turns"]
+    parts = []
+    for i, turn in enumerate(turns):
+        if not isinstance(turn, _Turn):
+            turn = turns[i] = _Turn(turn)
+        if turn.json is None:
+            turn.json = json.dumps(turn, ensure_ascii=False)
+        parts.append(turn.json)
+    rest = json.dumps({k: v for k, v in value.items() if k != "turns"}, ensure_ascii=False)
+    return ('{"turns":[' + ",".join(parts) + "]" + ("," + rest[1:] if rest != "{}" else "}")).encode()
+
+
+async def _write(
+    bus: Bus,
+    kv: KeyValue,
+    key: str,
+    value: dict[str, Any] | None,
+    revision: int,
+    encode: Callable[[dict[str, Any]], bytes] = _encode,
+) -> int | None:
     """Compare-and-set: write (or delete, for None) only if `key` is still at `revision`. The new revision (that of
     the deletion marker after a deletion, so the next write to the key needs no read first); None if the key had
     moved on."""
-    data = None if value is None else json.dumps(value, ensure_ascii=False).encode()
+    data = None if value is None else encode(value)
     try:
         return await bus.write(kv, key, data, revision)
     except nats.js.errors.KeyWrongLastSequenceError:
@@ -93,7 +140,15 @@ class _OwnedValues:
         if len(self._values) > self._size:
             self._values.popitem(last=False)
 
-    async def change(self, kv: KeyValue, key: str, sid: str, change: _Change, what: str) -> dict[str, Any] | None:
+    async def change(
+        self,
+        kv: KeyValue,
+        key: str,
+        sid: str,
+        change: _Change,
+        what: str,
+        encode: Callable[[dict[str, Any]], bytes] = _encode,
+    ) -> dict[str, Any] | None:
         """Apply `change` to the value under `key` by compare-and-set, starting from the value in memory, and
         again from the server's whenever another writer came first."""
         slot = (kv._name, key)
@@ -103,7 +158,7 @@ class _OwnedValues:
             if new is value:
                 return value
             try:
-                written = await _write(self._bus, kv, key, new, revision)
+                written = await _write(self._bus, kv, key, new, revision, encode)
             except BaseException:  # it may have been stored with its answer lost: read it again next time
                 self._values.pop(slot, None)
                 raise
@@ -211,14 +266,14 @@ class ClusterHistory:
         turns = (await self.patiently(sid, f"reading the history of {sid}", lambda: self._session(sid)))["turns"]
         if self.max_turns is not None:
             turns = turns[-self.max_turns :] if self.max_turns else []
-        picked: list[list[dict[str, Any]]] = []
+        picked: list[dict[str, Any]] = []
         used = 0
         for turn in reversed(turns):
             used += turn["tokens"]
             if self.max_tokens is not None and used > self.max_tokens:
                 break
-            picked.append(turn["messages"])
-        return [ChatMessage.from_dict(m) for messages in reversed(picked) for m in messages]
+            picked.append(turn)
+        return [m for turn in reversed(picked) for m in _messages_of(turn)]
 
     async def is_done(self, sid: str, message_id: str) -> bool:
         """Whether the message `message_id` of `sid` was answered by a stored turn."""
@@ -255,11 +310,13 @@ class ClusterHistory:
             if done and all(i in value["done"] for i in done):
                 return value
             number = value["next"]
-            turns = [*value["turns"], {"id": number, **record}][-self.keep :]
+            turns = [*value["turns"], _Turn(id=number, **record)][-self.keep :]
             return {"next": number + 1, "turns": turns, "done": [*value["done"], *done][-_DONE_KEPT:]}
 
         what = f"storing a turn of {sid}"
-        await self.patiently(sid, what, lambda: self._values.change(self._kv, encode_key(sid), sid, change, what))
+        await self.patiently(
+            sid, what, lambda: self._values.change(self._kv, encode_key(sid), sid, change, what, _encode_history)
+        )
         await self._finish(done, stored=True)
         return number
 

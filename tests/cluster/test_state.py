@@ -3,13 +3,15 @@ bucket then holds a deletion marker), and a turn stored once even when a redeliv
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from core.chat import KiraIMMessage, KiraMessageBatchEvent, KiraMessageEvent, MessageChain, Session, User
 from core.chat.message_elements import Text
 from core.cluster import Bus, ClusterHistory
 from core.cluster._held import HeldMessages
-from core.cluster._state import _read, _write
+from core.cluster._state import _encode_history, _read, _Turn, _write
 from core.cluster._turns import TurnLedger
 from core.config import ClusterConfig
 from core.provider import ChatMessage
@@ -136,3 +138,18 @@ async def test_only_a_message_the_hooks_sent_on_at_once_skips_the_write_down_of_
     held.sent_on("m3")
     assert await ledger.begin(batch_of("m3"))  # sent on at once, but something of its session is parked
     assert (await history.parked_of(sid))[0] == [["m2"], ["m3"]]  # type: ignore[index] - parked, as just seen
+
+
+async def test_a_history_value_with_its_turns_encoded_once_reads_back_the_same():
+    read = {"next": 3, "turns": [{"id": 1, "messages": [{"role": "user", "content": "é"}]}], "done": ["m1"]}
+    stored = {**read, "turns": [*read["turns"], _Turn(id=2, messages=[{"role": "user", "content": "2"}])]}
+    assert json.loads(_encode_history(stored)) == json.loads(json.dumps(stored))
+    assert json.loads(_encode_history({"turns": []})) == {"turns": []}
+
+
+async def test_the_history_a_turn_reads_is_a_copy_it_may_edit(history):
+    # Stored turns keep their messages decoded; each read must still get objects of its own.
+    await history.append_turn("s", [ChatMessage("user", "1")], done=["m1"])
+    first = await history.get_history("s")
+    first[0].content = "edited"
+    assert [m.content for m in await history.get_history("s")] == ["1"]

@@ -57,9 +57,9 @@ def test_the_testing_kit_runs_a_turn_without_the_serving_machinery():
 # What loading the default plugins does not need: jsonschema and its reference resolver (a tool's or an entry's
 # schema, or a config value the plain check cannot judge, imports them), `regex` (a schema's `pattern`), `packaging`
 # (a manifest's `core_version`; the built-in plugins state none), `tomllib` (a config file; the folder has none), the
-# agent loop (the first turn), the Agent Skills (the `skills` plugin, loaded when the skills folder exists) and
-# KiraAI's model clients and web declarations (a KiraAI plugin asking its provider manager for a client, or declaring
-# a page, an endpoint or a widget).
+# agent loop and the output parser (the first turn), the Agent Skills (the `skills` plugin, loaded when the skills
+# folder exists), and KiraAI's model clients and web declarations (a KiraAI plugin asking its provider manager for a
+# client, or declaring a page, an endpoint or a widget).
 NOT_FOR_LISTING = (
     "jsonschema",
     "referencing",
@@ -67,6 +67,7 @@ NOT_FOR_LISTING = (
     "packaging",
     "tomllib",
     "core.provider.agent",
+    "core.tag._parser",
     "core.mcp._skills",
     "core.provider.model_client",
     "core.plugin._web",

@@ -8,10 +8,11 @@ tools in the app's tool registry owned by `mcp:<server>`), hookchat's own tools 
     await manager.aclose()
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.mcp._errors import McpConfigError
 from core.mcp._manager import McpManager, read_servers_file
+from core.utils.lazy import lazy_names
 
 # The names below need the MCP SDK (and starlette, for serving): they are imported on first use (PEP 562), so
 # `import core.app` and a plugin's tests do not load the SDK unless a server is configured or tools are served.
@@ -57,15 +58,7 @@ if TYPE_CHECKING:  # what the checker sees of the lazy names (the same modules a
     from core.mcp._skills import SKILL_FILE, Skill, SkillCatalog, SkillError, SkillFileTool, parse_skill
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'core.mcp' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

@@ -5,7 +5,7 @@
 Everything a plugin author imports lives here; the modules starting with `_` are internals with one job each.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.plugin._base import BasePlugin, PluginContext
 from core.plugin._decorators import on, register, register_tool
@@ -35,6 +35,7 @@ from core.plugin._loader import (
 from core.plugin._source import Manifest
 from core.services import PluginConfigError
 from core.utils import signals
+from core.utils.lazy import lazy_names
 from core.utils.log import get_logger, logger
 from core.utils.registry import OwnedRegistry
 
@@ -49,15 +50,7 @@ if TYPE_CHECKING:  # what the checker sees of the lazy names
     from core.plugin._web import PageMenu, PluginPage, PluginPageSource, WebDeclaration, web_declarations
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'core.plugin' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

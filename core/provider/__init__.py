@@ -1,6 +1,6 @@
 """Talking to the model: `LLMRequest`, `LLMResponse`, `ToolResult`, the provider interface and the agent loop."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from core.provider.llm import (
     ChatMessage,
@@ -13,6 +13,7 @@ from core.provider.llm import (
     ToolCall,
     ToolResult,
 )
+from core.utils.lazy import lazy_names
 
 # KiraAI's model clients are imported on first use (PEP 562): only KiraAI plugins that ask the provider manager for
 # one use them, and their dataclasses are 0.6% of a `hookchat plugins` (docs/performance.md).
@@ -22,15 +23,7 @@ if TYPE_CHECKING:  # what the checker sees of the lazy names
     from core.provider.model_client import LLMModelClient, ModelInfo, ModelType
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'core.provider' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

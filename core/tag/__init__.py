@@ -1,7 +1,8 @@
 """Tags in the model's output: `BaseTag`, `FunctionTag` and `TagSet` declare them; `parse_output`, `StreamParser`
 and `parse_stream` turn the model's `<msg>` blocks into one `MessageChain` per outgoing message."""
 
-from core.tag._parser import OnTagError, StreamParser, decode_references, parse_output, parse_stream
+from typing import TYPE_CHECKING
+
 from core.tag._tags import (
     RESERVED_TAG_NAMES,
     BaseTag,
@@ -14,6 +15,20 @@ from core.tag._tags import (
 )
 from core.tag.paths import MediaPathError, check_media_path, find_attachment, resolve_media_path
 from core.tag.urls import MENTION_ALL_IDS, MediaPolicy, MediaURLError, is_mention_all
+from core.utils.lazy import lazy_names
+
+# The parser is imported on first use (PEP 562), with the agent loop that runs it at the first turn: a command that
+# runs no turn (`hookchat plugins`) does not import it (docs/performance.md).
+_LAZY: dict[str, str] = dict.fromkeys(
+    ("OnTagError", "StreamParser", "decode_references", "parse_output", "parse_stream"), "core.tag._parser"
+)
+
+if TYPE_CHECKING:  # what the checker sees of the lazy names
+    from core.tag._parser import OnTagError, StreamParser, decode_references, parse_output, parse_stream
+
+
+__getattr__ = lazy_names(__name__, _LAZY)
+
 
 __all__ = [
     "BaseTag",

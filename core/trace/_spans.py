@@ -186,19 +186,23 @@ def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, 
         return [f"chain {''.join(before)!r} -> {''.join(after)!r}"], None
     lines: list[str] = []
     (p0, t0, g0, u0), (p1, t1, g1, u1) = before[:4], after[:4]  # then the sets' versions
-    old = {(name, i): (source, content) for i, (name, source, content) in enumerate(p0)}
-    for i, (name, source, content) in enumerate(p1):
-        known = old.get((name, i))
-        if known is None:
-            lines.append(f"prompt section {name!r} added (source {source!r}): {_cut(content, 200)!r}")
-        elif known[1] != content:
-            lines.append(f"prompt section {name!r} edited: {_cut(content, 200)!r}")
-    if len(p1) < len(p0):
-        lines.append(f"{len(p0) - len(p1)} prompt section(s) removed")
-    lines += [f"tool {name!r} added" for name in t1 if name not in t0]
-    lines += [f"tool {name!r} removed" for name in t0 if name not in t1]
-    lines += [f"tag <{name}> added" for name in g1 if name not in g0]
-    lines += [f"tag <{name}> removed" for name in g0 if name not in g1]
+    # A hook mostly changes one of these: the others are compared whole (in C) before they are walked.
+    if p0 != p1:
+        old = {(name, i): (source, content) for i, (name, source, content) in enumerate(p0)}
+        for i, (name, source, content) in enumerate(p1):
+            known = old.get((name, i))
+            if known is None:
+                lines.append(f"prompt section {name!r} added (source {source!r}): {_cut(content, 200)!r}")
+            elif known[1] != content:
+                lines.append(f"prompt section {name!r} edited: {_cut(content, 200)!r}")
+        if len(p1) < len(p0):
+            lines.append(f"{len(p0) - len(p1)} prompt section(s) removed")
+    if t0 != t1:
+        lines += [f"tool {name!r} added" for name in t1 if name not in t0]
+        lines += [f"tool {name!r} removed" for name in t0 if name not in t1]
+    if g0 != g1:
+        lines += [f"tag <{name}> added" for name in g1 if name not in g0]
+        lines += [f"tag <{name}> removed" for name in g0 if name not in g1]
     if u0 != u1:
         lines.append(f"user prompt edited: {_cut(_user_text(u1), 200)!r}")
     return lines, None

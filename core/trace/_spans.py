@@ -562,20 +562,48 @@ def compact_record(trace: Trace, record: list[Any], table: HookTable) -> dict[st
 HOOK_FIELDS = ("event", "plugin_id", "function", "file", "line", "priority", "deadline")
 
 
+#: At most this many prompt sections are numbered in a JSON-lines writer's table; later ones are written in full.
+MAX_SECTIONS = 1_024
+
+
 class HookTable:
-    """The hooks and chains a JSON-lines writer has named so far, each numbered from 1 the first time a trace shows
-    it: a dispatch in the file gives its chain's number rather than a dict of fourteen fields per hook.
+    """The hooks, chains and prompt sections a JSON-lines writer has named so far, each numbered from 1 the first
+    time a trace shows it: a dispatch in the file gives its chain's number rather than a dict of fourteen fields per
+    hook, and a model call the numbers of its system prompt's sections rather than their text.
 
     `chain(chain)` is the number of a resolved chain (remembered per chain object, which the engine keeps while its
-    plugins stay); `hooks` and `chains` are the descriptions so far (`HOOK_FIELDS` values; a chain's hook numbers),
-    which the file's table lines give. Used by the writer thread alone."""
+    plugins stay), `section(name, source, content)` the number of a section seen before (None for one seen the first
+    time, or once `MAX_SECTIONS` are numbered: written in full, so sections that change at every turn, such as the
+    time, never fill the table); `hooks`, `chains` and `sections` are the descriptions so far (`HOOK_FIELDS` values;
+    a chain's hook numbers; a section's name, source and content), which the file's table lines give. Used by the
+    writer thread alone."""
 
     def __init__(self) -> None:
         self.hooks: list[list[Any]] = []
         self.chains: list[list[int]] = []
+        self.sections: list[list[str]] = []
         self._hook_numbers: dict[tuple[Any, ...], int] = {}
         self._chain_numbers: dict[tuple[int, ...], int] = {}
         self._known: dict[int, tuple[tuple[HookLike, ...], int]] = {}  # id(chain) -> (chain, number)
+        self._section_numbers: dict[tuple[str, str, str], int] = {}
+        self._seen_once: set[tuple[str, str, str]] = set()
+
+    def section(self, section: tuple[str, str, str]) -> int | None:
+        """The number of a prompt section `(name, source, content)`, or None to write it in full."""
+        number = self._section_numbers.get(section)
+        if number is not None:
+            return number
+        if section not in self._seen_once:
+            if len(self._seen_once) >= 4 * MAX_SECTIONS:
+                self._seen_once.clear()
+            self._seen_once.add(section)
+            return None
+        if len(self.sections) >= MAX_SECTIONS:
+            return None
+        name, source, content = section
+        self.sections.append([name, source, _cut(content)])
+        number = self._section_numbers[section] = len(self.sections)
+        return number
 
     def chain(self, chain: tuple[HookLike, ...]) -> int:
         """The number of `chain`."""
@@ -605,10 +633,24 @@ class HookTable:
 _UNKNOWN_HOOK = ("?", "?", "?", "?", 0, 0, 0.0)
 
 
-def expand_rows(item: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]]) -> dict[str, Any]:
+def expand_rows(
+    item: dict[str, Any],
+    hooks: dict[str, list[Any]],
+    chains: dict[str, list[int]],
+    sections: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
     """A timeline item as read from a JSON-lines file, a dispatch's `chain` and `at` turned back into the `hooks` of
-    `DispatchSpan.to_dict()`, with the file's tables (number as text -> `HOOK_FIELDS` values, or hook numbers)."""
+    `DispatchSpan.to_dict()`, and a model call's numbered sections into their dicts, with the file's tables (number
+    as text -> `HOOK_FIELDS` values, hook numbers, or a section's name, source and content)."""
     if "at" not in item:
+        prompt = item.get("system_prompt")
+        if type(prompt) is list:
+            item["system_prompt"] = [
+                dict(zip(("name", "source", "content"), (sections or {}).get(str(p), ("?", "?", "?")), strict=True))
+                if type(p) is int
+                else p
+                for p in prompt
+            ]
         return item
     at = item.pop("at")
     chain = chains.get(str(item.pop("chain")), [])
@@ -624,6 +666,20 @@ def expand_rows(item: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[
     item["hooks"] = out
     item["stopped_by"] = item.pop("stopped_by", None)  # the key order of `DispatchSpan.to_dict()`
     return item
+
+
+def _compact_item(item: dict[str, Any], table: HookTable) -> dict[str, Any]:
+    """`_rendered(item)` as the JSON-lines file keeps it: a model call's sections seen before as their numbers in
+    `table` (the same system prompt, some 2 KB, is in every turn)."""
+    sections = item.get("system_prompt")
+    if type(sections) is not tuple:
+        return item
+    out = dict(item)
+    section = table.section
+    out["system_prompt"] = [
+        section(p) or {"name": p[0], "source": p[1], "content": _cut(p[2])} for p in sections if p[2]
+    ]
+    return out
 
 
 def _rendered(item: dict[str, Any]) -> dict[str, Any]:
@@ -853,7 +909,7 @@ class Trace:
         and its readings (see `compact_record`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
         the ring's copy is worked out only if someone reads it."""
         items = [compact_record(self, record, table) for record in list(self.records)]
-        items += [_rendered(i) for i in self.items]
+        items += [_compact_item(i, table) for i in self.items]
         items.sort(key=lambda item: item["start_ms"])
         return self._data([m.compact(table) for m in self.messages], items)
 

@@ -67,10 +67,11 @@ class JsonLinesSink:
     (a disk slower than the bot) the newest are dropped and counted, with one warning, rather than memory growing
     without bound.
 
-    A line holds `Trace.compact()`: each dispatch as the number of its chain and one reading per hook, the chains
-    and hooks described by table lines (`{"hooks": {"1": [event, plugin_id, function, file, line, priority,
-    deadline]}, "chains": {"1": [1, 2]}}`) before the first trace that uses them, in each file; `read_json_lines`
-    gives the traces back as `Trace.to_dict()` has them. Writing every hook's fourteen fields as a dict cost more
+    A line holds `Trace.compact()`: each dispatch as the number of its chain and one reading per hook, and a model
+    call's system prompt sections seen before as their numbers; the chains, hooks and sections described by table
+    lines (`{"hooks": {"1": [event, plugin_id, function, file, line, priority, deadline]}, "chains": {"1": [1, 2]},
+    "sections": {"1": [name, source, content]}}`) before the first trace that uses them, in each file;
+    `read_json_lines` gives the traces back as `Trace.to_dict()` has them. Writing every hook's fourteen fields as a dict cost more
     than the turn itself.
     """
 
@@ -88,7 +89,7 @@ class JsonLinesSink:
         self._lock = threading.Lock()
         self._closed = False
         self._table = HookTable()  # the writer thread's alone
-        self._described = (0, 0)  # the hooks and chains of `_table` the current file has described: 1 to these
+        self._described = (0, 0, 0)  # the hooks, chains and sections of `_table` the current file has described
 
     def write(self, trace: Trace) -> None:
         """Queue `trace` for writing (dropped, and counted, when `max_queued` traces already wait, or once closed)."""
@@ -150,16 +151,19 @@ class JsonLinesSink:
             return ""
 
     def _hooks_line(self) -> bytes:
-        """The table line describing the hooks and chains the current file has not described yet (b"" if none)."""
+        """The table line describing the hooks, chains and prompt sections the current file has not described yet
+        (b"" if none)."""
         table = self._table
-        hooks_done, chains_done = self._described
-        if hooks_done >= len(table.hooks) and chains_done >= len(table.chains):
+        hooks_done, chains_done, sections_done = self._described
+        described = (len(table.hooks), len(table.chains), len(table.sections))
+        if described == self._described:
             return b""
         data = {
             "hooks": {str(n): table.hooks[n - 1] for n in range(hooks_done + 1, len(table.hooks) + 1)},
             "chains": {str(n): table.chains[n - 1] for n in range(chains_done + 1, len(table.chains) + 1)},
+            "sections": {str(n): table.sections[n - 1] for n in range(sections_done + 1, len(table.sections) + 1)},
         }
-        self._described = (len(table.hooks), len(table.chains))
+        self._described = described
         line = json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
         return (valid_text(line) + "\n").encode("utf-8", errors="replace")
 
@@ -174,7 +178,7 @@ class JsonLinesSink:
             file = self.path.open("ab")
             # A file opened anew (an earlier run's, or after a failed write) gets the whole table again: a reader
             # takes the newest description of each number.
-            self._described = (0, 0)
+            self._described = (0, 0, 0)
         pending: list[bytes] = []
         size = file.tell()
         for line in lines:
@@ -187,7 +191,7 @@ class JsonLinesSink:
                 self.path.replace(self.path.with_name(self.path.name + ".1"))
                 file = self.path.open("ab")
                 size = 0
-                self._described = (0, 0)
+                self._described = (0, 0, 0)
                 table = self._hooks_line()
             pending.append(table + data)
             size += len(table) + len(data)
@@ -217,6 +221,7 @@ def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]
             continue
         hooks: dict[str, list[Any]] = {}  # the file's tables, as its lines so far describe them
         chains: dict[str, list[int]] = {}
+        sections: dict[str, list[str]] = {}
         with file.open(encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if not line.strip():
@@ -229,16 +234,19 @@ def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]
                 if "id" not in data and isinstance(data.get("hooks"), dict):
                     hooks.update(data["hooks"])
                     chains.update(data.get("chains") or {})
+                    sections.update(data.get("sections") or {})
                     continue
-                out.append(_expanded(data, hooks, chains))
+                out.append(_expanded(data, hooks, chains, sections))
     return out[-limit:] if limit else out
 
 
-def _expanded(data: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]]) -> dict[str, Any]:
+def _expanded(
+    data: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]], sections: dict[str, list[str]]
+) -> dict[str, Any]:
     for item in data.get("timeline", ()):
-        expand_rows(item, hooks, chains)
+        expand_rows(item, hooks, chains, sections)
     for message in data.get("messages", ()):
-        _expanded(message, hooks, chains)
+        _expanded(message, hooks, chains, sections)
     return data
 
 

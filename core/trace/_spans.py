@@ -13,6 +13,8 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import compress, count, islice
+from operator import is_not
 from typing import Any, Protocol
 
 from core.chat.message_utils import KiraMessageEvent, MessageChain
@@ -45,9 +47,9 @@ MAX_LOGS = 500
 TEXT_LIMIT = 4_000
 
 _now = time.perf_counter_ns
-#: The clock of the readings in a dispatch record: `time.perf_counter()` seconds, the same clock as `_now` (the
-#: float is cheaper to make than the nanosecond int, and a reading is taken after every hook).
-clock = time.perf_counter
+#: The clock of the readings in a dispatch record: `time.perf_counter_ns()`, the trace's own clock (`_now`). The int
+#: costs the engine what a float would, and the writer turns it into microseconds with integer arithmetic alone.
+clock = time.perf_counter_ns
 
 
 class HookLike(Protocol):
@@ -184,19 +186,23 @@ def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, 
         return [f"chain {''.join(before)!r} -> {''.join(after)!r}"], None
     lines: list[str] = []
     (p0, t0, g0, u0), (p1, t1, g1, u1) = before[:4], after[:4]  # then the sets' versions
-    old = {(name, i): (source, content) for i, (name, source, content) in enumerate(p0)}
-    for i, (name, source, content) in enumerate(p1):
-        known = old.get((name, i))
-        if known is None:
-            lines.append(f"prompt section {name!r} added (source {source!r}): {_cut(content, 200)!r}")
-        elif known[1] != content:
-            lines.append(f"prompt section {name!r} edited: {_cut(content, 200)!r}")
-    if len(p1) < len(p0):
-        lines.append(f"{len(p0) - len(p1)} prompt section(s) removed")
-    lines += [f"tool {name!r} added" for name in t1 if name not in t0]
-    lines += [f"tool {name!r} removed" for name in t0 if name not in t1]
-    lines += [f"tag <{name}> added" for name in g1 if name not in g0]
-    lines += [f"tag <{name}> removed" for name in g0 if name not in g1]
+    # A hook mostly changes one of these: the others are compared whole (in C) before they are walked.
+    if p0 != p1:
+        old = {(name, i): (source, content) for i, (name, source, content) in enumerate(p0)}
+        for i, (name, source, content) in enumerate(p1):
+            known = old.get((name, i))
+            if known is None:
+                lines.append(f"prompt section {name!r} added (source {source!r}): {_cut(content, 200)!r}")
+            elif known[1] != content:
+                lines.append(f"prompt section {name!r} edited: {_cut(content, 200)!r}")
+        if len(p1) < len(p0):
+            lines.append(f"{len(p0) - len(p1)} prompt section(s) removed")
+    if t0 != t1:
+        lines += [f"tool {name!r} added" for name in t1 if name not in t0]
+        lines += [f"tool {name!r} removed" for name in t0 if name not in t1]
+    if g0 != g1:
+        lines += [f"tag <{name}> added" for name in g1 if name not in g0]
+        lines += [f"tag <{name}> removed" for name in g0 if name not in g1]
     if u0 != u1:
         lines.append(f"user prompt edited: {_cut(_user_text(u1), 200)!r}")
     return lines, None
@@ -274,7 +280,7 @@ class _ProbedRecord(_ClosingRecord):
 
     __slots__ = ()
 
-    def append(self, at: float) -> None:  # the engine's `mark`
+    def append(self, at: int) -> None:  # the engine's `mark`
         extra = self[1]
         states = extra.states
         state = extra.probe(extra.obj, extra.args)
@@ -289,7 +295,7 @@ class _StrategyRecord(_ClosingRecord):
 
     __slots__ = ()
 
-    def append(self, at: float) -> None:  # the engine's `mark`
+    def append(self, at: int) -> None:  # the engine's `mark`
         extra = self[1]
         states = extra.states
         last = states[-1]
@@ -305,7 +311,7 @@ class _RequestRecord(_ClosingRecord):
 
     __slots__ = ()
 
-    def append(self, at: float) -> None:  # the engine's `mark`
+    def append(self, at: int) -> None:  # the engine's `mark`
         extra = self[1]
         states = extra.states
         last = states[-1]
@@ -373,6 +379,28 @@ def record_failure(record: list[Any], entry: HookLike, error: BaseException, tim
     return False
 
 
+def _outcome(
+    extra: _Extra | None, i: int, done: int
+) -> tuple[str, str | None, str | None, dict[str, Any] | None, list[str]]:
+    """How hook `i` of a dispatch ended, of `done` hooks with a reading after them, from its record's `extra`:
+    `(outcome, error, traceback, strategy, changes)`."""
+    if extra is None:
+        return ("returned" if i < done else "cancelled"), None, None, None, []
+    states = extra.states if extra.probe is not None else None
+    if states is not None and i + 1 < len(states):
+        changes, strategy = _changes(extra.probe, states[i], states[i + 1])
+    else:
+        changes, strategy = [], None
+    failure = extra.failures.get(i)
+    if failure is not None:
+        return (*failure, strategy, changes)
+    if i == done:
+        return "cancelled", None, None, strategy, changes
+    if i == done - 1 and extra.stopped:
+        return "stopped", None, None, strategy, changes
+    return "returned", None, None, strategy, changes
+
+
 class DispatchSpan:
     """One dispatch of an event through its hook chain, read from its raw record: `hooks()` and `to_dict()`."""
 
@@ -381,15 +409,15 @@ class DispatchSpan:
         self.chain: tuple[HookLike, ...] = record[0]
         self.event = self.chain[0].event if self.chain else ""
         self.extra: _Extra | None = record[1]
-        # `clock()` seconds as nanoseconds, the unit of the trace's other times
-        self.start_at: float = record[READINGS] * 1e9
-        self.ends: list[float] = [at * 1e9 for at in record[READINGS + 1 :]]  # after each hook that returned
+        # `clock()` readings: nanoseconds, the unit of the trace's other times
+        self.start_at: int = record[READINGS]
+        self.ends: list[int] = record[READINGS + 1 :]  # after each hook that returned
         # Ended: every hook ran, or the engine closed the record (a stop, a probed event, an own trace). Otherwise
         # the hook after the last reading is still running, or was running when the dispatch was cancelled.
         self.ended = len(self.ends) == len(self.chain) or (self.extra is not None and self.extra.ended)
 
     @property
-    def end_at(self) -> float | None:
+    def end_at(self) -> int | None:
         """The reading when the dispatch ended, None while it runs (or when it was cancelled)."""
         if not self.ended:
             return None
@@ -413,22 +441,7 @@ class DispatchSpan:
     def outcome_of(self, i: int, done: int) -> tuple[str, str | None, str | None, dict[str, Any] | None, list[str]]:
         """How hook `i` ended, of `done` hooks with a reading after them: `(outcome, error, traceback, strategy,
         changes)`."""
-        extra = self.extra
-        if extra is None:
-            return ("returned" if i < done else "cancelled"), None, None, None, []
-        states = extra.states if extra.probe is not None else None
-        if states is not None and i + 1 < len(states):
-            changes, strategy = _changes(extra.probe, states[i], states[i + 1])
-        else:
-            changes, strategy = [], None
-        failure = extra.failures.get(i)
-        if failure is not None:
-            return (*failure, strategy, changes)
-        if i == done:
-            return "cancelled", None, None, strategy, changes
-        if i == done - 1 and extra.stopped:
-            return "stopped", None, None, strategy, changes
-        return "returned", None, None, strategy, changes
+        return _outcome(self.extra, i, done)
 
     def hooks(self) -> list[HookCall]:
         """The hooks that ran, in order."""
@@ -457,7 +470,7 @@ class DispatchSpan:
             )
         return calls
 
-    def _bounds(self) -> tuple[float, float]:
+    def _bounds(self) -> tuple[int, int]:
         start = self.start_at
         end = self.end_at
         if end is None:
@@ -490,11 +503,13 @@ def compact_record(trace: Trace, record: list[Any], table: HookTable) -> dict[st
     chain, extra, readings = record[0], record[1], record[READINGS:]
     done = len(readings) - 1  # the hooks with a reading after them
     ended = done == len(chain) or (extra is not None and extra.ended)  # else hook `done` runs (or was cancelled)
-    # The same arithmetic as `DispatchSpan` (readings as nanoseconds), so both give the same numbers.
-    at = [round((reading * 1e9 - base) / 1e3) for reading in readings]
-    start = readings[0] * 1e9
+    # To the nearest microsecond in integers (half the cost of float arithmetic and `round()`, some 200 a turn).
+    base -= 500
+    at = [(reading - base) // 1000 for reading in readings]
+    base += 500
+    start = readings[0]
     if ended:
-        end = readings[-1] * 1e9
+        end = readings[-1]
     else:
         end = trace.ended_ns or _now()
         at.append(round((end - base) / 1e3))
@@ -514,19 +529,20 @@ def compact_record(trace: Trace, record: list[Any], table: HookTable) -> dict[st
     candidates = set(extra.failures)
     if extra.probe is not None:
         states = extra.states
-        candidates.update(i for i in range(len(states) - 1) if states[i] is not states[i + 1])
+        # Most hooks change nothing, leaving the snapshot before them in place: compared in C, not a loop.
+        if states.count(states[0]) != len(states):
+            candidates.update(compress(count(), map(is_not, states, islice(states, 1, None))))
     if extra.stopped and done:
         candidates.add(done - 1)
     if not ended:
         candidates.add(done)
     if not candidates:
         return out
-    span = DispatchSpan(trace, record)
     notes = {}
     for i in sorted(candidates):
         if i >= (done if ended else done + 1):
             continue
-        outcome, error, tb, strategy, changes = span.outcome_of(i, done)
+        outcome, error, tb, strategy, changes = _outcome(extra, i, done)
         if outcome != "returned" or strategy is not None or changes:
             notes[str(i)] = {
                 "outcome": outcome,
@@ -546,20 +562,48 @@ def compact_record(trace: Trace, record: list[Any], table: HookTable) -> dict[st
 HOOK_FIELDS = ("event", "plugin_id", "function", "file", "line", "priority", "deadline")
 
 
+#: At most this many prompt sections are numbered in a JSON-lines writer's table; later ones are written in full.
+MAX_SECTIONS = 1_024
+
+
 class HookTable:
-    """The hooks and chains a JSON-lines writer has named so far, each numbered from 1 the first time a trace shows
-    it: a dispatch in the file gives its chain's number rather than a dict of fourteen fields per hook.
+    """The hooks, chains and prompt sections a JSON-lines writer has named so far, each numbered from 1 the first
+    time a trace shows it: a dispatch in the file gives its chain's number rather than a dict of fourteen fields per
+    hook, and a model call the numbers of its system prompt's sections rather than their text.
 
     `chain(chain)` is the number of a resolved chain (remembered per chain object, which the engine keeps while its
-    plugins stay); `hooks` and `chains` are the descriptions so far (`HOOK_FIELDS` values; a chain's hook numbers),
-    which the file's table lines give. Used by the writer thread alone."""
+    plugins stay), `section(name, source, content)` the number of a section seen before (None for one seen the first
+    time, or once `MAX_SECTIONS` are numbered: written in full, so sections that change at every turn, such as the
+    time, never fill the table); `hooks`, `chains` and `sections` are the descriptions so far (`HOOK_FIELDS` values;
+    a chain's hook numbers; a section's name, source and content), which the file's table lines give. Used by the
+    writer thread alone."""
 
     def __init__(self) -> None:
         self.hooks: list[list[Any]] = []
         self.chains: list[list[int]] = []
+        self.sections: list[list[str]] = []
         self._hook_numbers: dict[tuple[Any, ...], int] = {}
         self._chain_numbers: dict[tuple[int, ...], int] = {}
         self._known: dict[int, tuple[tuple[HookLike, ...], int]] = {}  # id(chain) -> (chain, number)
+        self._section_numbers: dict[tuple[str, str, str], int] = {}
+        self._seen_once: set[tuple[str, str, str]] = set()
+
+    def section(self, section: tuple[str, str, str]) -> int | None:
+        """The number of a prompt section `(name, source, content)`, or None to write it in full."""
+        number = self._section_numbers.get(section)
+        if number is not None:
+            return number
+        if section not in self._seen_once:
+            if len(self._seen_once) >= 4 * MAX_SECTIONS:
+                self._seen_once.clear()
+            self._seen_once.add(section)
+            return None
+        if len(self.sections) >= MAX_SECTIONS:
+            return None
+        name, source, content = section
+        self.sections.append([name, source, _cut(content)])
+        number = self._section_numbers[section] = len(self.sections)
+        return number
 
     def chain(self, chain: tuple[HookLike, ...]) -> int:
         """The number of `chain`."""
@@ -589,10 +633,24 @@ class HookTable:
 _UNKNOWN_HOOK = ("?", "?", "?", "?", 0, 0, 0.0)
 
 
-def expand_rows(item: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]]) -> dict[str, Any]:
+def expand_rows(
+    item: dict[str, Any],
+    hooks: dict[str, list[Any]],
+    chains: dict[str, list[int]],
+    sections: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
     """A timeline item as read from a JSON-lines file, a dispatch's `chain` and `at` turned back into the `hooks` of
-    `DispatchSpan.to_dict()`, with the file's tables (number as text -> `HOOK_FIELDS` values, or hook numbers)."""
+    `DispatchSpan.to_dict()`, and a model call's numbered sections into their dicts, with the file's tables (number
+    as text -> `HOOK_FIELDS` values, hook numbers, or a section's name, source and content)."""
     if "at" not in item:
+        prompt = item.get("system_prompt")
+        if type(prompt) is list:
+            item["system_prompt"] = [
+                dict(zip(("name", "source", "content"), (sections or {}).get(str(p), ("?", "?", "?")), strict=True))
+                if type(p) is int
+                else p
+                for p in prompt
+            ]
         return item
     at = item.pop("at")
     chain = chains.get(str(item.pop("chain")), [])
@@ -608,6 +666,20 @@ def expand_rows(item: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[
     item["hooks"] = out
     item["stopped_by"] = item.pop("stopped_by", None)  # the key order of `DispatchSpan.to_dict()`
     return item
+
+
+def _compact_item(item: dict[str, Any], table: HookTable) -> dict[str, Any]:
+    """`_rendered(item)` as the JSON-lines file keeps it: a model call's sections seen before as their numbers in
+    `table` (the same system prompt, some 2 KB, is in every turn)."""
+    sections = item.get("system_prompt")
+    if type(sections) is not tuple:
+        return item
+    out = dict(item)
+    section = table.section
+    out["system_prompt"] = [
+        section(p) or {"name": p[0], "source": p[1], "content": _cut(p[2])} for p in sections if p[2]
+    ]
+    return out
 
 
 def _rendered(item: dict[str, Any]) -> dict[str, Any]:
@@ -837,7 +909,7 @@ class Trace:
         and its readings (see `compact_record`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
         the ring's copy is worked out only if someone reads it."""
         items = [compact_record(self, record, table) for record in list(self.records)]
-        items += [_rendered(i) for i in self.items]
+        items += [_compact_item(i, table) for i in self.items]
         items.sort(key=lambda item: item["start_ms"])
         return self._data([m.compact(table) for m in self.messages], items)
 

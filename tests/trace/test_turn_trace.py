@@ -278,3 +278,35 @@ async def test_a_discarded_message_gets_a_trace_of_its_own():
         assert await bot.send("anyone?") == []
         [trace] = bot.app.tracer.recent(kind="message")
     assert trace.outcome == "discarded" and trace.name == "anyone?"
+
+
+class Clockwork(BasePlugin):
+    """A section that is new at every turn, beside the ones that repeat."""
+
+    turn = 0
+
+    @on.llm_request()
+    async def stamp(self, event, req, tag_set, *_):
+        Clockwork.turn += 1
+        req.system_prompt.append(Prompt(f"This is turn {Clockwork.turn}.", "stamp", "clockwork"))
+
+
+async def test_the_file_describes_a_repeated_prompt_section_once_and_writes_a_new_one_in_full(tmp_path):
+    Clockwork.turn = 0
+    provider = ScriptedProvider(["<msg>one</msg>", "<msg>two</msg>", "<msg>three</msg>"])
+    async with ChatHarness(plugins=[Clockwork], provider=provider, config={"data": {"dir": str(tmp_path)}}) as bot:
+        for text in ("first", "second", "third"):
+            await bot.send(text)
+        shown = [json.loads(json.dumps(t.to_dict(), default=str)) for t in reversed(bot.app.tracer.recent())]
+    lines = [json.loads(line) for line in (tmp_path / "traces.jsonl").read_text().splitlines()]
+    described = [n for line in lines if "id" not in line for n in line.get("sections", {})]
+    assert described and len(described) == len(set(described)), "each section is described once in a file"
+    prompts = [i["system_prompt"] for line in lines for i in line.get("timeline", ()) if i["type"] == "model"]
+    assert all(isinstance(p, dict) for p in prompts[0]), "the first turn's sections are written in full"
+    assert any(isinstance(p, int) for p in prompts[-1]), "later turns give the repeated ones by number"
+    stamps = [p for prompt in prompts for p in prompt if isinstance(p, dict) and p["name"] == "stamp"]
+    assert [p["content"] for p in stamps] == ["This is turn 1.", "This is turn 2.", "This is turn 3."]
+    written = read_json_lines(tmp_path / "traces.jsonl")
+    assert [i["system_prompt"] for t in written for i in t["timeline"] if i["type"] == "model"] == [
+        i["system_prompt"] for t in shown for i in t["timeline"] if i["type"] == "model"
+    ]

@@ -25,6 +25,10 @@ __all__ = ["HTTPClient", "HTTPError", "Answer", "Headers"]
 #: aiohttp does): sending one of these twice does no more than sending it once.
 IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
 
+#: The largest answer body read (bytes): a server that sends more (a misconfigured or hostile one) gets the request
+#: failed with `HTTPError`, not the bot's memory. A Matrix /sync or a Telegram getUpdates answer is far smaller.
+MAX_BODY = 64 * 1024 * 1024
+
 
 class HTTPError(OSError):
     """The connection closed before a whole answer came, or what came is not HTTP. An `OSError`, as a refused or
@@ -61,7 +65,8 @@ class HTTPClient:
     """Requests to the origin of `base_url` (`http://host:port` or `https://...`; any path in it is ignored: each
     request names its own target). `headers` go with every request; `ssl_context` verifies an `https` origin (the
     system's default context when None). At most `limit` connections are open at once (a request past them waits
-    for one); an idle one is closed after `idle_timeout` seconds, or when the server closes it.
+    for one); an idle one is closed after `idle_timeout` seconds, or when the server closes it. An answer whose body
+    passes `max_body` bytes fails its request with `HTTPError`.
 
     Answers must say where they end (`Content-Length`, chunked, or the connection closing); HEAD and `Expect`
     requests are not supported.
@@ -75,6 +80,7 @@ class HTTPClient:
         ssl_context: ssl.SSLContext | None = None,
         limit: int = 100,
         idle_timeout: float = 15.0,
+        max_body: int = MAX_BODY,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -91,6 +97,7 @@ class HTTPClient:
         self._slots = asyncio.Semaphore(limit)
         self._idle: list[_Connection] = []  # the most recently used last
         self._idle_timeout = idle_timeout
+        self._max_body = max_body
         self._closed = False
 
     async def request(
@@ -158,7 +165,11 @@ class HTTPClient:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         _, connection = await loop.create_connection(
-            _Connection, self._host, self._port, ssl=self._ssl, server_hostname=self._host if self._ssl else None
+            lambda: _Connection(self._max_body),
+            self._host,
+            self._port,
+            ssl=self._ssl,
+            server_hostname=self._host if self._ssl else None,
         )
         return connection
 
@@ -184,7 +195,9 @@ class _Connection(asyncio.Protocol):
     """One connection: a request written, its answer parsed as it arrives (httptools calls `on_body` and
     `on_message_complete`), then the next request."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_body: int) -> None:
+        self._max_body = max_body
+        self._size = 0  # of the current answer's body so far
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpResponseParser(self)
         self._body: list[bytes] = []
@@ -203,7 +216,7 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self._waiter = loop.create_future()
         self._timer = loop.call_at(deadline, self._fail, TimeoutError())
-        self._body, self._received, self._ends_at_eof = [], False, False
+        self._body, self._size, self._received, self._ends_at_eof = [], 0, False, False
         self._transport.write(request)
         return self._waiter
 
@@ -244,6 +257,10 @@ class _Connection(asyncio.Protocol):
         self._ends_at_eof = not self._keep_alive
 
     def on_body(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size > self._max_body:
+            self._fail(HTTPError(f"the answer's body passed {self._max_body:,} bytes"))
+            return
         self._body.append(chunk)
 
     def on_message_complete(self) -> None:

@@ -8,6 +8,7 @@ telegram-test-api and Synapse.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -166,6 +167,34 @@ async def test_an_answer_cut_short_a_server_that_is_not_http_and_no_answer_in_ti
                     await client.request("POST", "/", b"{}", timeout=0.3)
             finally:
                 await client.close()
+
+
+async def test_an_answer_larger_than_max_body_fails_its_request_and_the_next_gets_a_new_connection() -> None:
+    served = []
+
+    async def huge_then_small(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served.append(writer)
+        if len(served) == 1:  # 100 MB in chunks, to a client that takes at most 1 MB: it hangs up midway
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            with contextlib.suppress(ConnectionError):
+                for _ in range(100):
+                    writer.write(b"%x\r\n%s\r\n" % (1 << 20, b"x" * (1 << 20)))
+                    await writer.drain()
+            return
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+
+    async with raw_server(huge_then_small) as url:
+        client = HTTPClient(url, max_body=1 << 20)
+        try:
+            with pytest.raises(HTTPError, match="passed 1,048,576 bytes"):
+                await client.request("GET", "/", timeout=10)
+            answer = await client.request("GET", "/", timeout=10)
+        finally:
+            await client.close()
+    assert (answer.status, answer.body, len(served)) == (200, b"ok", 2)
 
 
 async def test_an_idle_connection_the_server_closed_is_not_used_again() -> None:

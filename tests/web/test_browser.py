@@ -37,8 +37,18 @@ def text_in(selector: str, text: str):
     return EC.text_to_be_present_in_element((By.CSS_SELECTOR, selector), text)
 
 
+def overflowing(driver, selector: str) -> list[str]:
+    """The elements matching `selector` whose content is wider than their box (the start of each's text)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => e.textContent.slice(0, 40))",
+        selector,
+    )
+
+
 def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser):
-    live_console.provider.add("<msg>Hello, I am the bot.</msg><msg>Here is a second message.</msg>")
+    link = "https://example.org/" + "a" * 400  # one long word: wrapped, not a page that scrolls sideways
+    live_console.provider.add(f"<msg>Hello, I am the bot.</msg><msg>Here is a second message. {link}</msg>")
     browser.get(live_console.login_url)  # as `hookchat web` prints it: the token moves into a cookie
     assert "token" not in browser.current_url, "the token leaves the address bar (and the history)"
     browser.get(live_console.url + "/#chat")
@@ -48,7 +58,7 @@ def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser
     box.send_keys("hi bot", Keys.ENTER)
     wait_for(browser, text_in("#chat-log", "Here is a second message."))
     replies = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chat-log .msg.bot")]
-    assert [r.splitlines()[0] for r in replies] == ["Hello, I am the bot.", "Here is a second message."], (
+    assert [r.splitlines()[0] for r in replies] == ["Hello, I am the bot.", f"Here is a second message. {link}"], (
         "each <msg> of the streamed answer arrives as a message of its own"
     )
     assert browser.find_element(By.CSS_SELECTOR, "#chat-log .msg.user").text == "hi bot"
@@ -56,6 +66,7 @@ def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser
     links = browser.find_elements(By.CSS_SELECTOR, "#chat-log a.trace-link")
     assert len(links) == 2, "one trace link under each reply, and no bare one for the turn they already link to"
     shot(browser, "chat")
+    assert not overflowing(browser, "#chat-log .msg"), "a long word wraps inside its message"
 
     browser.find_element(By.CSS_SELECTOR, "#chat-log .msg.bot a.trace-link").click()
     try:
@@ -69,6 +80,7 @@ def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser
     assert "greeter adds its greeting" in browser.find_element(By.ID, "trace-logs").text, "the turn's log lines"
     trace_id = browser.find_element(By.ID, "trace-title").text.split()[-1]
     shot(browser, "trace")
+    assert not overflowing(browser, "#trace-timeline .item, #trace-timeline pre"), "long words wrap in the timeline"
 
     browser.get(live_console.url + "/#plugins")
     reload_button = wait_for(

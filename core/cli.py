@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from core.utils.dataclass_code import reused_dataclass_code  # the standard library only
+from core.utils.compiled_code import reused_compiled_code  # the standard library only
 from core.utils.heap import command_heap, freeze_started  # the standard library only
 from core.utils.process import StopSignals  # the standard library only
 
@@ -522,9 +522,9 @@ class _TraceFormatter(logging.Formatter):
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `hookchat` command."""
     args = _parse(argv)
-    # The collector waits while the command starts, and its last walk at the exit skips what the command made; the
-    # dataclasses' methods are compiled by the first command only (core/utils/dataclass_code.py).
-    with command_heap(), reused_dataclass_code():
+    # The collector waits while the command starts, and its last walk at the exit skips what the command made; what
+    # dataclasses and typing compile from text is compiled by the first command only (core/utils/compiled_code.py).
+    with command_heap(), reused_compiled_code():
         return _command(args)
 
 

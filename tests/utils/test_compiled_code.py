@@ -1,21 +1,22 @@
 """The dataclasses' generated methods, compiled by the first command and reused by the next ones
-(`core/utils/dataclass_code.py`): the classes they make are the classes `@dataclass` makes."""
+(`core/utils/compiled_code.py`): the classes they make are the classes `@dataclass` makes."""
 
 import dataclasses
 import marshal
 import sys
+import typing
 
 import pytest
 
-from core.utils import dataclass_code
-from core.utils.dataclass_code import reused_dataclass_code
+from core.utils import compiled_code
+from core.utils.compiled_code import reused_compiled_code
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """The cache file, in a folder of the test's own, with bytecode writing on (whatever this shell says)."""
-    path = tmp_path / "__pycache__" / "dataclass_code.test.dataclasses"
-    monkeypatch.setattr(dataclass_code, "_file", lambda: path)
+    path = tmp_path / "__pycache__" / "compiled_code.test.code"
+    monkeypatch.setattr(compiled_code, "_file", lambda: path)
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     return path
 
@@ -29,7 +30,7 @@ def compiled(monkeypatch):
         texts.append(source)
         return compile(source, *args, **kwargs)
 
-    monkeypatch.setattr(dataclass_code, "compile", counting, raising=False)
+    monkeypatch.setattr(compiled_code, "compile", counting, raising=False)
     return texts
 
 
@@ -44,12 +45,12 @@ def make_point():
 
 
 def test_a_second_command_compiles_nothing_and_makes_the_same_class(cache, compiled):
-    with reused_dataclass_code():
+    with reused_compiled_code():
         first = make_point()
     assert compiled and cache.exists(), "the first command compiles the methods and keeps them"
     compiled.clear()
     written = cache.stat().st_mtime_ns
-    with reused_dataclass_code():
+    with reused_compiled_code():
         second = make_point()
     assert compiled == [], "the second finds them all in the file"
     assert cache.stat().st_mtime_ns == written, "and, having compiled nothing, does not write it again"
@@ -63,11 +64,11 @@ def test_a_second_command_compiles_nothing_and_makes_the_same_class(cache, compi
 
 
 def test_a_changed_class_is_a_new_entry(cache, compiled):
-    with reused_dataclass_code():
+    with reused_compiled_code():
         make_point()
 
     compiled.clear()
-    with reused_dataclass_code():
+    with reused_compiled_code():
 
         @dataclasses.dataclass
         class Point:
@@ -80,27 +81,43 @@ def test_a_changed_class_is_a_new_entry(cache, compiled):
 
 def test_a_file_of_another_python_or_damaged_is_ignored_and_replaced(cache, compiled):
     cache.parent.mkdir()
-    for content in (b"not marshal", marshal.dumps((b"\x00\x00\r\n", {"def f(): pass": None}))):
+    for content in (b"not marshal", marshal.dumps((b"\x00\x00\r\n", {("def f(): pass", "exec"): None}))):
         cache.write_bytes(content)
         compiled.clear()
-        with reused_dataclass_code():
+        with reused_compiled_code():
             cls = make_point()
         assert compiled and cls(3).x == 3
         magic, codes = marshal.loads(cache.read_bytes())
-        assert magic == dataclass_code.importlib.util.MAGIC_NUMBER and codes
+        assert magic == compiled_code.importlib.util.MAGIC_NUMBER and codes
+
+
+class Stock:
+    size: "dict[str, list[int]]"
+
+
+def test_an_annotation_written_as_a_string_is_compiled_once(cache, compiled):
+    with reused_compiled_code():
+        assert typing.get_type_hints(Stock) == {"size": dict[str, list[int]]}
+    assert compiled == ["dict[str, list[int]]"]
+    compiled.clear()
+    with reused_compiled_code():
+        assert typing.get_type_hints(Stock) == {"size": dict[str, list[int]]}
+        with pytest.raises(SyntaxError, match="Forward reference must be an expression"):
+            typing.ForwardRef("not an expression")
+    assert compiled == ["not an expression"]
 
 
 def test_nothing_is_written_without_bytecode_writing(cache, monkeypatch):
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    with reused_dataclass_code():
+    with reused_compiled_code():
         make_point()
     assert not cache.exists()
 
 
-def test_the_block_leaves_dataclasses_as_it_found_it(cache):
-    with reused_dataclass_code():
-        with reused_dataclass_code():
+def test_the_block_leaves_dataclasses_and_typing_as_it_found_them(cache):
+    with reused_compiled_code():
+        with reused_compiled_code():
             make_point()
-        assert "exec" in vars(dataclasses)
+        assert "exec" in vars(dataclasses) and "compile" in vars(typing)
         make_point()
-    assert "exec" not in vars(dataclasses)
+    assert "exec" not in vars(dataclasses) and "compile" not in vars(typing)

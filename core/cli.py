@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     # The collector waits while the command starts, and its last walk at the exit skips what the command made; what
     # dataclasses and typing compile from text is compiled by the first command only (core/utils/compiled_code.py).
-    with command_heap(), reused_compiled_code():
+    with command_heap(), reused_compiled_code(args.command):
         return _command(args)
 
 

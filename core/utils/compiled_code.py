@@ -1,15 +1,14 @@
 """Code the standard library compiles from text at run time, compiled once and kept beside hookchat's bytecode.
 
 `@dataclass` writes each method it adds to a class (`__init__`, `__repr__`, `__eq__`, ...) as source text and `exec`s
-it, and `typing.ForwardRef` compiles each annotation written as a string (pydantic-core's schema types are some
-700 of them), so every process parsed and compiled them again: some 440 methods and 890 annotations in `hookchat
-plugins` (the framework's dataclasses, pydantic's and annotated-types'), a sixth of the whole process
-(docs/performance.md). While `reused_compiled_code()` is open, `dataclasses` and `typing` run the code objects an
-earlier command compiled from the same texts, read from a file beside this module's bytecode, and the texts
-compiled anew are added to that file at the end, as Python writes a module's bytecode (not with
-`PYTHONDONTWRITEBYTECODE`, nor where it cannot write). The code is what the builtin would compile from the same
-text: each entry is keyed on the whole text and the mode, and the file on the interpreter's bytecode version, so a
-class that changes is a new entry and nothing stale is ever run.
+it, and `typing.ForwardRef` compiles each annotation written as a string (pydantic-core's schema types alone have
+some 700), so every process parsed and compiled them all again: some 440 methods and 890 annotations, a quarter of
+`hookchat plugins` (docs/performance.md). While `reused_compiled_code(command)` is open, `dataclasses` and `typing`
+run the code objects an earlier run of the command compiled from the same texts, read from a file beside this
+module's bytecode; the texts compiled anew are added to that file at the end, as Python writes a module's bytecode
+(not with `PYTHONDONTWRITEBYTECODE`, nor where it cannot write). The code is what the builtin would compile from the
+same text: each entry is keyed on the whole text and the mode, and the file on the interpreter's bytecode version,
+so a class that changes is a new entry and nothing stale is ever run.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from typing import Any
 
 __all__ = ["MAX_ENTRIES", "reused_compiled_code"]
 
-#: Past this many texts in the file, it keeps only those the last command used (plugins come and go).
+#: Past this many texts in a file, it keeps only those the last command used (plugins come and go).
 MAX_ENTRIES = 8000
 
 _UNSET = object()
@@ -37,10 +36,10 @@ _UNSET = object()
 _Key = tuple[str, str]
 
 
-def _file() -> Path | None:
-    """The cache file beside this module's bytecode (`__pycache__`, or under `sys.pycache_prefix`), or None."""
+def _file(name: str) -> Path | None:
+    """The cache file `name` beside this module's bytecode (`__pycache__`, or under `sys.pycache_prefix`), or None."""
     try:
-        return Path(importlib.util.cache_from_source(__file__)).with_suffix(".code")
+        return Path(importlib.util.cache_from_source(__file__)).with_suffix(f".{name}.code")
     except NotImplementedError:  # no bytecode cache on this interpreter (sys.implementation.cache_tag is None)
         return None
 
@@ -69,10 +68,11 @@ def _write(path: Path, codes: Mapping[_Key, CodeType]) -> None:
 
 
 @contextlib.contextmanager
-def reused_compiled_code() -> Iterator[None]:
-    """Within the block, `dataclasses` and `typing` reuse the code they compiled in earlier commands; what they
-    compile anew is kept for the next one when the block ends (see the module's docstring)."""
-    path = _file()
+def reused_compiled_code(name: str) -> Iterator[None]:
+    """Within the block, `dataclasses` and `typing` reuse the code they compiled in earlier blocks of this `name`
+    (a command: each reads only what it uses); what they compile anew is kept for the next one when the block ends
+    (see the module's docstring)."""
+    path = _file(name)
     known = _read(path) if path is not None else {}
     used: dict[_Key, CodeType] = {}
     compiled = False

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from core.utils.compiled_code import reused_compiled_code  # the standard library only
 from core.utils.heap import command_heap, freeze_started  # the standard library only
 from core.utils.process import StopSignals  # the standard library only
 
@@ -522,6 +521,8 @@ class _TraceFormatter(logging.Formatter):
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `hookchat` command."""
     args = _parse(argv)
+    from core.utils.compiled_code import reused_compiled_code  # dataclasses and typing: not for `hookchat --help`
+
     # The collector waits while the command starts, and its last walk at the exit skips what the command made; what
     # dataclasses and typing compile from text is compiled by the first command only (core/utils/compiled_code.py).
     with command_heap(), reused_compiled_code(args.command):

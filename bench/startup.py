@@ -83,7 +83,7 @@ ENV = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRIT
 
 def whole_process(argv: list[str], cwd: Path, runs: int = 5) -> tuple[float, float]:
     """The best wall time and the best CPU time (user + system) of `runs` runs of `argv`, in seconds, after one
-    run that writes the bytecode the others read."""
+    run that writes the bytecode and the compiled code (core/utils/compiled_code.py) the others read."""
     subprocess.run(argv, cwd=cwd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     walls, cpus = [], []
     for _ in range(runs):

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from core.utils.heap import command_heap, freeze_started  # the standard library only
 from core.utils.process import StopSignals  # the standard library only
@@ -413,64 +413,101 @@ def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", default=verbose_default, help="log at INFO level")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hookchat", description=__doc__)
+#: The subcommands, in the order `hookchat --help` lists them.
+_COMMANDS = ("chat", "run", "status", "web", "trace", "plugins", "hooks", "mcp", "new-plugin")
+
+
+class _LeanParseError(Exception):
+    """A command line the one-subcommand parser refused: the whole parser parses it again, to say why."""
+
+
+class _LeanParser(argparse.ArgumentParser):
+    """A parser holding one subcommand, whose refusals are left to the whole parser (its messages name them all)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _LeanParseError(message)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The parsed command line. A line starting with a subcommand is parsed by a parser holding that subcommand
+    alone (a tenth of the work of building them all); anything it refuses, and every other
+    line, by the whole parser, so the usage, the errors and `--help` are the whole parser's."""
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in _COMMANDS:
+        with contextlib.suppress(_LeanParseError):
+            return _parser(args[0]).parse_args(args)
+    return _parser().parse_args(args)
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every subcommand, or `command`'s alone (a `_LeanParser`)."""
+    parser = _new_parser(lean=command is not None, prog="hookchat", description=__doc__)
     _global_options(parser, defaults=True)
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, defaults=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    chat = sub.add_parser("chat", help="chat with the bot in this terminal", parents=[common])
-    chat.add_argument("--trace", action="store_true", help="print each turn's trace after its reply")
-    run = sub.add_parser(
-        "run", help="start the configured adapters, the tool registry and ([web]) the web console", parents=[common]
-    )
-    run.add_argument(
-        "--role",
-        choices=("single", "gateway", "worker"),
-        default="single",
-        help="single (default): everything in this process; gateway: the adapters, publishing to NATS "
-        "JetStream; worker: the pipeline and plugins, consuming from it (docs/scale-out.md)",
-    )
-    status = sub.add_parser(
+
+    def add(name: str, text: str) -> argparse.ArgumentParser | None:
+        return sub.add_parser(name, help=text, parents=[common]) if command in (None, name) else None
+
+    if chat := add("chat", "chat with the bot in this terminal"):
+        chat.add_argument("--trace", action="store_true", help="print each turn's trace after its reply")
+        _reload_option(chat)
+    if run := add("run", "start the configured adapters, the tool registry and ([web]) the web console"):
+        run.add_argument(
+            "--role",
+            choices=("single", "gateway", "worker"),
+            default="single",
+            help="single (default): everything in this process; gateway: the adapters, publishing to NATS "
+            "JetStream; worker: the pipeline and plugins, consuming from it (docs/scale-out.md)",
+        )
+        _reload_option(run)
+    if status := add(
         "status",
-        help="show the messages waiting in the inbox and those set aside as poison "
+        "show the messages waiting in the inbox and those set aside as poison "
         "(with [cluster]: the cluster's gateways, workers, partitions and lag)",
-        parents=[common],
-    )
-    status.add_argument("--json", action="store_true", help="print JSON")
-    web = sub.add_parser("web", help="start the web console alone (chat in the browser)", parents=[common])
-    web.add_argument("--host", help="address to bind (default: [web] host, 127.0.0.1)")
-    web.add_argument("--port", type=int, help="port (default: [web] port, 8780)")
-    for cmd in (chat, run, web):
-        cmd.add_argument("--reload", action="store_true", help="reload a plugin when its files change")
-    trace = sub.add_parser("trace", help="print the last turns' traces (from the [trace] file)", parents=[common])
-    trace.add_argument("-n", "--count", type=int, default=5, help="how many turns (default 5)")
-    trace.add_argument("--id", dest="trace_id", help="only the trace with this id (a turn's or a message's)")
-    trace.add_argument("--json", action="store_true", help="print JSON")
+    ):
+        status.add_argument("--json", action="store_true", help="print JSON")
+    if web := add("web", "start the web console alone (chat in the browser)"):
+        web.add_argument("--host", help="address to bind (default: [web] host, 127.0.0.1)")
+        web.add_argument("--port", type=int, help="port (default: [web] port, 8780)")
+        _reload_option(web)
+    if trace := add("trace", "print the last turns' traces (from the [trace] file)"):
+        trace.add_argument("-n", "--count", type=int, default=5, help="how many turns (default 5)")
+        trace.add_argument("--id", dest="trace_id", help="only the trace with this id (a turn's or a message's)")
+        trace.add_argument("--json", action="store_true", help="print JSON")
     for name, text in (
         ("plugins", "list plugins, their status and what they registered"),
         ("hooks", "show the resolved hook order per event, and the tools and tags offered"),
     ):
-        cmd = sub.add_parser(name, help=text, parents=[common])
-        cmd.add_argument("--json", action="store_true", help="print JSON")
-    mcp = sub.add_parser(
-        "mcp", help="MCP: list the configured servers, or serve the plugins' tools over MCP", parents=[common]
-    )
-    mcp_sub = mcp.add_subparsers(dest="mcp_command", required=True)
-    mcp_list = mcp_sub.add_parser("list", help="the MCP servers, their state and their tools", parents=[common])
-    mcp_list.add_argument("--json", action="store_true", help="print JSON")
-    serve = mcp_sub.add_parser("serve", help="serve the plugins' tools over MCP (stdio, or --http)", parents=[common])
-    serve.add_argument(
-        "--http",
-        action="store_true",
-        help=f"streamable HTTP instead of stdio (needs a token: ${MCP_TOKEN_ENV}, or one is made and printed)",
-    )
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8790, help="port with --http (default 8790)")
-    new = sub.add_parser("new-plugin", help="create a working plugin skeleton", parents=[common])
-    new.add_argument("name")
-    new.add_argument("--dir", default="data/plugins", help="where to create it (default: data/plugins)")
+        if cmd := add(name, text):
+            cmd.add_argument("--json", action="store_true", help="print JSON")
+    if mcp := add("mcp", "MCP: list the configured servers, or serve the plugins' tools over MCP"):
+        mcp_sub = mcp.add_subparsers(dest="mcp_command", required=True)
+        mcp_list = mcp_sub.add_parser("list", help="the MCP servers, their state and their tools", parents=[common])
+        mcp_list.add_argument("--json", action="store_true", help="print JSON")
+        serve = mcp_sub.add_parser(
+            "serve", help="serve the plugins' tools over MCP (stdio, or --http)", parents=[common]
+        )
+        serve.add_argument(
+            "--http",
+            action="store_true",
+            help=f"streamable HTTP instead of stdio (needs a token: ${MCP_TOKEN_ENV}, or one is made and printed)",
+        )
+        serve.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1)")
+        serve.add_argument("--port", type=int, default=8790, help="port with --http (default 8790)")
+    if new := add("new-plugin", "create a working plugin skeleton"):
+        new.add_argument("name")
+        new.add_argument("--dir", default="data/plugins", help="where to create it (default: data/plugins)")
     return parser
+
+
+def _new_parser(*, lean: bool, prog: str, description: str | None) -> argparse.ArgumentParser:
+    return (_LeanParser if lean else argparse.ArgumentParser)(prog=prog, description=description)
+
+
+def _reload_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reload", action="store_true", help="reload a plugin when its files change")
 
 
 class _TraceFormatter(logging.Formatter):
@@ -483,9 +520,12 @@ class _TraceFormatter(logging.Formatter):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `hookchat` command."""
-    args = _parser().parse_args(argv)
-    # The collector waits while the command starts, and its last walk at the exit skips what the command made.
-    with command_heap():
+    args = _parse(argv)
+    from core.utils.compiled_code import reused_compiled_code  # dataclasses and typing: not for `hookchat --help`
+
+    # The collector waits while the command starts, and its last walk at the exit skips what the command made; what
+    # dataclasses and typing compile from text is compiled by the first command only (core/utils/compiled_code.py).
+    with command_heap(), reused_compiled_code(args.command):
         return _command(args)
 
 

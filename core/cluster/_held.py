@@ -28,6 +28,12 @@ class _Held:
     data: dict[str, Any] | None  # its published data, for a batch that writes it down (None: parked already)
     since: float = field(default_factory=time.monotonic)  # when it was delivered or last kept alive
     at_once: bool = False  # the hooks sent it on to a turn as it arrived (never buffered, never parked)
+    settled: asyncio.Future[None] | None = None  # resolved when it is settled (see `HeldMessages.until_settled`)
+
+
+def _resolve(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 class HeldMessages:
@@ -64,6 +70,30 @@ class HeldMessages:
         held = self._held.get(message_id)
         return held is not None and held.at_once
 
+    async def until_settled(self, message_id: str, turn: asyncio.Future[Any]) -> None:
+        """Wait until the held message `message_id` is settled or `turn` (the turn answering it) ends, whichever
+        comes first: once its turn is stored the message is acknowledged, and its partition's next message may be
+        taken while the turn's last hooks (`final_result`) still run."""
+        held = self._held.get(message_id)
+        if held is None or turn.done():
+            return
+        held.settled = waiter = asyncio.get_running_loop().create_future()
+
+        def wake(_: object) -> None:
+            _resolve(waiter)
+
+        turn.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            turn.remove_done_callback(wake)
+
+    def _settle(self, message_id: str) -> _Held | None:
+        held = self._held.pop(message_id, None)
+        if held is not None:
+            _resolve(held.settled)
+        return held
+
     def on(self, partition: int) -> bool:
         """Whether a message of `partition` is held here."""
         return any(self._partition_of_subject(h.msg.subject) == partition for h in self._held.values())
@@ -71,7 +101,7 @@ class HeldMessages:
     async def acknowledge(self, ids: Sequence[str]) -> None:
         """Acknowledge the held messages among `ids` (their turn is stored, or they are dropped or parked)."""
         for message_id in ids:
-            held = self._held.pop(message_id, None)
+            held = self._settle(message_id)
             if held is not None:
                 await ack(held.msg)
 
@@ -81,7 +111,7 @@ class HeldMessages:
         if message_id not in self._held:
             return
         await asyncio.sleep(RETRY_PAUSE)
-        held = self._held.pop(message_id, None)
+        held = self._settle(message_id)
         if held is not None:  # not acknowledged meanwhile
             with contextlib.suppress(*NATS_ERRORS):
                 await held.msg.nak()
@@ -90,6 +120,7 @@ class HeldMessages:
         """Closing: every held message is delivered again at once (to this partition's next owner)."""
         held, self._held = self._held, {}
         for h in held.values():
+            _resolve(h.settled)
             with contextlib.suppress(*NATS_ERRORS):
                 await h.msg.nak()
 

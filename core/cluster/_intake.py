@@ -175,7 +175,7 @@ class Intake:
             if received.turn is not None:
                 if received.strategy is not MessageStrategy.BUFFER:  # before the turn begins: nothing yielded yet
                     self.held.sent_on(message_id)
-                await asyncio.wait([received.turn])
+                await self.held.until_settled(message_id, received.turn)
                 outcome = Outcome.ANSWERED
             elif received.strategy is MessageStrategy.BUFFER:
                 await self.history.park(sid, message_id, data)

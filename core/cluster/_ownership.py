@@ -201,8 +201,8 @@ class Leases:
     async def _renew(self, partition: int, revision: int) -> int | None:
         """The lease's new revision, or None when another worker holds it now."""
         key = f"p{partition}"
-        try:
-            return await self._kv.update(key, self.name.encode(), last=revision)
+        try:  # the bus's lean write, not nats-py's update: every lease is renewed each sixth of `lease_seconds`
+            return await self.bus.write(self._kv, key, self.name.encode(), revision)
         except nats.js.errors.KeyWrongLastSequenceError:
             pass
         try:  # an earlier renewal may have been stored with its answer lost (the server restarting)

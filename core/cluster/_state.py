@@ -12,7 +12,7 @@ import asyncio
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import nats.js.errors
@@ -72,8 +72,68 @@ def _messages_of(turn: dict[str, Any]) -> list[ChatMessage]:
     return copy_messages(turn.decoded)
 
 
+class _Done(list[str]):
+    """The ids of the messages a session's turns answered, its newest `_DONE_KEPT`, as its history value keeps
+    them, never changed once made (`plus` makes the next). A redelivery's check is a lookup, not a scan of
+    thousands of ids, and a write adds the new ids' JSON to the kept JSON of the others instead of encoding them
+    all again.
+
+    The lookup: an index of id -> number, shared with the values `plus` made from this one (each adds its ids
+    with higher numbers), and the range of numbers this value holds."""
+
+    __slots__ = ("_index", "_low", "_high", "_parts", "json")
+    _index: dict[str, int]
+    _low: int
+    _high: int
+    _parts: list[str]
+    json: str  # the ids as a JSON array's items, "," between them
+
+    def __init__(self, ids: Iterable[str] = ()) -> None:
+        super().__init__(ids)
+        self._index = {i: n for n, i in enumerate(self)}
+        self._low, self._high = 0, len(self)
+        self._parts = [json.dumps(i, ensure_ascii=False) for i in self]
+        self.json = ",".join(self._parts)
+
+    def __contains__(self, item: object) -> bool:
+        number = self._index.get(item)  # type: ignore[call-overload] - any object may be asked for
+        return number is not None and self._low <= number < self._high
+
+    def plus(self, ids: Sequence[str]) -> _Done:
+        """These ids and then `ids`, the newest `_DONE_KEPT` of them."""
+        added = [json.dumps(i, ensure_ascii=False) for i in ids]
+        kept, parts = [*self, *ids], [*self._parts, *added]
+        text = ",".join([self.json, *added]) if self.json else ",".join(added)
+        dropped = max(0, len(kept) - _DONE_KEPT)
+        if dropped:
+            text = text[sum(len(p) for p in parts[:dropped]) + dropped :]
+            kept, parts = kept[dropped:], parts[dropped:]
+        done = _Done.__new__(_Done)
+        list.__init__(done, kept)
+        done._low, done._high = self._low + dropped, self._high + len(ids)
+        # A fresh index once the shared one holds many ids long dropped, or when an id is answered again (its new
+        # number in the shared index would take it out of this value).
+        if len(self._index) > 2 * _DONE_KEPT or any(i in self for i in ids):
+            done._index = {i: n for n, i in enumerate(kept, start=done._low)}
+        else:
+            done._index = self._index
+            for n, i in enumerate(ids, start=self._high):
+                done._index[i] = n
+        done._parts, done.json = parts, text
+        return done
+
+
+def _done_of(value: dict[str, Any]) -> _Done:
+    """The value's answered ids as a `_Done` (made one, in the value, when read from the server)."""
+    done = value["done"]
+    if not isinstance(done, _Done):
+        done = value["done"] = _Done(done)
+    return done
+
+
 def _encode_history(value: dict[str, Any]) -> bytes:
-    """A history value as JSON, each turn's from its `_Turn` (made a `_Turn` here when read from the server)."""
+    """A history value as JSON, each turn's from its `_Turn` and the answered ids from their `_Done` (made so here
+    when read from the server)."""
     turns = value["turns"]
     parts = []
     for i, turn in enumerate(turns):
@@ -82,8 +142,11 @@ def _encode_history(value: dict[str, Any]) -> bytes:
         if turn.json is None:
             turn.json = json.dumps(turn, ensure_ascii=False)
         parts.append(turn.json)
-    rest = json.dumps({k: v for k, v in value.items() if k != "turns"}, ensure_ascii=False)
-    return ('{"turns":[' + ",".join(parts) + "]" + ("," + rest[1:] if rest != "{}" else "}")).encode()
+    head = '{"turns":[' + ",".join(parts) + "]"
+    if "done" in value:
+        head += ',"done":[' + _done_of(value).json + "]"
+    rest = json.dumps({k: v for k, v in value.items() if k not in ("turns", "done")}, ensure_ascii=False)
+    return (head + ("," + rest[1:] if rest != "{}" else "}")).encode()
 
 
 async def _write(
@@ -259,7 +322,10 @@ class ClusterHistory:
             value, _ = await self._values.read(self._kv, encode_key(sid), sid)
         except NATS_ERRORS as exc:
             raise HistoryError(f"cluster history of {sid} unreachable: {exc}") from exc
-        return value or {"next": 1, "turns": [], "done": []}
+        if value is None:
+            return {"next": 1, "turns": [], "done": _Done()}
+        _done_of(value)
+        return value
 
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The newest turns' messages within `max_turns` and `max_tokens` (whole turns), oldest first."""
@@ -306,12 +372,13 @@ class ClusterHistory:
 
         def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
             nonlocal number
-            value = value or {"next": 1, "turns": [], "done": []}
-            if done and all(i in value["done"] for i in done):
+            value = value or {"next": 1, "turns": [], "done": _Done()}
+            answered = _done_of(value)
+            if done and all(i in answered for i in done):
                 return value
             number = value["next"]
             turns = [*value["turns"], _Turn(id=number, **record)][-self.keep :]
-            return {"next": number + 1, "turns": turns, "done": [*value["done"], *done][-_DONE_KEPT:]}
+            return {"next": number + 1, "turns": turns, "done": answered.plus(done)}
 
         what = f"storing a turn of {sid}"
         await self.patiently(
@@ -497,7 +564,7 @@ class ClusterHistory:
     ) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
         if not value:
             return None
-        answered = set((await self._session(sid))["done"])
+        answered = (await self._session(sid))["done"]
         messages = {e["id"]: e["data"] for e in value["messages"] if e["id"] not in answered}
         turns = [[i for i in t if i in messages] for t in value.get("turns", [])]
         for message_id in messages:

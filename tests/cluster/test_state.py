@@ -9,9 +9,9 @@ import pytest
 
 from core.chat import KiraIMMessage, KiraMessageBatchEvent, KiraMessageEvent, MessageChain, Session, User
 from core.chat.message_elements import Text
-from core.cluster import Bus, ClusterHistory
+from core.cluster import Bus, ClusterHistory, _state
 from core.cluster._held import HeldMessages
-from core.cluster._state import _encode_history, _read, _Turn, _write
+from core.cluster._state import _Done, _encode_history, _read, _Turn, _write
 from core.cluster._turns import TurnLedger
 from core.config import ClusterConfig
 from core.provider import ChatMessage
@@ -145,6 +145,24 @@ async def test_a_history_value_with_its_turns_encoded_once_reads_back_the_same()
     stored = {**read, "turns": [*read["turns"], _Turn(id=2, messages=[{"role": "user", "content": "2"}])]}
     assert json.loads(_encode_history(stored)) == json.loads(json.dumps(stored))
     assert json.loads(_encode_history({"turns": []})) == {"turns": []}
+
+
+async def test_a_session_keeps_its_newest_answered_ids_and_they_read_back_as_written(history, monkeypatch):
+    monkeypatch.setattr(_state, "_DONE_KEPT", 3)
+    done = _Done(["m1", "m2"]).plus(["m3"]).plus(["m4", "m5"])
+    assert list(done) == ["m3", "m4", "m5"] and "m2" not in done and "m5" in done
+    assert json.loads(_encode_history({"next": 6, "turns": [], "done": done})) == {
+        "next": 6,
+        "turns": [],
+        "done": ["m3", "m4", "m5"],
+    }
+    for n in range(1, 5):
+        await history.append_turn("s", [ChatMessage("user", f"{n}")], done=[f"m{n}"])
+    reader = ClusterHistory(history.bus, max_turns=None, max_tokens=None, done=_done)  # reads it from the server
+    assert [await reader.is_done("s", f"m{n}") for n in range(1, 5)] == [False, True, True, True]
+    await reader.append_turn("s", [ChatMessage("user", "5")], done=["m5"])
+    value, _ = await _read(history.bus.history, "cw")  # type: ignore[arg-type] - the bus is connected
+    assert value is not None and value["done"] == ["m3", "m4", "m5"]
 
 
 async def test_the_history_a_turn_reads_is_a_copy_it_may_edit(history):

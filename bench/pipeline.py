@@ -4,6 +4,9 @@ figures are taken with tracing off; two more lines show the same turns with trac
 hook recorded, each trace kept in the ring and written to the JSON-lines file), at 1,000 and 10,000 sessions.
 
 Run: .venv/bin/python bench/pipeline.py
+For an instruction count: `valgrind --tool=callgrind .venv/bin/python bench/pipeline.py --turns 1000 [--off]` runs
+only that many turns at 1,000 sessions, tracing on as by default (or off); the difference of two such
+runs (1,000 and 2,000 turns) over 1,000 is the cost of a turn, whatever the machine's load.
 Baselines in the same run: tracing off (for tracing on), the 10,000-session figure (for 100 sessions) and the
 same turns with no plugins loaded. Each target is printed with "met" or "NOT MET" at the end.
 
@@ -199,5 +202,14 @@ async def main() -> None:
     print(f"(load average at the end: {load}; the absolute rates need a quiet machine)")
 
 
+async def fixed(turns: int, traced: bool) -> None:
+    """Only `turns` turns at 1,000 sessions, for an instruction count (see the module's docstring)."""
+    logging.disable(logging.WARNING)
+    await run(1_000, PLUGINS, turns=turns, config=None if traced else TRACING_OFF)
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    if "--turns" in sys.argv:
+        asyncio.run(fixed(int(sys.argv[sys.argv.index("--turns") + 1]), "--off" not in sys.argv))
+    else:
+        asyncio.run(main())

@@ -67,8 +67,9 @@ class JsonLinesSink:
     (a disk slower than the bot) the newest are dropped and counted, with one warning, rather than memory growing
     without bound.
 
-    A line holds `Trace.compact()`: each dispatch as the number of its chain and one reading per hook, and a model
-    call's system prompt sections seen before as their numbers; the chains, hooks and sections described by table
+    A line holds `Trace.compact()`: each dispatch as the number of its chain and one reading per hook (a row
+    `[chain, *at]` when its hooks all simply returned), and a model call's system prompt sections seen before as
+    their numbers; the chains, hooks and sections described by table
     lines (`{"hooks": {"1": [event, plugin_id, function, file, line, priority, deadline]}, "chains": {"1": [1, 2]},
     "sections": {"1": [name, source, content]}}`) before the first trace that uses them, in each file;
     `read_json_lines` gives the traces back as `Trace.to_dict()` has them. Writing every hook's fourteen fields as a dict cost more
@@ -243,8 +244,7 @@ def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]
 def _expanded(
     data: dict[str, Any], hooks: dict[str, list[Any]], chains: dict[str, list[int]], sections: dict[str, list[str]]
 ) -> dict[str, Any]:
-    for item in data.get("timeline", ()):
-        expand_rows(item, hooks, chains, sections)
+    data["timeline"] = [expand_rows(item, hooks, chains, sections) for item in data.get("timeline", ())]
     for message in data.get("messages", ()):
         _expanded(message, hooks, chains, sections)
     return data

@@ -479,51 +479,67 @@ class DispatchSpan:
 
     def to_dict(self) -> dict[str, Any]:
         """The dispatch as a timeline item."""
-        base = self.trace.started_ns
+        base = self.trace.started_ns - 500
         start, end = self._bounds()
+        # Whole microseconds since the trace started, in integers, as the JSON-lines file's readings: the file gives
+        # the same start and duration (its rows carry only the readings).
+        first, last = (start - base) // 1000, (end - base) // 1000
         hooks = self.hooks()
         stopped_by = next((f"{h.plugin_id}.{h.function}" for h in hooks if h.outcome == "stopped"), None)
         return {
             "type": "event",
             "event": self.event,
-            "start_ms": round((start - base) / 1e6, 3),
-            "duration_ms": round((end - start) / 1e6, 3),
+            "start_ms": first / 1e3,
+            "duration_ms": (last - first) / 1e3,
             "hooks": [h.to_dict() for h in hooks],
             "stopped_by": stopped_by,
         }
 
 
-def compact_record(trace: Trace, record: list[Any], table: HookTable) -> dict[str, Any]:
-    """A dispatch of `trace` as the JSON-lines file keeps it, from its raw `record`: `DispatchSpan.to_dict()` with
-    its hooks as the number of its chain in `table` and `at`, the readings in microseconds since the trace started
-    (the first hook's start, then each hook's end), plus `notes` by hook index for the hooks that did more than
-    return (`expand_rows` turns them back into `hooks`). A number and a reading per hook: the writer thread's whole
-    work for most dispatches, so only the hooks that can have a note are looked at."""
+def compact_record(trace: Trace, record: list[Any], table: HookTable) -> list[int] | dict[str, Any]:
+    """A dispatch of `trace` as the JSON-lines file keeps it, from its raw `record`. Mostly a row: `[number, *at]`,
+    the number of its chain in `table` and `at`, the readings in microseconds since the trace started (the first
+    hook's start, then each hook's end), from which a reader works out everything else. A dispatch with more to
+    say (a hook that did more than return, one still running or cancelled, an empty chain) is
+    `DispatchSpan.to_dict()` with its hooks as `chain` and `at`, plus `notes` by hook index for those hooks.
+    `expand_rows` turns both back into `hooks`. A number and a reading per hook: the writer thread's whole work for
+    most dispatches, so only the hooks that can have a note are looked at."""
     base = trace.started_ns
     chain, extra, readings = record[0], record[1], record[READINGS:]
     done = len(readings) - 1  # the hooks with a reading after them
     ended = done == len(chain) or (extra is not None and extra.ended)  # else hook `done` runs (or was cancelled)
     # To the nearest microsecond in integers (half the cost of float arithmetic and `round()`, some 200 a turn).
     base -= 500
-    at = [(reading - base) // 1000 for reading in readings]
-    base += 500
-    start = readings[0]
-    if ended:
-        end = readings[-1]
+    row = [table.chain(chain)]
+    row += [(reading - base) // 1000 for reading in readings]
+    if ended and chain:
+        if extra is None:
+            return row
+        notes = _notes(extra, chain, done, ended)
+        if not notes:
+            return row
     else:
-        end = trace.ended_ns or _now()
-        at.append(round((end - base) / 1e3))
+        notes = _notes(extra, chain, done, ended) if extra is not None else {}
+    at = row[1:]
+    if not ended:
+        at.append(((trace.ended_ns or _now()) - base) // 1000)
+    stopped = next((i for i, note in notes.items() if note.get("outcome") == "stopped"), None)
     out: dict[str, Any] = {
         "type": "event",
         "event": chain[0].event if chain else "",
-        "start_ms": round((start - base) / 1e6, 3),
-        "duration_ms": round((end - start) / 1e6, 3),
-        "chain": table.chain(chain),
+        "start_ms": at[0] / 1e3,
+        "duration_ms": (at[-1] - at[0]) / 1e3,
+        "chain": row[0],
         "at": at,
-        "stopped_by": None,
+        "stopped_by": None if stopped is None else f"{chain[int(stopped)].plugin_id}.{chain[int(stopped)].hook_name}",
     }
-    if extra is None:
-        return out
+    if notes:
+        out["notes"] = notes
+    return out
+
+
+def _notes(extra: _Extra, chain: tuple[HookLike, ...], done: int, ended: bool) -> dict[str, dict[str, Any]]:
+    """The notes of a dispatch's hooks that did more than return, by index as text (see `compact_record`)."""
     # The hooks that can have a note: a failure, a change of what the probe watches (an unchanged snapshot is the
     # previous object), the stop, the hook that was running.
     candidates = set(extra.failures)
@@ -536,26 +552,24 @@ def compact_record(trace: Trace, record: list[Any], table: HookTable) -> dict[st
         candidates.add(done - 1)
     if not ended:
         candidates.add(done)
-    if not candidates:
-        return out
     notes = {}
     for i in sorted(candidates):
         if i >= (done if ended else done + 1):
             continue
         outcome, error, tb, strategy, changes = _outcome(extra, i, done)
         if outcome != "returned" or strategy is not None or changes:
-            notes[str(i)] = {
-                "outcome": outcome,
-                "error": error,
-                "traceback": tb,
-                "strategy": strategy,
-                "changes": changes,
-            }
-            if outcome == "stopped" and out["stopped_by"] is None:
-                out["stopped_by"] = f"{chain[i].plugin_id}.{chain[i].hook_name}"
-    if notes:
-        out["notes"] = notes
-    return out
+            # Only what differs from a hook that returned and changed nothing (`expand_rows` starts from that).
+            note: dict[str, Any] = {"outcome": outcome} if outcome != "returned" else {}
+            if error is not None:
+                note["error"] = error
+            if tb is not None:
+                note["traceback"] = tb
+            if strategy is not None:
+                note["strategy"] = strategy
+            if changes:
+                note["changes"] = changes
+            notes[str(i)] = note
+    return notes
 
 
 #: The fields of a hook in a JSON-lines file's hook table, in this order.
@@ -634,14 +648,16 @@ _UNKNOWN_HOOK = ("?", "?", "?", "?", 0, 0, 0.0)
 
 
 def expand_rows(
-    item: dict[str, Any],
+    item: list[int] | dict[str, Any],
     hooks: dict[str, list[Any]],
     chains: dict[str, list[int]],
     sections: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
-    """A timeline item as read from a JSON-lines file, a dispatch's `chain` and `at` turned back into the `hooks` of
-    `DispatchSpan.to_dict()`, and a model call's numbered sections into their dicts, with the file's tables (number
-    as text -> `HOOK_FIELDS` values, hook numbers, or a section's name, source and content)."""
+    """A timeline item as read from a JSON-lines file, a dispatch's row (or its `chain` and `at`) turned back into
+    the `hooks` of `DispatchSpan.to_dict()`, and a model call's numbered sections into their dicts, with the file's
+    tables (number as text -> `HOOK_FIELDS` values, hook numbers, or a section's name, source and content)."""
+    if isinstance(item, list):
+        item = _row_item(item, hooks, chains)
     if "at" not in item:
         prompt = item.get("system_prompt")
         if type(prompt) is list:
@@ -666,6 +682,26 @@ def expand_rows(
     item["hooks"] = out
     item["stopped_by"] = item.pop("stopped_by", None)  # the key order of `DispatchSpan.to_dict()`
     return item
+
+
+def _row_item(row: list[int], hooks: dict[str, list[Any]], chains: dict[str, list[int]]) -> dict[str, Any]:
+    """A dispatch's row `[chain, *at]` as the object the file gives a dispatch with notes (see `compact_record`)."""
+    at = row[1:]
+    chain = chains.get(str(row[0]), [])
+    first = hooks.get(str(chain[0])) if chain else None
+    return {
+        "type": "event",
+        "event": first[0] if first else "?",
+        "start_ms": at[0] / 1e3,
+        "duration_ms": (at[-1] - at[0]) / 1e3,
+        "chain": row[0],
+        "at": at,
+    }
+
+
+def _start_ms(item: list[int] | dict[str, Any]) -> float:
+    """Where a timeline item of the JSON-lines file starts (a row's first reading is in microseconds)."""
+    return item[1] / 1e3 if isinstance(item, list) else item["start_ms"]
 
 
 def _compact_item(item: dict[str, Any], table: HookTable) -> dict[str, Any]:
@@ -908,9 +944,9 @@ class Trace:
         """`to_dict()` as the JSON-lines writer puts it in the file: each dispatch as its chain's number in `table`
         and its readings (see `compact_record`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
         the ring's copy is worked out only if someone reads it."""
-        items = [compact_record(self, record, table) for record in list(self.records)]
+        items: list[Any] = [compact_record(self, record, table) for record in list(self.records)]
         items += [_compact_item(i, table) for i in self.items]
-        items.sort(key=lambda item: item["start_ms"])
+        items.sort(key=_start_ms)
         return self._data([m.compact(table) for m in self.messages], items)
 
     def _data(self, messages: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, Any]:

@@ -21,8 +21,9 @@ import httptools
 
 __all__ = ["HTTPClient", "HTTPError", "Answer", "Headers"]
 
-#: Methods a request may be sent again for when a kept-alive connection turns out closed before any answer (as
-#: aiohttp does): sending one of these twice does no more than sending it once.
+#: Methods a request is sent again for when a kept-alive connection turns out closed before any answer (as aiohttp
+#: does): sending one of these twice does no more than sending it once. A caller marks any other request that may be
+#: sent again in that case with `retry_unanswered=True`.
 IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
 
 #: The largest answer body read (bytes): a server that sends more (a misconfigured or hostile one) gets the request
@@ -68,6 +69,12 @@ class HTTPClient:
     for one); an idle one is closed after `idle_timeout` seconds, or when the server closes it. An answer whose body
     passes `max_body` bytes fails its request with `HTTPError`.
 
+    A server may close an idle connection just as a request is written on it (its own keep-alive limit, shorter than
+    `idle_timeout`): the request then meets the connection's end (end of stream or a reset) before any byte of its
+    answer, and the server never read it (a server that read it and then failed without a byte of answer looks the
+    same). Such a request is sent once more, on a new connection, when its method is idempotent or the caller says
+    it may be (`retry_unanswered`); any other failure is raised.
+
     Answers must say where they end (`Content-Length`, chunked, or the connection closing); HEAD and `Expect`
     requests are not supported.
     """
@@ -109,11 +116,14 @@ class HTTPClient:
         headers: Headers = _NO_HEADERS,
         content_type: str = "application/json",
         timeout: float,
+        retry_unanswered: bool = False,
     ) -> Answer:
         """Send `method target` (the path and query, encoded) with `body` (of `content_type`), `headers` besides
         the client's; the answer once it has all come. Raises `TimeoutError` when the whole exchange (connecting
         included) takes longer than `timeout` seconds, `OSError` (`HTTPError` among them) when the server cannot be
-        reached or does not answer in HTTP."""
+        reached or does not answer in HTTP. `retry_unanswered`: a request of another method than GET, PUT or DELETE
+        may be sent again once, on a new connection, when the kept-alive connection it was written on turns out
+        closed before any byte of the answer (see the class)."""
         if self._closed:
             raise HTTPError("the client is closed")
         head = [f"{method} {target} HTTP/1.1\r\n".encode(), self._common, headers.raw]
@@ -131,18 +141,17 @@ class HTTPClient:
         else:
             await self._slots.acquire()
         try:
-            while True:
-                connection = self._reused()
-                if connection is None:
-                    async with asyncio.timeout_at(deadline):
-                        connection = await self._connect()
-                    return await self._exchange(connection, request, deadline)
+            connection = self._reused()
+            if connection is not None:
                 try:
                     return await self._exchange(connection, request, deadline)
                 except _ClosedUnanswered:
-                    if method not in IDEMPOTENT:
+                    # the server closed it (as idle) while the request was written: it never read the request
+                    if not (retry_unanswered or method in IDEMPOTENT):
                         raise HTTPError("the server closed a kept-alive connection before answering") from None
-                    # the server closed it as it was taken from the pool: try the next one (or a new one)
+            async with asyncio.timeout_at(deadline):
+                connection = await self._connect()
+            return await self._exchange(connection, request, deadline)
         finally:
             self._slots.release()
 

@@ -608,7 +608,10 @@ class TelegramAdapter(Adapter):
         if target is None:
             target = self._targets[name] = urlsplit(session.api.api_url(token=self.bot.token, method=name)).path
         try:
-            answer = await self._http.request("POST", target, json.dumps(fields).encode(), timeout=timeout)
+            # sent again when a kept-alive connection turns out closed by Telegram before it read the request
+            answer = await self._http.request(
+                "POST", target, json.dumps(fields).encode(), timeout=timeout, retry_unanswered=True
+            )
         except TimeoutError as exc:
             raise TelegramNetworkError(method=method(), message="Request timeout error") from exc
         except OSError as exc:

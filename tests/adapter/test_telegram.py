@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from aiogram.types import Message
 
 from core.adapter import AdapterError, adapter_class, build_adapters
 from core.chat import KiraMessageEvent, MessageChain, Session
@@ -81,6 +82,9 @@ async def test_a_direct_message_is_answered_by_long_polling(telegram_api: Telegr
     assert message.session.sid == "tg:dm:101" and message.sender.user_id == "101" and message.sender.nickname == "Ann"
     assert message.is_mentioned and message.chain == MessageChain([Text("hello bot")])
     assert message.message_id.isdigit() and 1e9 < message.timestamp < 1e11  # seconds, after the shim's fix
+    raw = message.raw  # what plugins call the Bot API with: aiogram's Message, bound to the adapter's bot
+    assert isinstance(raw, Message) and raw.bot is adapter.bot
+    assert (raw.text, raw.chat.id, str(raw.message_id)) == ("hello bot", 101, message.message_id)
 
 
 async def test_receipts_carry_telegram_ids_and_recall_deletes_every_part(telegram_api: TelegramTestApi, token):

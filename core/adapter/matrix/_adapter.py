@@ -172,7 +172,7 @@ class MatrixAdapter(Adapter):
         self._syncs = 0
         self._sync_failures = 0
         self._processed = 0
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None  # what `wait_until` waits on, made when one waits
         self._tasks: list[asyncio.Task[None]] = []
         self._pending_token: str | None = None  # the newest batch fetched, not yet all delivered
         self._state_dirty = False  # changed since the state file was last written
@@ -309,12 +309,15 @@ class MatrixAdapter(Adapter):
         """Wait until `condition(self.stats())` holds, checked after every sync and every event processed; returns
         those stats. Bound it with a timeout of your own."""
         while not condition(stats := self.stats()):
+            if self._changed is None:
+                self._changed = asyncio.Event()
             await self._changed.wait()
         return stats
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        changed, self._changed = self._changed, None  # an event for every message, most with nobody waiting
+        if changed is not None:
+            changed.set()
 
     # -- incoming -------------------------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -17,6 +16,7 @@ import pytest
 from aiohttp import web
 
 from core.adapter.http_client import Headers, HTTPClient, HTTPError
+from tests.adapter.closing_server import ClosingServer
 
 pytestmark = pytest.mark.anyio
 
@@ -231,71 +231,20 @@ async def test_refusals() -> None:
         await client.request("GET", "/", timeout=1)
 
 
-class ClosingServer:
-    """A raw server whose connections the test holds: it answers each request with `ok`, and ends a connection when
-    the test says, at once (shut down in the test's own step, so the client has not yet seen the end of stream)."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.setblocking(False)
-        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.connections: list[socket.socket] = []
-        self.requests: list[tuple[int, bytes]] = []  # (connection number, request line) of each request read
-
-    async def serve(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            connection, _ = await loop.sock_accept(self.listener)
-            self.connections.append(connection)
-            loop.create_task(self._answer(len(self.connections) - 1, connection))
-
-    async def _answer(self, number: int, connection: socket.socket) -> None:
-        loop = asyncio.get_running_loop()
-        received = b""
-        with contextlib.suppress(OSError):
-            while chunk := await loop.sock_recv(connection, 65536):
-                received += chunk
-                while b"\r\n\r\n" in received:
-                    head, _, rest = received.partition(b"\r\n\r\n")
-                    length = int(
-                        next(
-                            (
-                                line.split(b":")[1]
-                                for line in head.split(b"\r\n")
-                                if line.lower().startswith(b"content-length:")
-                            ),
-                            b"0",
-                        )
-                    )
-                    if len(rest) < length:
-                        break
-                    received = rest[length:]
-                    self.requests.append((number, head.split(b"\r\n")[0]))
-                    await loop.sock_sendall(connection, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-        connection.close()
-
-    def end(self, number: int) -> None:
-        """End connection `number` as a server's keep-alive limit does (what the client sends next is not read)."""
-        self.connections[number].shutdown(socket.SHUT_RDWR)
-
-
 async def test_a_request_written_as_the_server_closes_the_idle_connection_is_sent_again_once_when_allowed() -> None:
-    server = ClosingServer()
-    serving = asyncio.get_running_loop().create_task(server.serve())
-    client = HTTPClient(server.url)
-    try:
-        await client.request("POST", "/sendMessage?n=1", b"{}", timeout=5)
-        server.end(0)  # the server's keep-alive limit: the client has not seen it yet
-        answer = await client.request("POST", "/sendMessage?n=2", b"{}", timeout=5, retry_unanswered=True)
+    async with ClosingServer() as server:
+        client = HTTPClient(server.url)
+        try:
+            await client.request("POST", "/sendMessage?n=1", b"{}", timeout=5)
+            server.end(0)  # the server's keep-alive limit: the client has not seen it yet
+            answer = await client.request("POST", "/sendMessage?n=2", b"{}", timeout=5, retry_unanswered=True)
 
-        await client.request("POST", "/sendMessage?n=3", b"{}", timeout=5)
-        server.end(1)
-        with pytest.raises(HTTPError, match="closed a kept-alive connection before answering"):
-            await client.request("POST", "/sendMessage?n=4", b"{}", timeout=5)  # not marked: not sent again
-    finally:
-        await client.close()
-        serving.cancel()
-        server.listener.close()
+            await client.request("POST", "/sendMessage?n=3", b"{}", timeout=5)
+            server.end(1)
+            with pytest.raises(HTTPError, match="closed a kept-alive connection before answering"):
+                await client.request("POST", "/sendMessage?n=4", b"{}", timeout=5)  # not marked: not sent again
+        finally:
+            await client.close()
     assert answer.body == b"ok"
     assert server.requests == [
         (0, b"POST /sendMessage?n=1 HTTP/1.1"),

@@ -25,6 +25,7 @@ from core.config import HookchatConfig
 from core.plugin import BasePlugin, Priority, on
 from core.testing import ScriptedProvider
 from tests.adapter import telegram_peer
+from tests.adapter.closing_server import ClosingServer
 from tests.adapter.conftest import running_bot
 from tests.adapter.telegram_peer import BOT_ID, BOT_TOKEN, SECRET_HEADER, TelegramTestApi, free_port
 
@@ -133,6 +134,25 @@ async def test_a_429_longer_than_max_retry_after_fails_the_send_with_telegrams_w
             telegram_api.rate_limit("sendMessage", 30)
             receipt = await adapter.send(Session("tg", "dm", "104"), MessageChain([Text("too soon")]))
     assert not receipt.ok and "retry after 30" in receipt.error
+
+
+async def test_a_reply_written_as_the_server_closes_the_idle_connection_is_sent_once_more_not_lost(token):
+    # Telegram (or a proxy before it) closing a kept-alive connection as a sendMessage is written on it: the request
+    # meets the connection's end before any answer, was never read, and goes again on a new connection.
+    sent = b'{"ok":true,"result":{"message_id":7,"date":1,"chat":{"id":106,"type":"private"},"text":"x"}}'
+    async with ClosingServer(sent) as server:
+        adapter = adapter_class("telegram")("tg", api_url=server.url)
+        try:
+            first = await adapter.send(Session("tg", "dm", "106"), MessageChain([Text("one")]))
+            server.end(0)  # the server's keep-alive limit, before the adapter has seen it
+            second = await adapter.send(Session("tg", "dm", "106"), MessageChain([Text("two")]))
+        finally:
+            await adapter.stop()
+    assert first.ok and second.ok and second.message_id == "7", second.error
+    assert [(number, line.split(b" ")[1].rsplit(b"/", 1)[1]) for number, line in server.requests] == [
+        (0, b"sendMessage"),
+        (1, b"sendMessage"),  # once, on a new connection
+    ]
 
 
 async def test_a_refused_send_is_a_failed_receipt_not_an_exception(telegram_api, token):

@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import anyio
 import pytest
 from aiohttp import web
 
@@ -251,3 +252,22 @@ async def test_a_request_written_as_the_server_closes_the_idle_connection_is_sen
         (1, b"POST /sendMessage?n=2 HTTP/1.1"),  # once, on a new connection
         (1, b"POST /sendMessage?n=3 HTTP/1.1"),
     ]
+
+
+async def test_a_shorter_timeout_on_a_reused_connection_still_ends_the_request_in_time() -> None:
+    async def answers_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(60)  # the second request on the connection gets no answer
+
+    async with raw_server(answers_once) as url:
+        client = HTTPClient(url)
+        try:
+            first = await client.request("GET", "/", timeout=60)  # a long poll's timeout, say
+            with anyio.fail_after(10), pytest.raises(TimeoutError):  # not the first request's 60 s
+                await client.request("GET", "/", timeout=0.2)
+        finally:
+            await client.close()
+    assert first.body == b"ok"

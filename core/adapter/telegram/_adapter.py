@@ -95,6 +95,8 @@ _RESPONSE_TYPES = tuple(
 _SHARED_MODELS = 1000  # chats' and senders' models kept for the next message of the same chat or sender
 #: The fields of a polled message that is text and nothing else (no entities, reply, media, forward or edit).
 _PLAIN_TEXT_KEYS = frozenset({"message_id", "date", "chat", "from", "text"})
+#: The largest `date` pydantic reads as seconds (beyond it, milliseconds): a plain text's date is taken as seconds.
+_SECONDS_UP_TO = 20_000_000_000
 
 T = TypeVar("T")
 
@@ -336,6 +338,7 @@ class TelegramAdapter(Adapter):
             fields.keys() == _PLAIN_TEXT_KEYS
             and type(fields["message_id"]) is int
             and type(fields["date"]) is int
+            and 0 <= fields["date"] <= _SECONDS_UP_TO
             and type(fields["text"]) is str
             and isinstance(fields["chat"], Chat)
             and isinstance(fields["from"], TelegramUser)
@@ -727,10 +730,10 @@ async def _input_file(media: MediaElement) -> Any:
 
 class _PlainText:
     """A polled message that is text and nothing else (`_PLAIN_TEXT_KEYS`), not yet validated as aiogram's
-    `Message`: its `chat` and `from` already are (shared models), and the rest are an int id and date and a str,
-    so the validation cannot fail; it is done when something reads the message's `raw` (`_PolledMessage`). Most
-    turns never do, and pydantic's `Message` (over a hundred optional fields) was a third of what the adapter
-    added to a message (callgrind)."""
+    `Message`: its `chat` and `from` already are (shared models), and the rest are an int id, a date in seconds
+    and a str, so the validation cannot fail; it is done when something reads the message's `raw`
+    (`_PolledMessage`). Most turns never do, and pydantic's `Message` (over a hundred optional fields) was a third
+    of what the adapter added to a message (callgrind)."""
 
     __slots__ = ("fields", "bot", "message_id", "date", "text", "chat", "author")
 

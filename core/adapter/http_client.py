@@ -21,8 +21,9 @@ import httptools
 
 __all__ = ["HTTPClient", "HTTPError", "Answer", "Headers"]
 
-#: Methods a request may be sent again for when a kept-alive connection turns out closed before any answer (as
-#: aiohttp does): sending one of these twice does no more than sending it once.
+#: Methods a request is sent again for when a kept-alive connection turns out closed before any answer (as aiohttp
+#: does): sending one of these twice does no more than sending it once. A caller marks any other request that may be
+#: sent again in that case with `retry_unanswered=True`.
 IDEMPOTENT = frozenset({"GET", "PUT", "DELETE"})
 
 #: The largest answer body read (bytes): a server that sends more (a misconfigured or hostile one) gets the request
@@ -68,6 +69,12 @@ class HTTPClient:
     for one); an idle one is closed after `idle_timeout` seconds, or when the server closes it. An answer whose body
     passes `max_body` bytes fails its request with `HTTPError`.
 
+    A server may close an idle connection just as a request is written on it (its own keep-alive limit, shorter than
+    `idle_timeout`): the request then meets the connection's end (end of stream or a reset) before any byte of its
+    answer, and the server never read it (a server that read it and then failed without a byte of answer looks the
+    same). Such a request is sent once more, on a new connection, when its method is idempotent or the caller says
+    it may be (`retry_unanswered`); any other failure is raised.
+
     Answers must say where they end (`Content-Length`, chunked, or the connection closing); HEAD and `Expect`
     requests are not supported.
     """
@@ -109,11 +116,14 @@ class HTTPClient:
         headers: Headers = _NO_HEADERS,
         content_type: str = "application/json",
         timeout: float,
+        retry_unanswered: bool = False,
     ) -> Answer:
         """Send `method target` (the path and query, encoded) with `body` (of `content_type`), `headers` besides
         the client's; the answer once it has all come. Raises `TimeoutError` when the whole exchange (connecting
         included) takes longer than `timeout` seconds, `OSError` (`HTTPError` among them) when the server cannot be
-        reached or does not answer in HTTP."""
+        reached or does not answer in HTTP. `retry_unanswered`: a request of another method than GET, PUT or DELETE
+        may be sent again once, on a new connection, when the kept-alive connection it was written on turns out
+        closed before any byte of the answer (see the class)."""
         if self._closed:
             raise HTTPError("the client is closed")
         head = [f"{method} {target} HTTP/1.1\r\n".encode(), self._common, headers.raw]
@@ -131,18 +141,17 @@ class HTTPClient:
         else:
             await self._slots.acquire()
         try:
-            while True:
-                connection = self._reused()
-                if connection is None:
-                    async with asyncio.timeout_at(deadline):
-                        connection = await self._connect()
-                    return await self._exchange(connection, request, deadline)
+            connection = self._reused()
+            if connection is not None:
                 try:
                     return await self._exchange(connection, request, deadline)
                 except _ClosedUnanswered:
-                    if method not in IDEMPOTENT:
+                    # the server closed it (as idle) while the request was written: it never read the request
+                    if not (retry_unanswered or method in IDEMPOTENT):
                         raise HTTPError("the server closed a kept-alive connection before answering") from None
-                    # the server closed it as it was taken from the pool: try the next one (or a new one)
+            async with asyncio.timeout_at(deadline):
+                connection = await self._connect()
+            return await self._exchange(connection, request, deadline)
         finally:
             self._slots.release()
 
@@ -202,7 +211,8 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._body: list[bytes] = []
         self._waiter: asyncio.Future[Answer] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # at or before the current exchange's deadline
+        self._deadline = 0.0  # of the current exchange (the loop's time)
         self._received = False  # any byte of the current answer
         self._ends_at_eof = False  # the current answer's body is all that comes before the connection closes
         self._keep_alive = True
@@ -211,11 +221,17 @@ class _Connection(asyncio.Protocol):
 
     def exchange(self, request: bytes, deadline: float) -> asyncio.Future[Answer]:
         """Write `request`; the future of its answer, failed with `TimeoutError` at `deadline` (the loop's time).
-        (A timer of the connection's own: `asyncio.timeout` around the exchange cost a third of its CPU.)"""
+        (A timer of the connection's own, kept from one exchange to the next while it is due no later than the
+        current deadline, and moved on when it fires early: `asyncio.timeout` around the exchange cost a third of
+        its CPU, and a timer made and cancelled for every exchange a fifth of what is left.)"""
         assert self._transport is not None and self._waiter is None
         loop = asyncio.get_running_loop()
         self._waiter = loop.create_future()
-        self._timer = loop.call_at(deadline, self._fail, TimeoutError())
+        self._deadline = deadline
+        if self._timer is None or self._timer.when() > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._deadline_passed)
         self._body, self._size, self._received, self._ends_at_eof = [], 0, False, False
         self._transport.write(request)
         return self._waiter
@@ -223,6 +239,9 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         """Close the connection (it is not used again)."""
         self.usable = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._transport is not None:
             self._transport.close()
 
@@ -248,6 +267,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed(exc)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     # -- httptools' callbacks --
 
@@ -265,8 +287,6 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         waiter, self._waiter = self._waiter, None
-        if self._timer is not None:
-            self._timer.cancel()
         if not self._keep_alive:
             self.close()
         if waiter is not None and not waiter.done():
@@ -285,10 +305,18 @@ class _Connection(asyncio.Protocol):
         else:
             self._fail(HTTPError(f"the server closed the connection in the middle of its answer ({exc or 'EOF'})"))
 
+    def _deadline_passed(self) -> None:
+        self._timer = None
+        if self._waiter is None:  # idle: the next exchange sets it again
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:  # set for an earlier exchange, which ended in time
+            self._timer = loop.call_at(self._deadline, self._deadline_passed)
+        else:
+            self._fail(TimeoutError())
+
     def _fail(self, exc: Exception) -> None:
         waiter, self._waiter = self._waiter, None
-        if self._timer is not None:
-            self._timer.cancel()
         self.close()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)

@@ -6,7 +6,8 @@ skip, saying why. The server runs once per test session, on a free loopback port
 thread of the test process, does four things telegram-test-api does not, and nothing else:
 
 1. `getMe`: adds `"is_bot": true` (the server leaves it out; aiogram's `User` requires it).
-2. `date` (and `edit_date`) in milliseconds become seconds, as the Bot API sends them.
+2. `date` (and `edit_date`) in milliseconds become seconds, as the Bot API sends them; the `botToken` the server
+   puts in every message it hands out (no Bot API field) is left out, so a message has the Bot API's fields only.
 3. `getUpdates` waits up to its `timeout` for an update (the server answers at once, empty or not): long polling.
 4. `setWebhook`: the server posts updates to the webhook without the secret token; the shim registers itself as the
    webhook and forwards each update to the real one with `X-Telegram-Bot-Api-Secret-Token`, as Telegram does.
@@ -72,14 +73,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _seconds(value: Any) -> Any:
+def _as_telegram(value: Any) -> Any:
     if isinstance(value, dict):
         return {
-            k: (v // 1000 if k in ("date", "edit_date") and isinstance(v, int) and v > 10**11 else _seconds(v))
+            k: (v // 1000 if k in ("date", "edit_date") and isinstance(v, int) and v > 10**11 else _as_telegram(v))
             for k, v in value.items()
+            if k != "botToken"
         }
     if isinstance(value, list):
-        return [_seconds(v) for v in value]
+        return [_as_telegram(v) for v in value]
     return value
 
 
@@ -193,12 +195,12 @@ class TelegramTestApi:
             await asyncio.sleep(0.02)
         if method == "getMe" and isinstance(data.get("result"), dict):
             data["result"].setdefault("is_bot", True)
-        return web.json_response(_seconds(data), status=status)
+        return web.json_response(_as_telegram(data), status=status)
 
     async def _relay(self, request: web.Request) -> web.Response:
         url, secret = self.webhooks.get(request.match_info["token"], ("", ""))
         headers = {"Content-Type": "application/json", **({SECRET_HEADER: secret} if secret else {})}
-        async with self._http.post(url, data=json.dumps(_seconds(await request.json())), headers=headers) as answer:
+        async with self._http.post(url, data=json.dumps(_as_telegram(await request.json())), headers=headers) as answer:
             return web.Response(status=answer.status, text=await answer.text())
 
     def rate_limit(self, method: str, retry_after: int) -> None:

@@ -12,10 +12,12 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import anyio
 import pytest
 from aiohttp import web
 
 from core.adapter.http_client import Headers, HTTPClient, HTTPError
+from tests.adapter.closing_server import ClosingServer
 
 pytestmark = pytest.mark.anyio
 
@@ -228,3 +230,44 @@ async def test_refusals() -> None:
     await client.close()
     with pytest.raises(HTTPError, match="closed"):
         await client.request("GET", "/", timeout=1)
+
+
+async def test_a_request_written_as_the_server_closes_the_idle_connection_is_sent_again_once_when_allowed() -> None:
+    async with ClosingServer() as server:
+        client = HTTPClient(server.url)
+        try:
+            await client.request("POST", "/sendMessage?n=1", b"{}", timeout=5)
+            server.end(0)  # the server's keep-alive limit: the client has not seen it yet
+            answer = await client.request("POST", "/sendMessage?n=2", b"{}", timeout=5, retry_unanswered=True)
+
+            await client.request("POST", "/sendMessage?n=3", b"{}", timeout=5)
+            server.end(1)
+            with pytest.raises(HTTPError, match="closed a kept-alive connection before answering"):
+                await client.request("POST", "/sendMessage?n=4", b"{}", timeout=5)  # not marked: not sent again
+        finally:
+            await client.close()
+    assert answer.body == b"ok"
+    assert server.requests == [
+        (0, b"POST /sendMessage?n=1 HTTP/1.1"),
+        (1, b"POST /sendMessage?n=2 HTTP/1.1"),  # once, on a new connection
+        (1, b"POST /sendMessage?n=3 HTTP/1.1"),
+    ]
+
+
+async def test_a_shorter_timeout_on_a_reused_connection_still_ends_the_request_in_time() -> None:
+    async def answers_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(60)  # the second request on the connection gets no answer
+
+    async with raw_server(answers_once) as url:
+        client = HTTPClient(url)
+        try:
+            first = await client.request("GET", "/", timeout=60)  # a long poll's timeout, say
+            with anyio.fail_after(10), pytest.raises(TimeoutError):  # not the first request's 60 s
+                await client.request("GET", "/", timeout=0.2)
+        finally:
+            await client.close()
+    assert first.body == b"ok"

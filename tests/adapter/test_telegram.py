@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from aiogram.types import Message
 
 from core.adapter import AdapterError, adapter_class, build_adapters
 from core.chat import KiraMessageEvent, MessageChain, Session
@@ -24,6 +25,7 @@ from core.config import HookchatConfig
 from core.plugin import BasePlugin, Priority, on
 from core.testing import ScriptedProvider
 from tests.adapter import telegram_peer
+from tests.adapter.closing_server import ClosingServer
 from tests.adapter.conftest import running_bot
 from tests.adapter.telegram_peer import BOT_ID, BOT_TOKEN, SECRET_HEADER, TelegramTestApi, free_port
 
@@ -81,6 +83,9 @@ async def test_a_direct_message_is_answered_by_long_polling(telegram_api: Telegr
     assert message.session.sid == "tg:dm:101" and message.sender.user_id == "101" and message.sender.nickname == "Ann"
     assert message.is_mentioned and message.chain == MessageChain([Text("hello bot")])
     assert message.message_id.isdigit() and 1e9 < message.timestamp < 1e11  # seconds, after the shim's fix
+    raw = message.raw  # what plugins call the Bot API with: aiogram's Message, bound to the adapter's bot
+    assert isinstance(raw, Message) and raw.bot is adapter.bot
+    assert (raw.text, raw.chat.id, str(raw.message_id)) == ("hello bot", 101, message.message_id)
 
 
 async def test_receipts_carry_telegram_ids_and_recall_deletes_every_part(telegram_api: TelegramTestApi, token):
@@ -129,6 +134,25 @@ async def test_a_429_longer_than_max_retry_after_fails_the_send_with_telegrams_w
             telegram_api.rate_limit("sendMessage", 30)
             receipt = await adapter.send(Session("tg", "dm", "104"), MessageChain([Text("too soon")]))
     assert not receipt.ok and "retry after 30" in receipt.error
+
+
+async def test_a_reply_written_as_the_server_closes_the_idle_connection_is_sent_once_more_not_lost(token):
+    # Telegram (or a proxy before it) closing a kept-alive connection as a sendMessage is written on it: the request
+    # meets the connection's end before any answer, was never read, and goes again on a new connection.
+    sent = b'{"ok":true,"result":{"message_id":7,"date":1,"chat":{"id":106,"type":"private"},"text":"x"}}'
+    async with ClosingServer(sent) as server:
+        adapter = adapter_class("telegram")("tg", api_url=server.url)
+        try:
+            first = await adapter.send(Session("tg", "dm", "106"), MessageChain([Text("one")]))
+            server.end(0)  # the server's keep-alive limit, before the adapter has seen it
+            second = await adapter.send(Session("tg", "dm", "106"), MessageChain([Text("two")]))
+        finally:
+            await adapter.stop()
+    assert first.ok and second.ok and second.message_id == "7", second.error
+    assert [(number, line.split(b" ")[1].rsplit(b"/", 1)[1]) for number, line in server.requests] == [
+        (0, b"sendMessage"),
+        (1, b"sendMessage"),  # once, on a new connection
+    ]
 
 
 async def test_a_refused_send_is_a_failed_receipt_not_an_exception(telegram_api, token):

@@ -72,6 +72,7 @@ ENCRYPTION_REFUSAL = (
 
 _OWN_IDS = 1000  # event ids the bot sent, to tell a reply to the bot without asking the homeserver
 _SEEN_IDS = 2000  # event ids delivered lately, so a batch fetched twice is delivered once
+_SEND_PATHS = 1000  # rooms' send addresses kept quoted for the next event of the same room and type
 _DELIVERED_KEPT = 1000  # delivered ids written to the state file, for a stop in the middle of a batch
 _TIMELINE_LIMIT = 100  # events per room per sync; after a longer absence older ones are skipped (logged)
 _SAVE_EVERY = 1.0  # seconds between writes of the state file while it changes (and once more at stop)
@@ -164,13 +165,14 @@ class MatrixAdapter(Adapter):
         self.rooms = Rooms()
         self._tx_prefix = f"hc{time.time_ns():x}"  # transaction ids are unique per access token, across runs too
         self._sent = 0
+        self._send_paths: Recent[tuple[str, str], str] = Recent(_SEND_PATHS)  # (room, event type) -> quoted path
         self._display_name: str | None = None
         self._logged_in = False
         self._connected = False
         self._syncs = 0
         self._sync_failures = 0
         self._processed = 0
-        self._changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None  # what `wait_until` waits on, made when one waits
         self._tasks: list[asyncio.Task[None]] = []
         self._pending_token: str | None = None  # the newest batch fetched, not yet all delivered
         self._state_dirty = False  # changed since the state file was last written
@@ -307,12 +309,15 @@ class MatrixAdapter(Adapter):
         """Wait until `condition(self.stats())` holds, checked after every sync and every event processed; returns
         those stats. Bound it with a timeout of your own."""
         while not condition(stats := self.stats()):
+            if self._changed is None:
+                self._changed = asyncio.Event()
             await self._changed.wait()
         return stats
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        changed, self._changed = self._changed, None  # an event for every message, most with nobody waiting
+        if changed is not None:
+            changed.set()
 
     # -- incoming -------------------------------------------------------------------------------------------------
 
@@ -721,8 +726,7 @@ class MatrixAdapter(Adapter):
             room = self.rooms.get(room_id)
             if room_id in self._refused or (room is not None and room.encrypted):
                 raise MatrixError(f"{room_id} is end-to-end encrypted; the Matrix adapter does not send there")
-            names = {uid: name for uid, name in room.members.items() if name} if room is not None else {}
-            parts = plan_events(chain, names)
+            parts = plan_events(chain, room.members if room is not None else None)
             if not parts:
                 return KiraIMSentResult(chain, session, ok=False, error="nothing to send: the chain is empty")
             for part in parts:
@@ -773,10 +777,11 @@ class MatrixAdapter(Adapter):
     async def _room_send(self, room_id: str, event_type: str, content: dict[str, Any], deadline: float) -> str:
         # One transaction id per event, kept across retries: the homeserver posts it once however often it is sent.
         self._sent += 1
-        path = (
-            f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/{quote(event_type, safe='')}/"
-            f"{self._tx_prefix}.{self._sent}"
-        )
+        prefix = self._send_paths.get((room_id, event_type))
+        if prefix is None:
+            prefix = f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/send/{quote(event_type, safe='')}/"
+            self._send_paths.remember((room_id, event_type), prefix)
+        path = f"{prefix}{self._tx_prefix}.{self._sent}"
         status, data = await self._retrying("send", lambda: self._request("PUT", path, content), deadline)
         event_id = data.get("event_id")
         if status != 200 or not isinstance(event_id, str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,10 +136,12 @@ def pill(user_id: str, name: str) -> str:
     return f'<a href="{_MATRIX_TO}{html.escape(user_id)}">{html.escape(name)}</a>'
 
 
-def plan_events(chain: Iterable[BaseMessageElement], names: dict[str, str] | None = None) -> list[TextPart | MediaPart]:
+def plan_events(
+    chain: Iterable[BaseMessageElement], names: Mapping[str, str | None] | None = None
+) -> list[TextPart | MediaPart]:
     """The events `chain` becomes, in order: consecutive text and mentions make one text event, each media element
     its own event; a `Reply` makes the first event a reply. `names` maps user ids to the display names mentions
-    show (else the `At`'s nickname, else the id). An `Image` by http(s) URL is sent as its link: hookchat does not
+    show (else, or when None, the `At`'s nickname, else the id). An `Image` by http(s) URL is sent as its link: hookchat does not
     fetch a URL the model wrote. Elements Matrix has no form for become their text (`repr_text`)."""
     names = names or {}
     parts: list[TextPart | MediaPart] = []

@@ -44,6 +44,8 @@ def entities_to_elements(
     `text_link` keeps its address after its text. Other entities (bold, code, links...) are kept as their text."""
     if not text:
         return [], False
+    if not entities:  # most messages: the text is all there is (and no UTF-16 offsets to count)
+        return [Text(text)], False
     encoded = text.encode("utf-16-le")
     total = len(encoded) // 2
     elements: list[BaseMessageElement] = []
@@ -59,7 +61,7 @@ def entities_to_elements(
             else:
                 elements.append(Text(piece))
 
-    for entity in sorted(entities or (), key=lambda e: e.offset):
+    for entity in sorted(entities, key=lambda e: e.offset):
         start, end = entity.offset, min(entity.offset + entity.length, total)
         if start < position or start >= total:
             continue  # nested or out of range: its text is already part of the enclosing piece

@@ -3,7 +3,7 @@ shim in front of it that makes it answer as Telegram does where it does not.
 
 `.ci/run` installs the package into `.peers/` (git-ignored); without node or the package, the tests that need it
 skip, saying why. The server runs once per test session, on a free loopback port. The shim, an HTTP proxy in a
-thread of the test process, does four things telegram-test-api does not, and nothing else:
+thread of the test process, does six things telegram-test-api does not, and nothing else:
 
 1. `getMe`: adds `"is_bot": true` (the server leaves it out; aiogram's `User` requires it).
 2. `date` (and `edit_date`) in milliseconds become seconds, as the Bot API sends them; the `botToken` the server

@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.kv import KeyValue
 
-from core.cluster._publish import Publisher
+from core.cluster._publish import Publisher, subscribe_direct
 from core.config import ClusterConfig
 from core.utils.log import logger
 
@@ -373,11 +373,11 @@ class StandingPull:
     async def open(cls, bus: Bus, consumer: str, stream: str | None = None) -> StandingPull:
         """A standing pull on `consumer` of `stream` (default: the incoming stream), its first request made."""
         pull = cls(bus.nc, f"$JS.API.CONSUMER.MSG.NEXT.{stream or bus.in_stream}.{consumer}")
-        pull._sub = await bus.nc.subscribe(pull._inbox, cb=pull._arrive)
+        pull._sub = await subscribe_direct(bus.nc, pull._inbox, pull._arrive)
         await pull.renew()
         return pull
 
-    async def _arrive(self, msg: Msg) -> None:
+    def _arrive(self, msg: Msg) -> None:
         self._arrived.append(msg)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)

@@ -1,6 +1,7 @@
 """JetStream publishes (stream messages and key-value writes) without nats-py's per-call request machinery: one
 reply subscription for all of a connection's publishes, a counter for their reply subjects, one future each, and
-one timer for all of them; the stream's acknowledgement is read for its sequence alone."""
+one timer for all of them; the stream's acknowledgement is read for its sequence alone. `subscribe_direct` hands a
+subscription's messages to a handler as the connection reads them."""
 
 from __future__ import annotations
 
@@ -9,17 +10,48 @@ import heapq
 import itertools
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 
-__all__ = ["Publisher"]
+from core.utils.log import logger
+
+__all__ = ["Publisher", "subscribe_direct"]
 
 _SEQ = re.compile(rb'"seq":(\d+)')
 _NO_RESPONDERS = "503"
 _WRONG_LAST_SEQUENCE = (10071, 10164)  # the codes nats-py's key-value turns into KeyWrongLastSequenceError
+
+
+class _Direct:
+    """Stands for the future of nats-py's one-reply subscriptions (`subscribe(future=...)`), which its reader resolves
+    as it reads the message (`cancelled()`, then `set_result(msg)`): here each message goes to a handler instead."""
+
+    def __init__(self, handler: Callable[[Msg], None]) -> None:
+        self._handler = handler
+
+    def cancelled(self) -> bool:
+        """Never: the subscription lasts until it is unsubscribed."""
+        return False
+
+    def set_result(self, msg: Msg) -> None:
+        """Hand `msg` to the handler; what it raises is logged, not raised into the connection's reader."""
+        try:
+            self._handler(msg)
+        except Exception:
+            logger.exception("cluster: handling a message on %s failed", msg.subject)
+
+
+async def subscribe_direct(nc: Any, subject: str, handler: Callable[[Msg], None]) -> Any:
+    """Subscribe to `subject` with `handler` (plain, quick, never awaiting) called as the connection reads each
+    message. A callback subscription (`cb=`) puts each message on a queue read by a task of its own, so whatever
+    waits on a message is woken one turn of the event loop later: during a burst, a turn of a loop busy with dozens
+    of turns, paid on each delivery and each publish's acknowledgement. Unsubscribed, drained and resubscribed after
+    a reconnection like any other subscription."""
+    return await nc.subscribe(subject, future=_Direct(handler))  # nc is nats-py's Client: see _Direct
 
 
 class Publisher:
@@ -44,9 +76,9 @@ class Publisher:
 
     async def start(self) -> None:
         """Subscribe to the acknowledgements (the subscription ends with the connection)."""
-        self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._acknowledged)
+        self._sub = await subscribe_direct(self._nc, self._prefix + "*", self._acknowledged)
 
-    async def _acknowledged(self, msg: Msg) -> None:
+    def _acknowledged(self, msg: Msg) -> None:
         future = self._waiting.pop(msg.subject[len(self._prefix) :], None)
         if future is not None and not future.done():
             future.set_result(msg)

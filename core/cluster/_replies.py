@@ -18,6 +18,7 @@ from core.adapter import ALL_ELEMENTS, Adapter
 from core.chat import KiraEvent, KiraIMSentResult, KiraMessageBatchEvent, MessageChain, Session
 from core.chat.wire import chain_to_wire, session_to_wire
 from core.cluster._bus import NATS_ERRORS, Bus
+from core.cluster._publish import subscribe_direct
 from core.config import ClusterConfig
 
 __all__ = ["AdapterTable", "RemoteAdapter", "ReplyRouter"]
@@ -87,7 +88,7 @@ class ReplyRouter:
 
     async def start(self) -> None:
         """Subscribe to this worker's receipts (the subscription ends with the connection)."""
-        await self.bus.nc.subscribe(f"{self.bus.prefix}.receipt.{self.name}.*", cb=self._on_receipt)
+        await subscribe_direct(self.bus.nc, f"{self.bus.prefix}.receipt.{self.name}.*", self._on_receipt)
 
     def route(self, sid: str, gateway: str, adapter_name: str) -> None:
         """A message of `sid` came through `gateway`'s adapter `adapter_name`: replies go back the same way."""
@@ -158,7 +159,7 @@ class ReplyRouter:
         finally:
             self._receipts.pop(token, None)
 
-    async def _on_receipt(self, msg: Msg) -> None:
+    def _on_receipt(self, msg: Msg) -> None:
         future = self._receipts.get(msg.subject.rsplit(".", 1)[-1])
         if future is not None and not future.done():
             with contextlib.suppress(ValueError):

@@ -13,6 +13,7 @@ import pytest
 from core.cluster import Bus
 from core.cluster._bus import NATS_ERRORS, StandingPull
 from core.cluster._intake import _end_on
+from core.cluster._publish import subscribe_direct
 from core.config import ClusterConfig
 
 pytestmark = [pytest.mark.anyio]
@@ -96,3 +97,23 @@ async def test_a_partition_stopped_while_its_turn_runs_leaves_its_next_message_t
     await held.ack_sync()  # the turn ends and is stored
     taken = await _next(await StandingPull.open(second, "part-0"))
     assert (taken.data, taken.metadata.num_delivered) == (b'{"n": 2}', 1)  # not delivered to w1 and let go
+
+
+async def test_a_direct_subscription_outlives_a_handler_that_fails(buses):
+    """`subscribe_direct` runs its handler inside the connection's reader: one that raises is logged, and the
+    subscription, the connection and the publishes waiting on it go on."""
+    bus = await buses("w1")
+    seen: list[bytes] = []
+
+    def handler(msg) -> None:
+        seen.append(msg.data)
+        if msg.data == b"bad":
+            raise ValueError("a broken handler")
+
+    await subscribe_direct(bus.nc, "probe.direct", handler)
+    for data in (b"one", b"bad", b"two"):
+        await bus.nc.publish("probe.direct", data)
+    await bus.nc.flush()
+    await bus.publish(bus.in_subject(0), {"n": 1}, msg_id="m1")  # waits on the Publisher's direct subscription
+    assert seen == [b"one", b"bad", b"two"]
+    assert bus.nc.is_connected

@@ -236,6 +236,10 @@ import asyncio, os, signal
 from core.provider import LLMRequest
 from core.provider.local import LocalLlamaProvider
 
+# Ctrl-C as in a terminal, even where this test's parent ignores SIGINT (a job started in the background by a
+# shell without job control): asyncio.run turns it into a cancellation only when the default handler is set.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 async def main():
     provider = LocalLlamaProvider(max_tokens=1000)
     await provider.load()

@@ -153,10 +153,6 @@ def _chain(event: Any, args: tuple[Any, ...]) -> Any:
 _Probe = Callable[[Any, tuple[Any, ...]], Any]
 
 
-def _message_probe(event: Any, args: tuple[Any, ...]) -> _Probe | None:
-    return _strategy if isinstance(event, KiraMessageEvent) else None
-
-
 def _request_probe(event: Any, args: tuple[Any, ...]) -> _Probe | None:
     return _request if len(args) == 2 else None
 
@@ -168,11 +164,24 @@ def _chain_probe(event: Any, args: tuple[Any, ...]) -> _Probe | None:
 #: Events whose hooks can change something the trace shows (a strategy, the request, an outgoing chain), with the
 #: function that picks the snapshot for one dispatch's arguments (None: nothing to watch).
 PROBES: dict[str, Callable[[Any, tuple[Any, ...]], _Probe | None]] = {
-    "im_message": _message_probe,
-    "message_buffered": _message_probe,
     "llm_request": _request_probe,
     "after_xml_parse": _chain_probe,
 }
+#: The events of `PROBES` whose snapshot the event's type alone picks (checked in place: a call to a picker costs
+#: as much as five hooks' clock readings): the type an event must be, and its snapshot.
+TYPED_PROBES: dict[str, tuple[type, _Probe]] = {
+    "im_message": (KiraMessageEvent, _strategy),
+    "message_buffered": (KiraMessageEvent, _strategy),
+}
+
+
+def pick_probe(event_name: str, event: Any, args: tuple[Any, ...]) -> _Probe | None:
+    """The snapshot to take of `event_name`'s dispatch of `event` and `args` before and after each hook, or None."""
+    typed = TYPED_PROBES.get(event_name)
+    if typed is not None:
+        return typed[1] if isinstance(event, typed[0]) else None
+    pick = PROBES.get(event_name)
+    return pick(event, args) if pick is not None else None
 
 
 def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, Any] | None]:
@@ -336,8 +345,7 @@ def new_record(
     order, so hook i ran from reading i to reading i + 1: the end of one hook is the start of the next). The engine
     appends the readings (`record.append(clock())`). A plain `list` needs no closing unless its event was stopped;
     a probed record (or one asked `closing`) is a `_ClosingRecord`, closed at the end by `Tracer.dispatched`."""
-    pick = PROBES.get(event_name)
-    probe = pick(event, args) if pick is not None else None
+    probe = pick_probe(event_name, event, args)
     if probe is None:
         return _ClosingRecord((chain, None, clock())) if closing else [chain, None, clock()]
     return probed_record(probe, event, args, chain)

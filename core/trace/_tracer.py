@@ -26,6 +26,7 @@ from core.trace._sinks import JsonLinesSink, OtelSink, TraceRing
 from core.trace._spans import (
     MAX_ITEMS,
     PROBES,
+    TYPED_PROBES,
     HookLike,
     Trace,
     _Extra,
@@ -285,8 +286,12 @@ class Tracer:
                 extra = record[1] = _Extra(None, None, ())
             extra.owned = (trace, _current.set(trace))
             return record
-        pick = PROBES.get(event_name)
-        probe = pick(event, args) if pick is not None else None
+        typed = TYPED_PROBES.get(event_name)  # `pick_probe`, written out
+        if typed is not None:
+            probe = typed[1] if isinstance(event, typed[0]) else None
+        else:
+            pick = PROBES.get(event_name)
+            probe = pick(event, args) if pick is not None else None
         record = [chain, None, clock()] if probe is None else probed_record(probe, event, args, chain)
         records = trace.records
         if len(records) < MAX_ITEMS:

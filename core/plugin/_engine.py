@@ -11,7 +11,6 @@ for its deadline, and a watchdog thread reports event-loop stalls with the plugi
 
 from __future__ import annotations
 
-import _asyncio
 import asyncio
 import contextvars
 import inspect
@@ -43,6 +42,8 @@ _EXCEPTION = EventType.EXCEPTION.value
 if sys.version_info >= (3, 12):
     _current_task = asyncio.current_task
 else:  # Python code on 3.11 that reads the C tasks' table: read the table without the call (2% of a dispatch)
+    import _asyncio
+
     _current_task = _asyncio._current_tasks.get  # pyright: ignore[reportAttributeAccessIssue] - 3.11's, not in the stub
 _IMPL_ATTR = PROJECT + "_impl"  # where pluggy's HookimplMarker stores its options on a function
 

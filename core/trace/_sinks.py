@@ -135,7 +135,7 @@ class JsonLinesSink:
         extras: list[Any] = []
         table = self._table
         try:
-            data = trace.compact(table, extras)
+            texts, numbers = trace.compact(table, extras)
         except Exception:
             _log.exception("could not serialise trace %s", trace.id)
             return
@@ -144,7 +144,7 @@ class JsonLinesSink:
         if len(table.chains) != chains:
             described = (hooks, table.hooks[hooks:], chains, table.chains[chains:])
             self._sent = (len(table.hooks), len(table.chains))
-        self._queue.append((described, data, extras))
+        self._queue.append((described, texts, numbers, extras))
         if not self._wake.is_set():
             self._wake.set()
 
@@ -201,7 +201,7 @@ class JsonLinesSink:
                 )
         if self._writer is None:
             self._writer = FileWriter(self.path, self.max_bytes)
-            self._writer.write([(self._description(), None, [])])
+            self._writer.write([(self._description(), None, None, [])])
         self._writer.write(frames)
 
     def _description(self) -> tuple[int, list[Any], int, list[Any]]:
@@ -263,7 +263,7 @@ class _Child:
             child.close()
             return None
         try:
-            child.send(pack([(described, None, [])]))
+            child.send(pack([(described, None, None, [])]))
         except OSError:
             child.close()
             return None

@@ -523,7 +523,9 @@ def compact_record(trace: Trace, record: list[Any], table: HookTable, extras: li
             failures, stopped, probe = extra.failures, extra.stopped, extra.probe
             if probe is not None:
                 states = extra.states
-                if states.count(states[0]) == len(states):  # no hook changed what the probe sees (compared in C)
+                # A hook that changed nothing left the snapshot before it in place: compared by identity, in C (a
+                # comparison by value walks each changed snapshot whole).
+                if not any(map(is_not, states, islice(states, 1, None))):
                     probe = None
             if probe is None and not failures and not stopped:
                 return (table.chain(chain), record[READINGS:])
@@ -575,16 +577,17 @@ def extra_notes(made_of: tuple[Any, ...] | dict[str, Any], readings: int) -> dic
     return _notes(extra, readings - 1, True)
 
 
-def render_compact(data: tuple[Any, ...] | list[Any], extras: list[Any], table: HookTable) -> dict[str, Any]:
+def render_compact(
+    texts: tuple[Any, ...] | list[Any], numbers: tuple[Any, ...] | list[Any], extras: list[Any], table: HookTable
+) -> dict[str, Any]:
     """A trace as the JSON-lines file has it, from `Trace.compact()`'s plain data: each dispatch a row `[number,
     *at]`, the readings in microseconds since the trace started, from which a reader works out everything else, or
     (a hook that did more than return) an object with the same `chain` and `at` plus `notes` by hook index for
     those hooks; `expand_rows` turns both back into `hooks`. `extras` are what the data's notes are made of (or the
     notes, from `extra_notes`); `table` names the chains (its `hooks` and `chains` as the event loop's table numbered
     them) and numbers the system prompt sections seen before. The writer's work, off the event loop."""
-    trace_id, kind, name, sid, started_at, started_ns, ended_ns, outcome, error, messages, records, items, logs = data[
-        :13
-    ]
+    trace_id, kind, name, sid, started_at, outcome, error, items, logs, dropped, messages = texts
+    started_ns, ended_ns, records, message_numbers = numbers
     base = started_ns - 500
     timeline: list[Any] = []
     for entry in records:
@@ -613,10 +616,10 @@ def render_compact(data: tuple[Any, ...] | list[Any], extras: list[Any], table: 
         "duration_ms": round((ended_ns - started_ns) / 1e6, 3),
         "outcome": outcome,
         "error": error,
-        "messages": [render_compact(m, extras, table) for m in messages],
+        "messages": [render_compact(t, n, extras, table) for t, n in zip(messages, message_numbers, strict=True)],
         "timeline": timeline,
         "logs": list(logs),
-        "dropped": data[13],
+        "dropped": dropped,
     }
 
 
@@ -1029,27 +1032,29 @@ class Trace:
             self._dict = out
         return out
 
-    def compact(self, table: HookTable, extras: list[Any]) -> tuple[Any, ...]:
-        """The trace as plain data for the JSON-lines writer (`render_compact` renders it): the dispatches by their
-        chain's number in `table` and their raw readings (see `compact_record`), the `_Extra`s they need put in
-        `extras`. Only what needs the live objects is done here, on the event loop; nothing is kept on the trace."""
+    def compact(self, table: HookTable, extras: list[Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """The trace as plain data for the JSON-lines writer (`render_compact` renders it): `(texts, numbers)`, its
+        strings and items apart from its dispatches (by their chain's number in `table` and their raw readings, see
+        `compact_record`), which `marshal` packs best in different ways; what the notes of the dispatches are made of
+        put in `extras`. Only what needs the live objects is done here, on the event loop; nothing is kept on the
+        trace."""
         ended = self.ended_ns
-        return (
+        messages = [m.compact(table, extras) for m in self.messages]
+        texts = (
             self.id,
             self.kind,
             self.name,
             self.sid,
             self.started_at.isoformat(),
-            self.started_ns,
-            ended if ended is not None else _now(),
             self.outcome,
             self.error,
-            [m.compact(table, extras) for m in self.messages],
-            [compact_record(self, record, table, extras) for record in self.records],
             self.items,
             self.logs,
             self.dropped,
+            [m[0] for m in messages],
         )
+        records = [compact_record(self, record, table, extras) for record in self.records]
+        return texts, (self.started_ns, ended if ended is not None else _now(), records, [m[1] for m in messages])
 
     def _data(self, messages: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, Any]:
         return {

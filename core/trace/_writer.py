@@ -3,9 +3,9 @@
 (`core.trace._child`, fed by `JsonLinesSink` over its stdin), or in the sink's thread when
 that process cannot run.
 
-The pipe carries frames: a 4-byte little-endian length, then `marshal` data (version 2: plain types only, nothing
-is constructed but lists, tuples, dicts, strings and numbers) `(frames, extras)`, where `frames` is a list of
-`(described, data)` and `extras` the `pickle` of each frame's extras (what its notes are made of). The pipe is the parent's own (inherited,
+The pipe carries batches of frames: a 4-byte little-endian length, then `marshal` data `(texts, numbers, extras)`:
+the `marshal` of each frame's `(described, texts)` and of its numbers (plain types only: nothing is constructed but
+lists, tuples, dicts, strings and numbers) and the `pickle` of each frame's extras (what its notes are made of). The pipe is the parent's own (inherited,
 not a named pipe or a socket): nothing else can write to it.
 """
 
@@ -27,9 +27,9 @@ __all__ = ["FileWriter", "Frame", "HEADER", "pack", "unpack"]
 _log = logging.getLogger("hookchat.trace")
 
 #: One trace for the writer: the chains and hooks the event loop's table numbered since the last frame (`(first
-#: hook, hooks, first chain, chains)`, or None), the trace's plain data (`Trace.compact`, or None for a frame that
-#: only describes) and what the notes of its dispatches are made of (see `compact_record`).
-Frame = tuple[tuple[int, list[Any], int, list[Any]] | None, tuple[Any, ...] | None, list[Any]]
+#: hook, hooks, first chain, chains)`, or None), the trace's plain data (`Trace.compact`'s texts and numbers, or
+#: None for a frame that only describes) and what the notes of its dispatches are made of (see `compact_record`).
+Frame = tuple[tuple[int, list[Any], int, list[Any]] | None, tuple[Any, ...] | None, tuple[Any, ...] | None, list[Any]]
 
 #: A batch's length before its bytes on the pipe.
 HEADER = struct.Struct("<I")
@@ -38,50 +38,54 @@ HEADER = struct.Struct("<I")
 def pack(frames: list[Frame]) -> bytes:
     """`frames` as the bytes of one batch on the pipe (see the module's docstring): the sink's whole work for a
     batch, in C but for a frame whose data `marshal` cannot take (an odd value in a tool call's arguments, say),
-    which goes through JSON first, or extras `pickle` cannot take, which go as their notes."""
-    plain = [frame[:2] for frame in frames]
+    which goes through JSON first, or extras `pickle` cannot take, which go as their notes. The texts go as
+    `marshal` version 4 (ASCII strings copied as they are), the numbers as version 2 (no table of the objects
+    seen, which the readings, shared with the live records, would all enter)."""
+    texts = [frame[:2] for frame in frames]
+    numbers = [frame[2] for frame in frames]
     try:
-        data = marshal.dumps(plain, 2)
+        packed = (marshal.dumps(texts, 4), marshal.dumps(numbers, 2))
     except ValueError:
-        data = marshal.dumps([_marshallable(frame) for frame in plain], 2)
-    extras = [frame[2] for frame in frames]
+        texts = [_marshallable(part) for part in texts]
+        packed = (marshal.dumps(texts, 4), marshal.dumps([_marshallable(part) for part in numbers], 2))
+    extras = [frame[3] for frame in frames]
     try:
         blob = pickle.dumps(extras, pickle.HIGHEST_PROTOCOL)
     except Exception:
         blob = pickle.dumps([_as_notes(frame) for frame in frames], pickle.HIGHEST_PROTOCOL)
-    body = marshal.dumps((data, blob), 2)
+    body = marshal.dumps((*packed, blob), 2)
     return HEADER.pack(len(body)) + body
 
 
 def unpack(body: bytes) -> list[Frame]:
     """The frames of one batch's bytes (after its header)."""
-    data, blob = marshal.loads(body)
-    plain = marshal.loads(data)
+    texts, numbers, blob = marshal.loads(body)
     extras = pickle.loads(blob)  # from the parent process, over its own pipe
-    return [(described, trace, extra) for (described, trace), extra in zip(plain, extras, strict=True)]
+    parts = zip(marshal.loads(texts), marshal.loads(numbers), extras, strict=True)
+    return [(described, text, number, extra) for (described, text), number, extra in parts]
 
 
-def _marshallable(frame: tuple[Any, ...]) -> tuple[Any, ...]:
+def _marshallable(part: Any) -> Any:
     try:
-        marshal.dumps(frame, 2)
+        marshal.dumps(part, 2)
     except ValueError:
-        return tuple(json.loads(json.dumps(frame, ensure_ascii=False, default=str)))
-    return frame
+        return json.loads(json.dumps(part, ensure_ascii=False, default=str))
+    return part
 
 
 def _as_notes(frame: Frame) -> list[Any]:
     """A frame's extras as their notes, which pickle whatever the probes' snapshots hold."""
-    extras = list(frame[2])
-    if frame[1] is not None:
-        _notes_of(frame[1], extras)
+    extras = list(frame[3])
+    if frame[2] is not None:
+        _notes_of(frame[2], extras)
     return extras
 
 
-def _notes_of(data: tuple[Any, ...] | list[Any], extras: list[Any]) -> None:
-    for entry in data[10]:
-        if type(entry) is not dict and len(entry) == 3 and type(extras[entry[2]]) is not dict:
+def _notes_of(numbers: tuple[Any, ...] | list[Any], extras: list[Any]) -> None:
+    for entry in numbers[2]:
+        if type(entry) is not dict and len(entry) == 3:
             extras[entry[2]] = extra_notes(extras[entry[2]], len(entry[1]))
-    for message in data[9]:
+    for message in numbers[3]:
         _notes_of(message, extras)
 
 
@@ -101,11 +105,11 @@ class FileWriter:
         """Render `frames` and append their lines (a trace that cannot be rendered is logged and left out; a
         failed write is logged, and the file opened again for the next batch)."""
         lines: list[str] = []
-        for described, data, extras in frames:
+        for described, texts, numbers, extras in frames:
             if described is not None:
                 self._table.learn(*described)
-            if data is not None:
-                lines.append(self._line(data, extras))
+            if texts is not None and numbers is not None:
+                lines.append(self._line(texts, numbers, extras))
         try:
             self._append([line for line in lines if line])
         except Exception:
@@ -118,12 +122,12 @@ class FileWriter:
         if file is not None:
             file.close()
 
-    def _line(self, data: tuple[Any, ...], extras: list[Any]) -> str:
+    def _line(self, texts: tuple[Any, ...], numbers: tuple[Any, ...], extras: list[Any]) -> str:
         try:
-            rendered = render_compact(data, extras, self._table)
+            rendered = render_compact(texts, numbers, extras, self._table)
             return valid_text(json.dumps(rendered, ensure_ascii=False, default=str, separators=(",", ":"))) + "\n"
         except Exception:
-            _log.exception("could not serialise trace %s", data[0] if data else "?")
+            _log.exception("could not serialise trace %s", texts[0] if texts else "?")
             return ""
 
     def _hooks_line(self) -> bytes:

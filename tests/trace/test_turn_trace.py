@@ -239,9 +239,8 @@ class _Recorded:
         return []
 
     def compact(self, table, extras) -> tuple:
-        started_at, started_ns, ended_ns = "2026-12-05T00:00:00+00:00", 0, 1_000_000
-        summary = (self.id, "turn", self.text, None, started_at, started_ns, ended_ns, "completed", None)
-        return (*summary, [], self.records(table), [], [], 0)
+        texts = (self.id, "turn", self.text, None, "2026-12-05T00:00:00+00:00", "completed", None, [], [], 0, [])
+        return texts, (0, 1_000_000, self.records(table), [])  # started and ended (ns), dispatches, messages
 
 
 def test_a_lone_surrogate_in_a_trace_is_written_as_a_replacement_and_the_writer_goes_on(tmp_path):

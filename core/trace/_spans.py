@@ -12,7 +12,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from itertools import compress, count, islice
 from operator import is_not
 from typing import Any, Protocol
@@ -49,6 +49,10 @@ MAX_LOGS = 500
 TEXT_LIMIT = 4_000
 
 _now = time.perf_counter_ns
+#: A trace's wall-clock start goes to the JSON-lines writer as microseconds since this (`Trace.compact`): two C
+#: operations, where `isoformat()` formats the text through printf.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 #: The clock of the readings in a dispatch record: `time.perf_counter_ns()`, the trace's own clock (`_now`). The int
 #: costs the engine what a float would, and the writer turns it into microseconds with integer arithmetic alone.
 clock = time.perf_counter_ns
@@ -612,7 +616,7 @@ def render_compact(
         "kind": kind,
         "name": name,
         "sid": sid,
-        "started_at": started_at,
+        "started_at": (_EPOCH + timedelta(microseconds=started_at)).isoformat(),
         "duration_ms": round((ended_ns - started_ns) / 1e6, 3),
         "outcome": outcome,
         "error": error,
@@ -684,7 +688,8 @@ class HookTable:
         self.sections: list[list[str]] = []
         self._hook_numbers: dict[tuple[Any, ...], int] = {}
         self._chain_numbers: dict[tuple[int, ...], int] = {}
-        self._known: dict[int, tuple[tuple[HookLike, ...], int]] = {}  # id(chain) -> (chain, number)
+        #: id(chain) -> (chain, number) of the chains numbered lately (read in place by `Trace.compact`)
+        self.known: dict[int, tuple[tuple[HookLike, ...], int]] = {}
         self._section_numbers: dict[tuple[str, str, str], int] = {}
         self._seen_once: set[tuple[str, str, str]] = set()
 
@@ -713,17 +718,17 @@ class HookTable:
 
     def chain(self, chain: tuple[HookLike, ...]) -> int:
         """The number of `chain`."""
-        known = self._known.get(id(chain))
+        known = self.known.get(id(chain))
         if known is not None and known[0] is chain:
             return known[1]
-        if len(self._known) >= 1024:  # chains of plugins reloaded many times: forget them, numbers stay
-            self._known.clear()
+        if len(self.known) >= 1024:  # chains of plugins reloaded many times: forget them, numbers stay
+            self.known.clear()
         hooks = tuple(self._hook(entry) for entry in chain)
         number = self._chain_numbers.get(hooks)
         if number is None:
             self.chains.append(list(hooks))
             number = self._chain_numbers[hooks] = len(self.chains)
-        self._known[id(chain)] = (chain, number)  # the chain is held, so its id is not reused meanwhile
+        self.known[id(chain)] = (chain, number)  # the chain is held, so its id is not reused meanwhile
         return number
 
     def _hook(self, entry: HookLike) -> int:
@@ -1045,7 +1050,7 @@ class Trace:
             self.kind,
             self.name,
             self.sid,
-            self.started_at.isoformat(),
+            (self.started_at - _EPOCH) // _MICROSECOND,
             self.outcome,
             self.error,
             self.items,
@@ -1053,7 +1058,18 @@ class Trace:
             self.dropped,
             [m[0] for m in messages],
         )
-        records = [compact_record(self, record, table, extras) for record in self.records]
+        # Most dispatches: every hook returned, through a chain numbered before. Written out (a call per dispatch
+        # cost as much as the rest); `compact_record` has the others.
+        known = table.known
+        records: list[Any] = []
+        for record in self.records:
+            chain = record[0]
+            if record[1] is None and len(record) - READINGS - 1 == len(chain):
+                seen = known.get(id(chain))
+                if seen is not None and seen[0] is chain and chain:
+                    records.append((seen[1], record[READINGS:]))
+                    continue
+            records.append(compact_record(self, record, table, extras))
         return texts, (self.started_ns, ended if ended is not None else _now(), records, [m[1] for m in messages])
 
     def _data(self, messages: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, Any]:

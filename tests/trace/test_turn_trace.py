@@ -239,7 +239,8 @@ class _Recorded:
         return []
 
     def compact(self, table, extras) -> tuple:
-        texts = (self.id, "turn", self.text, None, "2026-12-05T00:00:00+00:00", "completed", None, [], [], 0, [])
+        started_at = 1_796_428_800_000_000  # 2026-12-05, in microseconds since 1970
+        texts = (self.id, "turn", self.text, None, started_at, "completed", None, [], [], 0, [])
         return texts, (0, 1_000_000, self.records(table), [])  # started and ended (ns), dispatches, messages
 
 

@@ -168,8 +168,11 @@ class JsonLinesSink:
             while True:
                 batch = self._take()
                 frames = [frame for frame in batch if frame is not None]
-                if frames:
-                    self._hand_on(frames)
+                try:
+                    if frames:
+                        self._hand_on(frames)
+                except Exception:  # a bug here must not stop the writing of later traces
+                    _log.exception("could not write %d trace(s) to %s", len(frames), self.path)
                 if None in batch:
                     return
         finally:

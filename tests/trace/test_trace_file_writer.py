@@ -17,6 +17,8 @@ from test_turn_trace import Censor, Probe, _Recorded, _without_durations, script
 
 from core.testing import ChatHarness, ScriptedProvider
 from core.trace import JsonLinesSink, read_json_lines
+from core.trace import _sinks as sinks
+from core.trace._writer import pack
 
 pytestmark = pytest.mark.anyio
 
@@ -133,3 +135,22 @@ def test_the_writer_process_ends_when_the_bot_is_killed(tmp_path):
     pid = int(run.stdout)
     _wait_for(lambda: _ended(pid), "the end of the killed bot's writer process")
     assert _ids(path) == ["t0"]
+
+
+def test_a_batch_that_fails_to_go_out_is_logged_and_the_next_ones_are_written(tmp_path, monkeypatch, caplog):
+    failures = iter([RuntimeError("a bug in packing")])
+
+    def pack_failing_once(frames):
+        for error in failures:
+            raise error
+        return pack(frames)
+
+    monkeypatch.setattr(sinks, "pack", pack_failing_once)
+    path = tmp_path / "traces.jsonl"
+    sink = JsonLinesSink(path, max_bytes=1 << 20, batch_delay=0, process_after=0)
+    with caplog.at_level(logging.ERROR, "hookchat.trace"):
+        sink.write(_Recorded("t0", "lost"))
+        _wait_for(lambda: any("could not write 1 trace" in r.getMessage() for r in caplog.records), "the error")
+        sink.write(_Recorded("t1", "written"))
+        sink.close()
+    assert _ids(path) == ["t1"]

@@ -18,6 +18,7 @@ from test_turn_trace import Censor, Probe, _Recorded, _without_durations, script
 from core.testing import ChatHarness, ScriptedProvider
 from core.trace import JsonLinesSink, read_json_lines
 from core.trace import _sinks as sinks
+from core.trace._spans import _chain
 from core.trace._writer import pack
 
 pytestmark = pytest.mark.anyio
@@ -154,3 +155,27 @@ def test_a_batch_that_fails_to_go_out_is_logged_and_the_next_ones_are_written(tm
         sink.write(_Recorded("t1", "written"))
         sink.close()
     assert _ids(path) == ["t1"]
+
+
+def test_a_snapshot_that_does_not_pickle_reaches_the_writer_process_as_its_notes(tmp_path):
+    class Hook:
+        fn = staticmethod(test_a_snapshot_that_does_not_pickle_reaches_the_writer_process_as_its_notes)
+        plugin_id, hook_name, event, priority, deadline = "demo", "rewrite", "after_xml_parse", 0, 10.0
+
+    class Text(str):
+        """A class of the test's own: pickle cannot find it by name."""
+
+    class Recorded(_Recorded):
+        def records(self, table) -> list:
+            return [(table.chain((Hook,)), [100_000, 300_000], 0)]  # its notes are made of extras[0]
+
+        def compact(self, table, extras) -> tuple:
+            extras.append((_chain, [("hi",), (Text("ho"),)], {}, False))  # the outgoing chain before and after
+            return super().compact(table, extras)
+
+    path = tmp_path / "traces.jsonl"
+    sink = JsonLinesSink(path, max_bytes=1 << 20, process_after=0)
+    sink.write(Recorded("t0", "text"))
+    sink.close()
+    [hook] = [h for t in read_json_lines(path) for item in t["timeline"] for h in item["hooks"]]
+    assert (hook["function"], hook["changes"]) == ("rewrite", ["chain 'hi' -> 'ho'"])

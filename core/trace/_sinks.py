@@ -1,18 +1,22 @@
-"""Where finished traces go: the bounded in-memory ring, a JSON-lines file written by a thread of its own (no file
-I/O on the event loop), and OpenTelemetry spans when the SDK is installed and asked for."""
+"""Where finished traces go: the bounded in-memory ring, a JSON-lines file written off the event loop (by a process
+of its own, fed by a thread), and OpenTelemetry spans when the SDK is installed and asked for."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
+import core
 from core.trace._spans import HookTable, Trace, expand_rows
-from core.utils.text import valid_text
+from core.trace._writer import FileWriter, Frame, pack
 
 __all__ = ["TraceRing", "JsonLinesSink", "OtelSink", "read_json_lines", "OtelNotInstalledError"]
 
@@ -60,37 +64,59 @@ class TraceRing:
 class JsonLinesSink:
     """Appends each finished trace as one JSON line to `path`; at `max_bytes` the file moves to `<path>.1`.
 
-    A daemon thread owned by the sink does the serialising and writing, a batch at a time, with the file kept
-    open; `close()` drains it and joins it. Woken by a finished trace, the thread first waits `batch_delay`
-    seconds, so it takes the event loop's thread's place (the GIL) once for the traces of that while rather than
-    once per trace: a line reaches the file at most that much later. At most `max_queued` traces wait: past that
-    (a disk slower than the bot) the newest are dropped and counted, with one warning, rather than memory growing
-    without bound.
+    On the event loop, `write` turns a trace into plain data (`Trace.compact`: its dispatches as their chain's
+    number and raw readings) and queues it. A daemon thread owned by the sink takes the queue a batch at a time:
+    woken by a finished trace, it first waits `batch_delay` seconds, so it takes the interpreter from the event
+    loop once for the traces of that while (a line reaches the file at most that much later). Once `process_after`
+    traces were written (None: never), it hands each batch, packed in C (`marshal`), to a writer process of its own
+    (`core.trace._child`, started then with this interpreter), which renders the lines, writes them and rotates
+    the file on the machine's other core; before that, or if that process cannot start or ends, the thread renders
+    and writes them itself (logged once, naming the traces that may be missing). The process ends when its pipe
+    does: at `close()`, which drains the queue and waits for it, or when this process ends in any way. At most
+    `max_queued` traces wait: past that (a disk slower than the bot) the newest are dropped and counted, with one
+    warning, rather than memory growing without bound.
 
-    A line holds `Trace.compact()`: each dispatch as the number of its chain and one reading per hook (a row
+    A line holds `render_compact()`: each dispatch as the number of its chain and one reading per hook (a row
     `[chain, *at]` when its hooks all simply returned), and a model call's system prompt sections seen before as
     their numbers; the chains, hooks and sections described by table
     lines (`{"hooks": {"1": [event, plugin_id, function, file, line, priority, deadline]}, "chains": {"1": [1, 2]},
     "sections": {"1": [name, source, content]}}`) before the first trace that uses them, in each file;
-    `read_json_lines` gives the traces back as `Trace.to_dict()` has them. Writing every hook's fourteen fields as a dict cost more
-    than the turn itself.
+    `read_json_lines` gives the traces back as `Trace.to_dict()` has them.
     """
 
-    def __init__(self, path: Path, max_bytes: int, max_queued: int = 10_000, batch_delay: float = 0.05) -> None:
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int,
+        max_queued: int = 10_000,
+        batch_delay: float = 0.05,
+        process_after: int | None = 100,
+    ) -> None:
         self.path = path
         self.max_bytes = max_bytes
         self.max_queued = max_queued
         self.batch_delay = batch_delay
+        self.process_after = process_after
         self.dropped = 0
         # A deque and an event rather than a `queue.Queue`: appending takes no lock, and the event is set only when
         # the thread may be waiting for it (once per batch), not at every trace.
-        self._queue: deque[Trace | None] = deque()
+        self._queue: deque[Frame | None] = deque()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._table = HookTable()  # the writer thread's alone
-        self._described = (0, 0, 0)  # the hooks, chains and sections of `_table` the current file has described
+        self._table = HookTable()  # the event loop's: it numbers the chains
+        self._sent = (0, 0)  # the hooks and chains of `_table` the frames so far described
+        self._written = 0  # traces handed on by the thread
+        self._child: _Child | None = None
+        self._writer: FileWriter | None = None  # the thread's own, when there is no writer process
+        self._thread_only = False  # once the writer process could not start or ended
+
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's id, None while the thread writes (or before the first batch)."""
+        child = self._child
+        return child.process.pid if child is not None else None
 
     def write(self, trace: Trace) -> None:
         """Queue `trace` for writing (dropped, and counted, when `max_queued` traces already wait, or once closed)."""
@@ -106,11 +132,23 @@ class JsonLinesSink:
                 _log.warning("traces are written slower than they come: dropping them from %s", self.path)
             self.dropped += 1
             return
-        self._queue.append(trace)
+        extras: list[Any] = []
+        table = self._table
+        try:
+            data = trace.compact(table, extras)
+        except Exception:
+            _log.exception("could not serialise trace %s", trace.id)
+            return
+        hooks, chains = self._sent
+        described = None
+        if len(table.chains) != chains:
+            described = (hooks, table.hooks[hooks:], chains, table.chains[chains:])
+            self._sent = (len(table.hooks), len(table.chains))
+        self._queue.append((described, data, extras))
         if not self._wake.is_set():
             self._wake.set()
 
-    def _take(self) -> list[Trace | None]:
+    def _take(self) -> list[Frame | None]:
         """The traces queued now, after the batch delay (at most 1,000; the rest wait for the next batch)."""
         self._wake.wait()
         if self.batch_delay > 0 and not self._closed:
@@ -126,88 +164,137 @@ class JsonLinesSink:
         return batch
 
     def _run(self) -> None:
-        file = None
         try:
             while True:
                 batch = self._take()
-                stop = None in batch
-                lines = [self._line(t) for t in batch if t is not None]
-                try:
-                    file = self._append(file, [line for line in lines if line])
-                except Exception:
-                    _log.exception("could not write %d trace(s) to %s", len(lines), self.path)
-                    file = None
-                if stop:
+                frames = [frame for frame in batch if frame is not None]
+                if frames:
+                    self._hand_on(frames)
+                if None in batch:
                     return
         finally:
-            if file is not None:
-                file.close()
+            self._stop_writers()
 
-    def _line(self, trace: Trace) -> str:
-        try:
-            data = trace.compact(self._table)
-            return valid_text(json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))) + "\n"
-        except Exception:
-            _log.exception("could not serialise trace %s", trace.id)
-            return ""
+    def _hand_on(self, frames: list[Frame]) -> None:
+        """Send `frames` to the writer process (started once `process_after` traces were written), else write them."""
+        after = self.process_after
+        if self._child is None and not self._thread_only and after is not None and self._written >= after:
+            if self._writer is not None:  # one writer of the file at a time
+                self._writer.close()
+                self._writer = None
+            self._child = _Child.start(self.path, self.max_bytes, self._description())
+            self._thread_only = self._child is None
+        self._written += len(frames)
+        child = self._child
+        if child is not None:
+            try:
+                child.send(pack(frames))
+                return
+            except OSError:
+                self._child = None
+                self._thread_only = True
+                _log.warning(
+                    "the trace writer process ended (%s): the traces it had not written yet are missing from %s; "
+                    "the writer thread writes them from now",
+                    child.ended(),
+                    self.path,
+                )
+        if self._writer is None:
+            self._writer = FileWriter(self.path, self.max_bytes)
+            self._writer.write([(self._description(), None, [])])
+        self._writer.write(frames)
 
-    def _hooks_line(self) -> bytes:
-        """The table line describing the hooks, chains and prompt sections the current file has not described yet
-        (b"" if none)."""
+    def _description(self) -> tuple[int, list[Any], int, list[Any]]:
+        """All the hooks and chains the event loop's table numbered so far, for a writer that starts now."""
         table = self._table
-        hooks_done, chains_done, sections_done = self._described
-        described = (len(table.hooks), len(table.chains), len(table.sections))
-        if described == self._described:
-            return b""
-        data = {
-            "hooks": {str(n): table.hooks[n - 1] for n in range(hooks_done + 1, len(table.hooks) + 1)},
-            "chains": {str(n): table.chains[n - 1] for n in range(chains_done + 1, len(table.chains) + 1)},
-            "sections": {str(n): table.sections[n - 1] for n in range(sections_done + 1, len(table.sections) + 1)},
-        }
-        self._described = described
-        line = json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
-        return (valid_text(line) + "\n").encode("utf-8", errors="replace")
+        return (0, list(table.hooks), 0, list(table.chains))
 
-    def _append(self, file: Any, lines: list[str]) -> Any:
-        """Write `lines`, moving the file to `<path>.1` before a line that would take it past `max_bytes` (counted
-        in bytes: a line of CJK text is three times its length); a single larger line gets a file of its own. Each
-        file starts its hook table again, so either can be read alone."""
-        if not lines:
-            return file
-        if file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            file = self.path.open("ab")
-            # A file opened anew (an earlier run's, or after a failed write) gets the whole table again: a reader
-            # takes the newest description of each number.
-            self._described = (0, 0, 0)
-        pending: list[bytes] = []
-        size = file.tell()
-        for line in lines:
-            data = line.encode("utf-8", errors="replace")  # a lone surrogate left in a trace: "?"
-            table = self._hooks_line()
-            if size + len(table) + len(data) > self.max_bytes and size > 0:
-                file.write(b"".join(pending))
-                pending.clear()
-                file.close()
-                self.path.replace(self.path.with_name(self.path.name + ".1"))
-                file = self.path.open("ab")
-                size = 0
-                self._described = (0, 0, 0)
-                table = self._hooks_line()
-            pending.append(table + data)
-            size += len(table) + len(data)
-        file.write(b"".join(pending))
-        file.flush()
-        return file
+    def _stop_writers(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            code = child.close()
+            if code:
+                _log.warning("the trace writer process ended with exit code %s; see its errors above", code)
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
 
     def close(self) -> None:
-        """Write what is queued, then stop the thread (blocking: call it off the event loop)."""
+        """Write what is queued, then stop the thread and the writer process (blocking: call it off the event loop)."""
         self._closed = True
         thread, self._thread = self._thread, None
         if thread is not None:
             self._queue.append(None)
             self._wake.set()
             thread.join()
+
+
+class _Child:
+    """The writer process of a `JsonLinesSink` (`python -m core.trace._child`), fed over its stdin."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    @classmethod
+    def start(cls, path: Path, max_bytes: int, described: tuple[int, list[Any], int, list[Any]]) -> _Child | None:
+        """A writer process for `path`, told the hooks and chains `described` names; None (logged) when it cannot
+        start, so the thread writes."""
+        env = dict(os.environ)
+        # `core` as this process imports it, wherever it came from (a checkout on sys.path, an installed package).
+        root = str(Path(core.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "core.trace._child", str(path), str(max_bytes)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                close_fds=True,
+            )
+        except OSError as exc:
+            _log.warning("could not start the trace writer process (%s): the writer thread writes %s", exc, path)
+            return None
+        child = cls(process)
+        assert process.stdout is not None  # asked for above
+        if process.stdout.read(1) != b"r":
+            _log.warning(
+                "the trace writer process did not start (%s): the writer thread writes %s", child.ended(), path
+            )
+            child.close()
+            return None
+        try:
+            child.send(pack([(described, None, [])]))
+        except OSError:
+            child.close()
+            return None
+        return child
+
+    def send(self, data: bytes) -> None:
+        """Write `data` to the process (blocks while its pipe is full; OSError once it ended)."""
+        stdin = self.process.stdin
+        assert stdin is not None  # asked for in `start`
+        stdin.write(data)
+        stdin.flush()
+
+    def ended(self) -> str:
+        """How the process ended, in words."""
+        code = self.process.poll()
+        if code is None:
+            return "still running"
+        return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+
+    def close(self) -> int:
+        """Close its pipe and wait for it to write what it has and end; its exit code."""
+        stdin = self.process.stdin
+        if stdin is not None:
+            try:
+                stdin.close()
+            except OSError:
+                pass  # it ended with data unread: `ended()` says how
+        code = self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return code
 
 
 def read_json_lines(path: Path, limit: int | None = None) -> list[dict[str, Any]]:

@@ -28,6 +28,8 @@ __all__ = [
     "HookTable",
     "HOOK_FIELDS",
     "expand_rows",
+    "extra_notes",
+    "render_compact",
     "HookLike",
     "RequestLike",
     "ResponseLike",
@@ -510,49 +512,121 @@ class DispatchSpan:
         }
 
 
-def compact_record(trace: Trace, record: list[Any], table: HookTable) -> list[int] | dict[str, Any]:
-    """A dispatch of `trace` as the JSON-lines file keeps it, from its raw `record`. Mostly a row: `[number, *at]`,
-    the number of its chain in `table` and `at`, the readings in microseconds since the trace started (the first
-    hook's start, then each hook's end), from which a reader works out everything else. A dispatch with more to
-    say (a hook that did more than return, one still running or cancelled, an empty chain) is
-    `DispatchSpan.to_dict()` with its hooks as `chain` and `at`, plus `notes` by hook index for those hooks.
-    `expand_rows` turns both back into `hooks`. A number and a reading per hook: the writer thread's whole work for
-    most dispatches, so only the hooks that can have a note are looked at."""
-    base = trace.started_ns
-    chain, extra, readings = record[0], record[1], record[READINGS:]
-    done = len(readings) - 1  # the hooks with a reading after them
-    ended = done == len(chain) or (extra is not None and extra.ended)  # else hook `done` runs (or was cancelled)
-    # To the nearest microsecond in integers (half the cost of float arithmetic and `round()`, some 200 a turn).
-    base -= 500
-    row = [table.chain(chain)]
-    row += [(reading - base) // 1000 for reading in readings]
-    if ended and chain:
+def compact_record(trace: Trace, record: list[Any], table: HookTable, extras: list[Any]) -> tuple[Any, ...] | dict:
+    """A dispatch of `trace` as plain data for the JSON-lines writer, from its raw `record`, on the event loop: only
+    what needs the live objects, so the rendering (`render_compact`) can run elsewhere. Mostly `(number,
+    readings)`: the number of its chain in `table` and its raw clock readings (the first hook's start, then each
+    hook's end). A dispatch the engine ended with more to say (a probe's snapshots that changed, a failure, a stop)
+    is `(number, readings, k)`, what its notes are made of put in `extras` at `k` (`(probe, snapshots, failures,
+    stopped)`: plain data once the record ended, but for the probe, a function found by name). One still running or
+    cancelled, or with an empty chain, is rendered here at once: the dict `render_compact` gives such a dispatch."""
+    chain, extra = record[0], record[1]
+    if chain:
         if extra is None:
-            return row
-        notes = _notes(extra, chain, done, ended)
-        if not notes:
-            return row
-    else:
-        notes = _notes(extra, chain, done, ended) if extra is not None else {}
-    at = row[1:]
+            if len(record) - READINGS - 1 == len(chain):
+                return (table.chain(chain), record[READINGS:])
+        elif extra.ended:
+            failures, stopped, probe = extra.failures, extra.stopped, extra.probe
+            if probe is not None:
+                states = extra.states
+                if states.count(states[0]) == len(states):  # no hook changed what the probe sees (compared in C)
+                    probe = None
+            if probe is None and not failures and not stopped:
+                return (table.chain(chain), record[READINGS:])
+            # What the notes are made of, not the `_Extra` itself: that may hold the token of a trace it started.
+            extras.append((probe, extra.states if probe is not None else None, failures, stopped))
+            return (table.chain(chain), record[READINGS:], len(extras) - 1)
+    readings = record[READINGS:]
+    base = trace.started_ns - 500
+    done = len(readings) - 1
+    ended = done == len(chain) or (extra is not None and extra.ended)
+    notes = _notes(extra, done, ended) if extra is not None else {}
+    at = [(reading - base) // 1000 for reading in readings]
     if not ended:
         at.append(((trace.ended_ns or _now()) - base) // 1000)
-    stopped = next((i for i, note in notes.items() if note.get("outcome") == "stopped"), None)
+    names = [(entry.event, entry.plugin_id, entry.hook_name) for entry in chain]
+    return _noted_item(table.chain(chain), at, names, notes)
+
+
+def _noted_item(
+    number: int, at: list[int], names: list[tuple[str, str, str]] | list[list[Any]], notes: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """A dispatch with notes as the file keeps it (`names`: each hook's event, plugin id and function)."""
+    stopped = next((int(i) for i, note in notes.items() if note.get("outcome") == "stopped"), None)
     out: dict[str, Any] = {
         "type": "event",
-        "event": chain[0].event if chain else "",
+        "event": names[0][0] if names else "",
         "start_ms": at[0] / 1e3,
         "duration_ms": (at[-1] - at[0]) / 1e3,
-        "chain": row[0],
+        "chain": number,
         "at": at,
-        "stopped_by": None if stopped is None else f"{chain[int(stopped)].plugin_id}.{chain[int(stopped)].hook_name}",
+        "stopped_by": None if stopped is None else f"{names[stopped][1]}.{names[stopped][2]}",
     }
     if notes:
         out["notes"] = notes
     return out
 
 
-def _notes(extra: _Extra, chain: tuple[HookLike, ...], done: int, ended: bool) -> dict[str, dict[str, Any]]:
+def extra_notes(made_of: tuple[Any, ...] | dict[str, Any], readings: int) -> dict[str, dict[str, Any]]:
+    """The notes of an ended dispatch with `readings` clock readings, from what `compact_record` put in `extras` for
+    it (given back as they are when they are its notes already: a writer that cannot be sent a snapshot that does not
+    pickle is sent the notes)."""
+    if isinstance(made_of, dict):
+        return made_of
+    extra = _Extra(made_of[0], None, ())
+    extra.states = made_of[1] or []
+    extra.failures = made_of[2]
+    extra.stopped = made_of[3]
+    extra.ended = True
+    return _notes(extra, readings - 1, True)
+
+
+def render_compact(data: tuple[Any, ...] | list[Any], extras: list[Any], table: HookTable) -> dict[str, Any]:
+    """A trace as the JSON-lines file has it, from `Trace.compact()`'s plain data: each dispatch a row `[number,
+    *at]`, the readings in microseconds since the trace started, from which a reader works out everything else, or
+    (a hook that did more than return) an object with the same `chain` and `at` plus `notes` by hook index for
+    those hooks; `expand_rows` turns both back into `hooks`. `extras` are what the data's notes are made of (or the
+    notes, from `extra_notes`); `table` names the chains (its `hooks` and `chains` as the event loop's table numbered
+    them) and numbers the system prompt sections seen before. The writer's work, off the event loop."""
+    trace_id, kind, name, sid, started_at, started_ns, ended_ns, outcome, error, messages, records, items, logs = data[
+        :13
+    ]
+    base = started_ns - 500
+    timeline: list[Any] = []
+    for entry in records:
+        if type(entry) is dict:
+            timeline.append(entry)
+            continue
+        # To the nearest microsecond in integers (half the cost of float arithmetic and `round()`).
+        row = [entry[0]]
+        row += [(reading - base) // 1000 for reading in entry[1]]
+        if len(entry) == 3:
+            notes = extra_notes(extras[entry[2]], len(entry[1]))
+            if notes:
+                hooks = table.hooks
+                names = [hooks[n - 1] for n in table.chains[entry[0] - 1]]
+                timeline.append(_noted_item(entry[0], row[1:], names, notes))
+                continue
+        timeline.append(row)
+    timeline += [_compact_item(item, table) for item in items]
+    timeline.sort(key=_start_ms)
+    return {
+        "id": trace_id,
+        "kind": kind,
+        "name": name,
+        "sid": sid,
+        "started_at": started_at,
+        "duration_ms": round((ended_ns - started_ns) / 1e6, 3),
+        "outcome": outcome,
+        "error": error,
+        "messages": [render_compact(m, extras, table) for m in messages],
+        "timeline": timeline,
+        "logs": list(logs),
+        "dropped": data[13],
+    }
+
+
+def _notes(extra: _Extra, done: int, ended: bool) -> dict[str, dict[str, Any]]:
     """The notes of a dispatch's hooks that did more than return, by index as text (see `compact_record`)."""
     # The hooks that can have a note: a failure, a change of what the probe watches (an unchanged snapshot is the
     # previous object), the stop, the hook that was running.
@@ -603,8 +677,9 @@ class HookTable:
     plugins stay), `section(name, source, content)` the number of a section seen before (None for one seen the first
     time, or once `MAX_SECTIONS` are numbered: written in full, so sections that change at every turn, such as the
     time, never fill the table); `hooks`, `chains` and `sections` are the descriptions so far (`HOOK_FIELDS` values;
-    a chain's hook numbers; a section's name, source and content), which the file's table lines give. Used by the
-    writer thread alone."""
+    a chain's hook numbers; a section's name, source and content), which the file's table lines give. The event
+    loop's table numbers the chains (`JsonLinesSink.write`); the writer's learns them (`learn`) and numbers the
+    sections."""
 
     def __init__(self) -> None:
         self.hooks: list[list[Any]] = []
@@ -632,6 +707,12 @@ class HookTable:
         self.sections.append([name, source, _cut(content)])
         number = self._section_numbers[section] = len(self.sections)
         return number
+
+    def learn(self, first_hook: int, hooks: list[list[Any]], first_chain: int, chains: list[list[int]]) -> None:
+        """Take the descriptions of the hooks numbered from `first_hook + 1` and the chains from `first_chain + 1`
+        as another table numbered them (a writer's table names the chains the event loop's table numbered)."""
+        self.hooks[first_hook : first_hook + len(hooks)] = hooks
+        self.chains[first_chain : first_chain + len(chains)] = chains
 
     def chain(self, chain: tuple[HookLike, ...]) -> int:
         """The number of `chain`."""
@@ -954,14 +1035,27 @@ class Trace:
             self._dict = out
         return out
 
-    def compact(self, table: HookTable) -> dict[str, Any]:
-        """`to_dict()` as the JSON-lines writer puts it in the file: each dispatch as its chain's number in `table`
-        and its readings (see `compact_record`; `read_json_lines` gives back `to_dict()`'s form). Nothing is kept on the trace:
-        the ring's copy is worked out only if someone reads it."""
-        items: list[Any] = [compact_record(self, record, table) for record in list(self.records)]
-        items += [_compact_item(i, table) for i in self.items]
-        items.sort(key=_start_ms)
-        return self._data([m.compact(table) for m in self.messages], items)
+    def compact(self, table: HookTable, extras: list[Any]) -> tuple[Any, ...]:
+        """The trace as plain data for the JSON-lines writer (`render_compact` renders it): the dispatches by their
+        chain's number in `table` and their raw readings (see `compact_record`), the `_Extra`s they need put in
+        `extras`. Only what needs the live objects is done here, on the event loop; nothing is kept on the trace."""
+        ended = self.ended_ns
+        return (
+            self.id,
+            self.kind,
+            self.name,
+            self.sid,
+            self.started_at.isoformat(),
+            self.started_ns,
+            ended if ended is not None else _now(),
+            self.outcome,
+            self.error,
+            [m.compact(table, extras) for m in self.messages],
+            [compact_record(self, record, table, extras) for record in self.records],
+            self.items,
+            self.logs,
+            self.dropped,
+        )
 
     def _data(self, messages: list[dict[str, Any]], timeline: list[dict[str, Any]]) -> dict[str, Any]:
         return {

@@ -214,9 +214,8 @@ def test_each_rotated_file_describes_its_own_hooks(tmp_path):
         plugin_id, hook_name, event, priority, deadline = "demo", "hook", "im_message", 0, 10.0
 
     class Recorded(_Recorded):
-        def compact(self, table) -> dict:
-            item = {"type": "event", "chain": table.chain((Hook,)), "at": [100, 300]}
-            return {"id": self.id, "kind": "turn", "name": self.text, "timeline": [item]}
+        def records(self, table) -> list:
+            return [(table.chain((Hook,)), [100_000, 300_000])]  # nanoseconds since the trace started
 
     path = tmp_path / "traces.jsonl"
     sink = JsonLinesSink(path, max_bytes=1024)
@@ -230,14 +229,19 @@ def test_each_rotated_file_describes_its_own_hooks(tmp_path):
 
 
 class _Recorded:
-    """Stands in for a finished trace: what the file sink reads of one."""
+    """Stands in for a finished trace: what the file sink reads of one (`Trace.compact`)."""
 
     def __init__(self, trace_id: str, text: str) -> None:
         self.id = trace_id
         self.text = text
 
-    def compact(self, table) -> dict:
-        return {"id": self.id, "kind": "turn", "name": self.text}
+    def records(self, table) -> list:
+        return []
+
+    def compact(self, table, extras) -> tuple:
+        started_at, started_ns, ended_ns = "2026-12-05T00:00:00+00:00", 0, 1_000_000
+        summary = (self.id, "turn", self.text, None, started_at, started_ns, ended_ns, "completed", None)
+        return (*summary, [], self.records(table), [], [], 0)
 
 
 def test_a_lone_surrogate_in_a_trace_is_written_as_a_replacement_and_the_writer_goes_on(tmp_path):

@@ -1,0 +1,186 @@
+"""The JSON-lines trace file's writer: renders the plain data the event loop made of each finished trace
+(`Trace.compact`) as a line and appends it, rotating the file at `max_bytes`. It runs in a process of its own
+(`core.trace._child`, fed by `JsonLinesSink` over its stdin), or in the sink's thread when
+that process cannot run.
+
+The pipe carries frames: a 4-byte little-endian length, then `marshal` data (version 2: plain types only, nothing
+is constructed but lists, tuples, dicts, strings and numbers) `(frames, extras)`, where `frames` is a list of
+`(described, data)` and `extras` the `pickle` of each frame's extras (what its notes are made of). The pipe is the parent's own (inherited,
+not a named pipe or a socket): nothing else can write to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import marshal
+import pickle
+import struct
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from core.trace._spans import HookTable, extra_notes, render_compact
+from core.utils.text import valid_text
+
+__all__ = ["FileWriter", "Frame", "HEADER", "pack", "unpack"]
+
+_log = logging.getLogger("hookchat.trace")
+
+#: One trace for the writer: the chains and hooks the event loop's table numbered since the last frame (`(first
+#: hook, hooks, first chain, chains)`, or None), the trace's plain data (`Trace.compact`, or None for a frame that
+#: only describes) and what the notes of its dispatches are made of (see `compact_record`).
+Frame = tuple[tuple[int, list[Any], int, list[Any]] | None, tuple[Any, ...] | None, list[Any]]
+
+#: A batch's length before its bytes on the pipe.
+HEADER = struct.Struct("<I")
+
+
+def pack(frames: list[Frame]) -> bytes:
+    """`frames` as the bytes of one batch on the pipe (see the module's docstring): the sink's whole work for a
+    batch, in C but for a frame whose data `marshal` cannot take (an odd value in a tool call's arguments, say),
+    which goes through JSON first, or extras `pickle` cannot take, which go as their notes."""
+    plain = [frame[:2] for frame in frames]
+    try:
+        data = marshal.dumps(plain, 2)
+    except ValueError:
+        data = marshal.dumps([_marshallable(frame) for frame in plain], 2)
+    extras = [frame[2] for frame in frames]
+    try:
+        blob = pickle.dumps(extras, pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        blob = pickle.dumps([_as_notes(frame) for frame in frames], pickle.HIGHEST_PROTOCOL)
+    body = marshal.dumps((data, blob), 2)
+    return HEADER.pack(len(body)) + body
+
+
+def unpack(body: bytes) -> list[Frame]:
+    """The frames of one batch's bytes (after its header)."""
+    data, blob = marshal.loads(body)
+    plain = marshal.loads(data)
+    extras = pickle.loads(blob)  # from the parent process, over its own pipe
+    return [(described, trace, extra) for (described, trace), extra in zip(plain, extras, strict=True)]
+
+
+def _marshallable(frame: tuple[Any, ...]) -> tuple[Any, ...]:
+    try:
+        marshal.dumps(frame, 2)
+    except ValueError:
+        return tuple(json.loads(json.dumps(frame, ensure_ascii=False, default=str)))
+    return frame
+
+
+def _as_notes(frame: Frame) -> list[Any]:
+    """A frame's extras as their notes, which pickle whatever the probes' snapshots hold."""
+    extras = list(frame[2])
+    if frame[1] is not None:
+        _notes_of(frame[1], extras)
+    return extras
+
+
+def _notes_of(data: tuple[Any, ...] | list[Any], extras: list[Any]) -> None:
+    for entry in data[10]:
+        if type(entry) is not dict and len(entry) == 3 and type(extras[entry[2]]) is not dict:
+            extras[entry[2]] = extra_notes(extras[entry[2]], len(entry[1]))
+    for message in data[9]:
+        _notes_of(message, extras)
+
+
+class FileWriter:
+    """Renders frames as lines and appends them to `path`, with the file kept open; at `max_bytes` the file moves to
+    `<path>.1`. Each file describes the hooks, chains and prompt sections its lines use, before the first line that
+    uses them, so either file can be read alone."""
+
+    def __init__(self, path: Path, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self._table = HookTable()
+        self._described = (0, 0, 0)  # the hooks, chains and sections of `_table` the current file has described
+        self._file: BinaryIO | None = None
+
+    def write(self, frames: list[Frame]) -> None:
+        """Render `frames` and append their lines (a trace that cannot be rendered is logged and left out; a
+        failed write is logged, and the file opened again for the next batch)."""
+        lines: list[str] = []
+        for described, data, extras in frames:
+            if described is not None:
+                self._table.learn(*described)
+            if data is not None:
+                lines.append(self._line(data, extras))
+        try:
+            self._append([line for line in lines if line])
+        except Exception:
+            _log.exception("could not write %d trace(s) to %s", len(lines), self.path)
+            self.close()
+
+    def close(self) -> None:
+        """Close the file (the next write opens it again)."""
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+
+    def _line(self, data: tuple[Any, ...], extras: list[Any]) -> str:
+        try:
+            rendered = render_compact(data, extras, self._table)
+            return valid_text(json.dumps(rendered, ensure_ascii=False, default=str, separators=(",", ":"))) + "\n"
+        except Exception:
+            _log.exception("could not serialise trace %s", data[0] if data else "?")
+            return ""
+
+    def _hooks_line(self) -> bytes:
+        """The table line describing the hooks, chains and prompt sections the current file has not described yet
+        (b"" if none)."""
+        table = self._table
+        hooks_done, chains_done, sections_done = self._described
+        described = (len(table.hooks), len(table.chains), len(table.sections))
+        if described == self._described:
+            return b""
+        data = {
+            "hooks": {str(n): table.hooks[n - 1] for n in range(hooks_done + 1, len(table.hooks) + 1)},
+            "chains": {str(n): table.chains[n - 1] for n in range(chains_done + 1, len(table.chains) + 1)},
+            "sections": {str(n): table.sections[n - 1] for n in range(sections_done + 1, len(table.sections) + 1)},
+        }
+        self._described = described
+        line = json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
+        return (valid_text(line) + "\n").encode("utf-8", errors="replace")
+
+    def _append(self, lines: list[str]) -> None:
+        """Write `lines`, moving the file to `<path>.1` before a line that would take it past `max_bytes` (counted
+        in bytes: a line of CJK text is three times its length); a single larger line gets a file of its own."""
+        if not lines:
+            return
+        file = self._file
+        if file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            file = self._file = self.path.open("ab")
+            # A file opened anew (an earlier run's, or after a failed write) gets the whole table again: a reader
+            # takes the newest description of each number.
+            self._described = (0, 0, 0)
+            if _ends_mid_line(self.path):  # a writer that ended mid-line: that line is lost, not the next one
+                file.write(b"\n")
+        pending: list[bytes] = []
+        size = file.tell()
+        for line in lines:
+            data = line.encode("utf-8", errors="replace")  # a lone surrogate left in a trace: "?"
+            table = self._hooks_line()
+            if size + len(table) + len(data) > self.max_bytes and size > 0:
+                file.write(b"".join(pending))
+                pending.clear()
+                file.close()
+                self.path.replace(self.path.with_name(self.path.name + ".1"))
+                file = self._file = self.path.open("ab")
+                size = 0
+                self._described = (0, 0, 0)
+                table = self._hooks_line()
+            pending.append(table + data)
+            size += len(table) + len(data)
+        file.write(b"".join(pending))
+        file.flush()
+
+
+def _ends_mid_line(path: Path) -> bool:
+    """True when the file at `path` ends with part of a line."""
+    with path.open("rb") as file:
+        if file.seek(0, 2) == 0:
+            return False
+        file.seek(-1, 2)
+        return file.read(1) != b"\n"

@@ -6,7 +6,9 @@ hook recorded, each trace kept in the ring and written to the JSON-lines file), 
 Run: .venv/bin/python bench/pipeline.py
 For an instruction count: `valgrind --tool=callgrind .venv/bin/python bench/pipeline.py --turns 1000 [--off]` runs
 only that many turns at 1,000 sessions, tracing on as by default (or off); the difference of two such
-runs (1,000 and 2,000 turns) over 1,000 is the cost of a turn, whatever the machine's load.
+runs (1,000 and 2,000 turns) over 1,000 is the cost of a turn, whatever the machine's load. `--no-file` traces
+without the JSON-lines file, so the count is the traced turn's own cost on the event loop, without the writer
+thread (`PYTHONHASHSEED=0` keeps two such runs' counts comparable).
 Baselines in the same run: tracing off (for tracing on), the 10,000-session figure (for 100 sessions) and the
 same turns with no plugins loaded. Each target is printed with "met" or "NOT MET" at the end.
 
@@ -202,14 +204,19 @@ async def main() -> None:
     print(f"(load average at the end: {load}; the absolute rates need a quiet machine)")
 
 
-async def fixed(turns: int, traced: bool) -> None:
+#: Tracing on without the JSON-lines file: the traced turn's own cost on the event loop, without the writer thread.
+NO_FILE = {"trace": {"file": ""}}
+
+
+async def fixed(turns: int, config: dict | None) -> None:
     """Only `turns` turns at 1,000 sessions, for an instruction count (see the module's docstring)."""
     logging.disable(logging.WARNING)
-    await run(1_000, PLUGINS, turns=turns, config=None if traced else TRACING_OFF)
+    await run(1_000, PLUGINS, turns=turns, config=config)
 
 
 if __name__ == "__main__":
     if "--turns" in sys.argv:
-        asyncio.run(fixed(int(sys.argv[sys.argv.index("--turns") + 1]), "--off" not in sys.argv))
+        config = TRACING_OFF if "--off" in sys.argv else NO_FILE if "--no-file" in sys.argv else None
+        asyncio.run(fixed(int(sys.argv[sys.argv.index("--turns") + 1]), config))
     else:
         asyncio.run(main())

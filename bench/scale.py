@@ -39,6 +39,9 @@ What runs:
   server handled per turn (its /varz monitoring counters). The extrapolation "with C cores,
   about X turns/s" is C / (worker + broker + gateway CPU per turn): an estimate from measured CPU, assuming the
   work spreads evenly (enough workers, gateways and partitions) and nothing else limits it.
+- busy: turns/s x CPU per turn, the share of a core each process used over the burst. One worker near 1.00 is bound
+  by its own CPU (turns/s is then about 1 / its CPU per turn); one well under it spends the rest waiting, for the
+  broker, the gateway or a core.
 
 The machine's cores are shared by all these processes (and whatever else runs): on a small machine the turns/s of
 more workers is bounded by the cores, not by the cluster design; the CPU figures are what carries over.
@@ -491,6 +494,12 @@ def print_cpu(run: dict, single_cpu: float) -> float:
         + ", ".join(f"{PART_NAMES[part]} {us(run[part])}" for part in PARTS)
         + f", total {us(total)} ({total / single_cpu:.1f}x single's {us(single_cpu)})"
     )
+    # turns/s = cores busy / CPU a turn: a worker busy all the time, a core, would run 1 / its CPU a turn
+    print(
+        "    busy over the burst (turns/s x CPU a turn): "
+        + ", ".join(f"{PART_NAMES[part]} {run['rate'] * run[part]:.2f}" for part in PARTS)
+        + " of a core"
+    )
     print(
         "    idle background: "
         + ", ".join(f"{PART_NAMES[part]} {rate * 100:.1f}%" for part, rate in zip(PARTS, run["idle"], strict=True))
@@ -568,7 +577,7 @@ async def main() -> None:
         single = await single_process(callgrind)
         print(
             f"single process (testing kit, SQLite history): {single['rate']:,.0f} turns/s, CPU {us(single['cpu'])} "
-            "per turn"
+            f"per turn (busy {single['rate'] * single['cpu']:.2f} of a core)"
             + (f", {single['instructions'] / 1e6:.2f} M instructions per turn" if single["instructions"] else "")
         )
         runs: dict[str, dict] = {}

@@ -39,7 +39,13 @@ __all__ = [
     "default_name",
     "delivery_of",
     "NATS_ERRORS",
+    "to_json",
 ]
+
+#: `json.dumps(value, ensure_ascii=False)`, from one encoder made once: `json.dumps` with any argument of its own
+#: makes a new `JSONEncoder` at every call (about 3.5 us, as much as encoding a reply), and a worker's turn encodes
+#: four values, a gateway's message one.
+to_json = json.JSONEncoder(ensure_ascii=False).encode
 
 #: What a NATS call raises when the server is away or refuses (callers retry or report, never crash a loop).
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
@@ -300,7 +306,7 @@ class Bus:
         """Publish `data` (a dict is sent as JSON) to JetStream and wait, at most `timeout` seconds (default 5),
         for the stream to hold it; the stream drops a second message with the same `msg_id` within
         `[cluster] dedup_window`, so retrying after a lost answer never duplicates."""
-        payload = data if isinstance(data, bytes) else json.dumps(data, ensure_ascii=False).encode()
+        payload = data if isinstance(data, bytes) else to_json(data).encode()
         await self.publisher.publish(subject, payload, {"Nats-Msg-Id": msg_id, **(headers or {})}, timeout)
 
     async def write(self, kv: KeyValue, key: str, value: bytes | None, last: int) -> int:

@@ -30,7 +30,7 @@ from core.chat import (
 )
 from core.chat.message_elements import Text
 from core.chat.wire import WireError, chain_from_wire, message_from_wire, message_to_wire, session_from_wire
-from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, StandingPull, default_name, delivery_of
+from core.cluster._bus import NATS_ERRORS, Bus, ClusterError, StandingPull, default_name, delivery_of, to_json
 from core.cluster._spool import Outbox, Outgoing, Spool
 from core.config import HookchatConfig
 from core.utils.log import logger
@@ -147,7 +147,7 @@ class Gateway:
         else:
             message_id = uuid.uuid4().hex
         data = {"id": message_id, "gw": self.name, "message": message_to_wire(message)}
-        payload = json.dumps(data, ensure_ascii=False).encode()
+        payload = to_json(data).encode()
         await self.outbox.put(Outgoing(sid, self.bus.in_subject(self.bus.partition(sid)), message_id, payload))
         self.received += 1
         return Received(event, MessageStrategy.TRIGGER)

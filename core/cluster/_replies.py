@@ -17,7 +17,7 @@ from nats.aio.msg import Msg
 from core.adapter import ALL_ELEMENTS, Adapter
 from core.chat import KiraEvent, KiraIMSentResult, KiraMessageBatchEvent, MessageChain, Session
 from core.chat.wire import chain_to_wire, session_to_wire
-from core.cluster._bus import NATS_ERRORS, Bus
+from core.cluster._bus import NATS_ERRORS, Bus, to_json
 from core.cluster._publish import subscribe_direct
 from core.config import ClusterConfig
 
@@ -134,7 +134,7 @@ class ReplyRouter:
             self._receipts[token] = future
         try:
             data = {"id": reply_id, "session": session_to_wire(session), "chain": chain_to_wire(chain)}
-            payload = json.dumps(data, ensure_ascii=False).encode()  # once, not at every retry
+            payload = to_json(data).encode()  # once, not at every retry
             for attempt in range(_PUBLISH_TRIES):
                 try:
                     await self.bus.publish(self.bus.out_subject(gateway), payload, reply_id, headers)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import nats.js.errors
 from nats.js.kv import KeyValue
 
-from core.cluster._bus import NATS_ERRORS, Bus, decode_key, encode_key
+from core.cluster._bus import NATS_ERRORS, Bus, decode_key, encode_key, to_json
 from core.history import HistoryError, Turn, copy_messages, estimate_tokens
 from core.provider import ChatMessage
 from core.services import Err, Ok, Result, SdkError
@@ -47,7 +47,7 @@ async def _read(kv: KeyValue, key: str) -> tuple[dict[str, Any] | None, int]:
 
 
 def _encode(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode()
+    return to_json(value).encode()
 
 
 class _Turn(dict[str, Any]):
@@ -92,7 +92,7 @@ class _Done(list[str]):
         super().__init__(ids)
         self._index = {i: n for n, i in enumerate(self)}
         self._low, self._high = 0, len(self)
-        self._parts = [json.dumps(i, ensure_ascii=False) for i in self]
+        self._parts = [to_json(i) for i in self]
         self.json = ",".join(self._parts)
 
     def __contains__(self, item: object) -> bool:
@@ -101,7 +101,7 @@ class _Done(list[str]):
 
     def plus(self, ids: Sequence[str]) -> _Done:
         """These ids and then `ids`, the newest `_DONE_KEPT` of them."""
-        added = [json.dumps(i, ensure_ascii=False) for i in ids]
+        added = [to_json(i) for i in ids]
         kept, parts = [*self, *ids], [*self._parts, *added]
         text = ",".join([self.json, *added]) if self.json else ",".join(added)
         dropped = max(0, len(kept) - _DONE_KEPT)
@@ -140,12 +140,12 @@ def _encode_history(value: dict[str, Any]) -> bytes:
         if not isinstance(turn, _Turn):
             turn = turns[i] = _Turn(turn)
         if turn.json is None:
-            turn.json = json.dumps(turn, ensure_ascii=False)
+            turn.json = to_json(turn)
         parts.append(turn.json)
     head = '{"turns":[' + ",".join(parts) + "]"
     if "done" in value:
         head += ',"done":[' + _done_of(value).json + "]"
-    rest = json.dumps({k: v for k, v in value.items() if k not in ("turns", "done")}, ensure_ascii=False)
+    rest = to_json({k: v for k, v in value.items() if k not in ("turns", "done")})
     return (head + ("," + rest[1:] if rest != "{}" else "}")).encode()
 
 
@@ -626,7 +626,7 @@ class ClusterPluginStore:
         if (bad := self._bad_key(key)) is not None:
             return bad
         try:
-            data = json.dumps({"v": value}, ensure_ascii=False).encode()
+            data = to_json({"v": value}).encode()
         except (TypeError, ValueError) as exc:
             return Err(
                 SdkError(f"the value for store key {key!r} is not JSON-serialisable: {exc}", code="invalid_argument")

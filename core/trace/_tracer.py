@@ -12,8 +12,7 @@ import itertools
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +147,70 @@ class _Activation:
             self.token = None
 
 
+class _Untraced:
+    """`tracer.message()` and `tracer.turn()` with tracing off: nothing to record (one object for all)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_UNTRACED = _Untraced()
+
+
+class _MessageScope:
+    """`with tracer.message(event):` (a class rather than a generator: it runs once per message, traced or not)."""
+
+    __slots__ = ("tracer", "event", "trace", "token")
+
+    def __init__(self, tracer: Tracer, event: KiraMessageEvent) -> None:
+        self.tracer = tracer
+        self.event = event
+
+    def __enter__(self) -> Trace:
+        event = self.event
+        trace = self.trace = self.tracer.begin("message", event.message_repr[:80], event.sid)
+        self.token = _current.set(trace)
+        return trace
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.tracer.finish(self.trace, "error", f"{type(exc).__name__}: {exc}")
+            _current.reset(self.token)
+            return
+        _current.reset(self.token)
+        self.tracer._message_done(self.event, self.trace)
+
+
+class _TurnScope:
+    """`with tracer.turn(batch):` (a class rather than a generator: it runs once per turn)."""
+
+    __slots__ = ("tracer", "batch", "trace", "token")
+
+    def __init__(self, tracer: Tracer, batch: KiraMessageBatchEvent) -> None:
+        self.tracer = tracer
+        self.batch = batch
+
+    def __enter__(self) -> Trace:
+        trace = self.trace = self.tracer._turn_begin(self.batch)
+        self.token = _current.set(trace)
+        return trace
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        _current.reset(self.token)
+        trace = self.trace
+        if exc is not None:
+            outcome = "cancelled" if not isinstance(exc, Exception) else "error"
+            self.tracer.finish(trace, outcome, f"{type(exc).__name__}: {exc}")
+        elif trace.ended_ns is None:
+            outcome = "stopped" if self.batch.is_stopped else "error" if trace.error else "completed"
+            self.tracer.finish(trace, outcome, trace.error)
+
+
 class Tracer:
     """Records traces when `enabled`; keeps the last `ring_size` finished ones in `store`, and writes each to
     `file` (JSON lines, rotated at `max_file_bytes`) and to OpenTelemetry (`otel=True`) when asked.
@@ -205,25 +268,17 @@ class Tracer:
         if self.finished.receivers:
             self.finished.send(self, trace=trace)
 
-    @contextmanager
-    def message(self, event: KiraMessageEvent) -> Iterator[Trace | None]:
-        """The trace of one incoming message, current while its `im_message` (and `message_buffered`) hooks run.
+    def message(self, event: KiraMessageEvent) -> _Untraced | _MessageScope:
+        """`with tracer.message(event) as trace:` the trace of one incoming message, current while its `im_message`
+        (and `message_buffered`) hooks run; None when tracing is off.
 
         A message that goes on to a turn keeps its trace open until the turn adopts it (`turn`); a discarded or
         stopped one is finished here.
         """
-        if not self.enabled:
-            yield None
-            return
-        trace = self.begin("message", event.message_repr[:80], event.sid)
-        token = _current.set(trace)
-        try:
-            yield trace
-        except BaseException as exc:
-            self.finish(trace, "error", f"{type(exc).__name__}: {exc}")
-            raise
-        finally:
-            _current.reset(token)
+        return _MessageScope(self, event) if self.enabled else _UNTRACED
+
+    def _message_done(self, event: KiraMessageEvent, trace: Trace) -> None:
+        """The message's hooks ran: finish its trace, or keep it open for the turn that will adopt it."""
         if event.is_stopped:
             self.finish(trace, "stopped")
         elif event.strategy is MessageStrategy.DISCARD:
@@ -243,12 +298,13 @@ class Tracer:
             if found is not None and found[0] is event:
                 self.finish(found[1], "dropped", why)
 
-    @contextmanager
-    def turn(self, batch: KiraMessageBatchEvent) -> Iterator[Trace | None]:
-        """The trace of one turn, current for everything the turn runs; it adopts its messages' traces."""
-        if not self.enabled:
-            yield None
-            return
+    def turn(self, batch: KiraMessageBatchEvent) -> _Untraced | _TurnScope:
+        """`with tracer.turn(batch) as trace:` the trace of one turn, current for everything the turn runs (None
+        when tracing is off); it adopts its messages' traces."""
+        return _TurnScope(self, batch) if self.enabled else _UNTRACED
+
+    def _turn_begin(self, batch: KiraMessageBatchEvent) -> Trace:
+        """The trace of `batch`'s turn, with the traces of its messages adopted, readable while it runs."""
         trace = self.begin("turn", batch.message_repr[:80], batch.sid)
         for message in batch.messages:
             found = self._pending.pop(id(message), None)
@@ -256,19 +312,7 @@ class Tracer:
                 found[1].ended_ns = found[1].ended_ns or _now()
                 trace.adopt(found[1])
         self._running[trace.id] = trace
-        token = _current.set(trace)
-        try:
-            yield trace
-        except BaseException as exc:
-            _current.reset(token)
-            self.finish(
-                trace, "cancelled" if not isinstance(exc, Exception) else "error", f"{type(exc).__name__}: {exc}"
-            )
-            raise
-        _current.reset(token)
-        if trace.ended_ns is None:
-            outcome = "stopped" if batch.is_stopped else "error" if trace.error else "completed"
-            self.finish(trace, outcome, trace.error)
+        return trace
 
     # -- the engine's side ----------------------------------------------------------------------------------------
 

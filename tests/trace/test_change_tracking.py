@@ -63,6 +63,16 @@ EDITS = [
         lambda req, tags: req.user_prompt.append(Prompt("PS", end="")),
         ["user prompt edited: 'hello again\\nPS'"],
     ),
+    (
+        "edits_default_section_in_place",  # a section every request starts with, through the object a hook holds
+        lambda req, tags: setattr(req.get_prompt("memory"), "content", "Likes tea."),
+        ["prompt section 'memory' edited: 'Likes tea.'"],
+    ),
+    (
+        "edits_user_part_in_place",  # the same list and the same part, its content replaced
+        lambda req, tags: setattr(req.user_prompt[-1], "content", "P.S."),
+        ["user prompt edited: 'hello again\\nP.S.'"],
+    ),
     ("idle_3", lambda req, tags: None, []),
 ]
 

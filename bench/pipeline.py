@@ -153,8 +153,8 @@ def verdict(met: bool) -> str:
 
 async def main() -> None:
     logging.disable(logging.WARNING)
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    # Not pinned to one core: a bot runs on what the machine gives it, and its trace file's writer process (started
+    # once 100 traces were written) works on another core, off the turn (docs/tracing.md).
     await run(100, PLUGINS, turns=2_000)  # warm-up: imports, first database, parser caches
     bare = await run(100, [Buffer])
     print(f"baseline, no plugins, 100 sessions: {bare:,.0f} turns/s")

@@ -4,7 +4,6 @@ frames from its stdin (see `core.trace._writer`) and writes them to PATH, rotate
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -32,14 +31,6 @@ def main(argv: list[str]) -> int:
     ends, which it does when the parent closes it or ends in any way (even killed)."""
     # Ctrl-C in a terminal reaches the whole process group: the parent drains this process as it stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A bot pinned to one core (as `bench/pipeline.py` pins itself) would pin its writer there too, where it takes
-    # that core from the event loop: this process may run on any core the machine lets it (the kernel keeps it
-    # within a container's CPU set).
-    if hasattr(os, "sched_setaffinity"):
-        try:
-            os.sched_setaffinity(0, range(os.cpu_count() or 1))
-        except OSError:
-            pass  # kept where it was started
     logging.basicConfig(format="hookchat trace writer: %(levelname)s %(message)s")
     writer = FileWriter(Path(argv[0]), int(argv[1]))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

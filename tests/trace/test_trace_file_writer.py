@@ -179,19 +179,3 @@ def test_a_snapshot_that_does_not_pickle_reaches_the_writer_process_as_its_notes
     sink.close()
     [hook] = [h for t in read_json_lines(path) for item in t["timeline"] for h in item["hooks"]]
     assert (hook["function"], hook["changes"]) == ("rewrite", ["chain 'hi' -> 'ho'"])
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="one core")
-def test_the_writer_process_is_not_pinned_to_the_core_of_a_pinned_bot(tmp_path):
-    cores = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cores)})  # as bench/pipeline.py pins itself
-    try:
-        sink = JsonLinesSink(tmp_path / "traces.jsonl", max_bytes=1 << 20, batch_delay=0, process_after=0)
-        sink.write(_Recorded("t0", "text"))
-        _wait_for(lambda: _ids(tmp_path / "traces.jsonl") == ["t0"], "the process's writing")
-        pid = sink.writer_pid
-        assert pid is not None
-        assert os.sched_getaffinity(pid) == cores
-        sink.close()
-    finally:
-        os.sched_setaffinity(0, cores)

@@ -42,6 +42,9 @@ What runs:
 - busy: turns/s x CPU per turn, the share of a core each process used over the burst. One worker near 1.00 is bound
   by its own CPU (turns/s is then about 1 / its CPU per turn); one well under it spends the rest waiting, for the
   broker, the gateway or a core.
+- context switches per turn of the workers' main threads over the burst (/proc/<pid>/status): voluntary ones are
+  waits (the event loop found nothing to do), involuntary ones preemptions (another process took the core, its
+  caches cold again when the worker comes back).
 
 The machine's cores are shared by all these processes (and whatever else runs): on a small machine the turns/s of
 more workers is bounded by the cores, not by the cluster design; the CPU figures are what carries over.
@@ -217,6 +220,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def switches(pid: int) -> tuple[int, int]:
+    """Context switches of process `pid`'s main thread so far: voluntary (it waited) and involuntary (preempted)."""
+    with open(f"/proc/{pid}/status") as f:
+        counts = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
+    return int(counts["voluntary_ctxt_switches"]), int(counts["nonvoluntary_ctxt_switches"])
+
+
 def write_config(directory: Path, url: str, receipt_timeout: float | None, lease_seconds: float | None = None) -> Path:
     path = directory / "cluster.toml"
     receipt = "" if receipt_timeout is None else f"receipt_timeout = {receipt_timeout}\n"
@@ -340,6 +350,11 @@ class Cluster:
         """CPU seconds used so far by the workers (together) and by the NATS server."""
         return sum(cpu_seconds(p.pid) for p in self.workers), cpu_seconds(self.server.proc.pid)
 
+    def switches(self) -> tuple[int, int]:
+        """Context switches so far of the workers' main threads (together): voluntary and involuntary."""
+        counts = [switches(p.pid) for p in self.workers]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
+
     def messages(self) -> tuple[int, int]:
         """Messages the NATS server received from and sent to clients so far (from its /varz)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.server.monitor_port}/varz", timeout=5) as answer:
@@ -404,6 +419,7 @@ async def cluster_run(
         worker_cpu, broker_cpu = cluster.cpu()
         gateway_cpu = time.process_time()
         traffic = cluster.messages()
+        switched = cluster.switches()
         spy = py_spy(cluster.workers[0].pid, profile / f"w0-N{workers}.txt") if profile is not None else None
         idle_counts = (0, 0)
         if callgrind is not None:  # the idle background's instructions per second, to take out of the burst's
@@ -434,6 +450,7 @@ async def cluster_run(
         worker_after, broker_after = cluster.cpu()
         window = time.perf_counter() - start
         traffic = [after - before for after, before in zip(cluster.messages(), traffic, strict=True)]
+        switched = [after - before for after, before in zip(cluster.switches(), switched, strict=True)]
         wrong = answered_once(adapter, burst)
         if wrong:
             raise RuntimeError(f"cluster, {workers} worker(s): {wrong}")
@@ -447,6 +464,7 @@ async def cluster_run(
             "idle": idle,
             "window": window,
             "traffic": [t / turns for t in traffic],
+            "switches": [n / turns for n in switched],
             "instructions": instructions,
         }
         if latency:
@@ -510,6 +528,10 @@ def print_cpu(run: dict, single_cpu: float) -> float:
     print(
         f"    NATS messages per turn (server's /varz, idle background included): {run['traffic'][0]:.1f} in, "
         f"{run['traffic'][1]:.1f} out"
+    )
+    print(
+        f"    workers' context switches per turn: {run['switches'][0]:.2f} waiting (voluntary), "
+        f"{run['switches'][1]:.2f} preempted (involuntary)"
     )
     if run["instructions"] is not None:
         workers, gateway, workers_all, gateway_all = run["instructions"]

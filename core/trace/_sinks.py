@@ -243,12 +243,13 @@ class _Child:
         """A writer process for `path`, told the hooks and chains `described` names; None (logged) when it cannot
         start, so the thread writes."""
         env = dict(os.environ)
-        # `core` as this process imports it, wherever it came from (a checkout on sys.path, an installed package).
+        # `core` as this process imports it, wherever it came from (a checkout on sys.path, an installed package),
+        # and never a `core` folder in the working directory (`-P`: `-m` would put that first on the path).
         root = str(Path(core.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "core.trace._child", str(path), str(max_bytes)],
+                [sys.executable, "-P", "-m", "core.trace._child", str(path), str(max_bytes)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=env,

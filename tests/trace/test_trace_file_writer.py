@@ -179,3 +179,23 @@ def test_a_snapshot_that_does_not_pickle_reaches_the_writer_process_as_its_notes
     sink.close()
     [hook] = [h for t in read_json_lines(path) for item in t["timeline"] for h in item["hooks"]]
     assert (hook["function"], hook["changes"]) == ("rewrite", ["chain 'hi' -> 'ho'"])
+
+
+def test_a_core_folder_in_the_working_directory_is_not_taken_for_the_writer(tmp_path, monkeypatch):
+    # A bot run from a folder holding a `core` package of its own (a KiraAI checkout, say): `python -m` would import
+    # that one first, and run its `core/trace/_child.py` as the writer.
+    decoy = tmp_path / "project"
+    (decoy / "core" / "trace").mkdir(parents=True)
+    (decoy / "core" / "__init__.py").write_text("")
+    (decoy / "core" / "trace" / "__init__.py").write_text("")
+    (decoy / "core" / "trace" / "_child.py").write_text(
+        "import pathlib, sys\npathlib.Path('ran').write_text('decoy')\nsys.stdout.buffer.write(b'r')\n"
+    )
+    monkeypatch.chdir(decoy)
+    path = tmp_path / "traces.jsonl"
+    sink = JsonLinesSink(path, max_bytes=1 << 20, batch_delay=0, process_after=0)
+    sink.write(_Recorded("t0", "text"))
+    _wait_for(lambda: _ids(path) == ["t0"], "the process's writing")
+    assert sink.writer_pid is not None
+    sink.close()
+    assert not (decoy / "ran").exists(), "the working directory's core/trace/_child.py ran"

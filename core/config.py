@@ -393,7 +393,8 @@ class MediaConfig(_Section):
 class TraceConfig(_Section):
     """`[trace]`: per-turn traces of every hook, model call, tool call, tag and send (see docs/tracing.md).
 
-    `ring_size` finished traces are kept in memory; `file` (relative to the data directory; "" for none) gets each
+    `ring_size` finished traces are kept in memory (a turn counted once per message it answered, so a flood's large
+    turns take the room of as many small ones); `file` (relative to the data directory; "" for none) gets each
     as one JSON line, moved to `<file>.1` at `max_file_bytes`; `otel = true` exports them as OpenTelemetry spans
     (needs `opentelemetry-sdk`, configured as its documentation says).
     """

@@ -24,21 +24,28 @@ _log = logging.getLogger("hookchat.trace")
 
 
 class TraceRing:
-    """The last `size` finished traces, by id (messages adopted by a turn are found by their own id too)."""
+    """The last finished traces, by id (messages adopted by a turn are found by their own id too), at most `size`
+    of them, a turn counted once per message it answered: a flood's turn of hundreds of messages takes as much
+    room as as many one-message turns, so what the ring holds is bounded by messages, not by turns whatever their
+    size (the newest trace is kept whatever its size)."""
 
     def __init__(self, size: int) -> None:
         self.size = max(1, size)
-        self._traces: deque[Trace] = deque()
+        self._traces: deque[tuple[Trace, int]] = deque()
         self._by_id: dict[str, Trace] = {}
+        self._held = 0  # the weights of the traces in `_traces`
 
     def add(self, trace: Trace) -> None:
-        """Keep `trace`; the oldest one goes when the ring is full."""
-        self._traces.append(trace)
+        """Keep `trace`; the oldest ones go while the ring holds more than `size`."""
+        weight = len(trace.messages) or 1
+        self._traces.append((trace, weight))
+        self._held += weight
         self._by_id[trace.id] = trace
         for child in trace.messages:
             self._by_id[child.id] = trace
-        while len(self._traces) > self.size:
-            old = self._traces.popleft()
+        while self._held > self.size and len(self._traces) > 1:
+            old, weight = self._traces.popleft()
+            self._held -= weight
             self._by_id.pop(old.id, None)
             for child in old.messages:
                 self._by_id.pop(child.id, None)
@@ -50,7 +57,7 @@ class TraceRing:
     def recent(self, limit: int = 20, kind: str | None = None) -> list[Trace]:
         """The newest traces first, at most `limit`, only of `kind` when given."""
         out: list[Trace] = []
-        for trace in reversed(self._traces):
+        for trace, _ in reversed(self._traces):
             if kind is None or trace.kind == kind:
                 out.append(trace)
                 if len(out) >= limit:

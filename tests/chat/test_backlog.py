@@ -67,9 +67,9 @@ async def test_a_flood_into_one_group_keeps_order_bounds_the_backlog_and_tells_t
     model = GatedModel()
     clock = ManualClock()  # the chat plugin's quiet timer never fires: only its flush after 5 messages
     limit = 200
-    # Tracing off: the trace ring keeps its last `ring_size` (200) turns whatever their size, and a flood's turn holds
-    # up to `limit` messages' traces, some 20,000 objects more at 3,000 than at 1,000 events: bounded by the ring,
-    # not by the backlog this test measures.
+    # Tracing off: this measures the backlog. The trace ring holds its last `ring_size` (200) traces, a turn counted
+    # once per message it answered (tests/trace/test_turn_trace.py), which here is up to some 15,000 objects of
+    # message traces whatever the flood's length: bounded, but as large as this test's margin.
     config = {"limits": {"max_waiting_messages": limit}, "trace": {"enabled": False}}
     async with ChatHarness(provider=model, clock=clock, config=config) as bot:
         sizes: list[tuple[int, int]] = []

@@ -13,7 +13,8 @@ from core.plugin import BasePlugin, Priority, on, register
 from core.prompt_manager import Prompt
 from core.testing import ChatHarness, ScriptedProvider, ToolCall
 from core.trace import read_json_lines, render_trace
-from core.trace._sinks import JsonLinesSink
+from core.trace._sinks import JsonLinesSink, TraceRing
+from core.trace._spans import Trace
 
 pytestmark = pytest.mark.anyio
 
@@ -275,6 +276,25 @@ async def test_the_ring_keeps_only_the_newest_traces():
         kept = bot.app.tracer.recent(10)
     assert len(kept) == 3
     assert kept[0].kind == "turn" and kept[0].name == "message 4"
+
+
+def test_the_ring_counts_a_turn_once_per_message_it_answered():
+    # A flood's turns answer hundreds of messages each: counted as one trace each, 200 of them would hold tens of
+    # thousands of message traces.
+    def turn(name: str, messages: int) -> Trace:
+        trace = Trace(None, name, "turn", name)
+        for i in range(messages):
+            trace.adopt(Trace(None, f"{name}.m{i}", "message", f"message {i}"))
+        return trace
+
+    ring = TraceRing(10)
+    for i in range(4):
+        ring.add(turn(f"small{i}", 1))
+    ring.add(turn("flood", 8))
+    assert [t.id for t in ring.recent(10)] == ["flood", "small3", "small2"], "8 + 1 + 1 messages: the ring is full"
+    assert ring.get("flood.m7").id == "flood" and ring.get("small1.m0") is None, "what left, left with its messages"
+    ring.add(turn("bigger", 30))
+    assert [t.id for t in ring.recent(10)] == ["bigger"], "the newest is kept whatever its size"
 
 
 async def test_a_discarded_message_gets_a_trace_of_its_own():

@@ -35,10 +35,11 @@ What runs:
   cluster (N = 2), and the difference.
 - CPU per turn: utime + stime from /proc/<pid>/stat of the worker processes and of nats-server, and this process's
   CPU time for the gateway, over the throughput burst, divided by the turns; also less the cluster's idle background
-  (heartbeats, lease renewals, idle polls: measured for IDLE_SECONDS just before the burst), and the messages the
-  server handled per turn (its /varz monitoring counters). The extrapolation "with C cores,
-  about X turns/s" is C / (worker + broker + gateway CPU per turn): an estimate from measured CPU, assuming the
-  work spreads evenly (enough workers, gateways and partitions) and nothing else limits it.
+  (heartbeats, lease renewals, idle polls: measured for IDLE_SECONDS just before the burst), and the messages and
+  bytes the server handled per turn (its /varz monitoring counters; the bytes grow with the sessions, as each turn
+  writes its session's history value whole). The extrapolation "with C cores, about X turns/s" is C / (worker +
+  broker + gateway CPU per turn): an estimate from measured CPU, assuming the work spreads evenly (enough workers,
+  gateways and partitions) and nothing else limits it.
 - busy: turns/s x CPU per turn, the share of a core each process used over the burst. One worker near 1.00 is bound
   by its own CPU (turns/s is then about 1 / its CPU per turn); one well under it spends the rest waiting, for the
   broker, the gateway or a core.
@@ -355,11 +356,12 @@ class Cluster:
         counts = [switches(p.pid) for p in self.workers]
         return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
-    def messages(self) -> tuple[int, int]:
-        """Messages the NATS server received from and sent to clients so far (from its /varz)."""
+    def messages(self) -> tuple[int, int, int, int]:
+        """Messages and bytes the NATS server received from and sent to clients so far (from its /varz): messages
+        in, messages out, bytes in, bytes out (payloads and headers)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.server.monitor_port}/varz", timeout=5) as answer:
             varz = json.load(answer)
-        return varz["in_msgs"], varz["out_msgs"]
+        return varz["in_msgs"], varz["out_msgs"], varz["in_bytes"], varz["out_bytes"]
 
     def close(self) -> None:
         for proc in self.workers:
@@ -527,7 +529,8 @@ def print_cpu(run: dict, single_cpu: float) -> float:
     )
     print(
         f"    NATS messages per turn (server's /varz, idle background included): {run['traffic'][0]:.1f} in, "
-        f"{run['traffic'][1]:.1f} out"
+        f"{run['traffic'][1]:.1f} out; bytes per turn {run['traffic'][2]:,.0f} in, {run['traffic'][3]:,.0f} out "
+        "(in: the gateway's message, the reply, the session's history value written whole, acknowledgements)"
     )
     print(
         f"    workers' context switches per turn: {run['switches'][0]:.2f} waiting (voluntary), "

@@ -3,11 +3,21 @@ the list of prompts a request's user message is built from (which also reads as 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, SupportsIndex
+from collections.abc import Callable, Iterable
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
-__all__ = ["Prompt", "UserPrompt", "DEFAULT_SECTIONS", "default_system_prompt", "render_system_prompt"]
+__all__ = [
+    "Prompt",
+    "PromptEdits",
+    "PROMPT_EDITS",
+    "section_fields",
+    "part_fields",
+    "UserPrompt",
+    "DEFAULT_SECTIONS",
+    "default_system_prompt",
+    "render_system_prompt",
+]
 
 #: The sections every request's `system_prompt` starts with, in order: KiraAI's names and order, so a plugin finds
 #: a section by name (seed 003: "append to an existing section (e.g. "tools", "memory")"). What each holds is in
@@ -27,22 +37,76 @@ DEFAULT_SECTIONS: tuple[str, ...] = (
 )
 
 
-@dataclass(slots=True)
+class PromptEdits:
+    """How many times a watched field of any `Prompt` has been assigned, in this process: a trace compares this
+    count, and the identities of a request's sections, rather than every section's fields before and after each
+    `llm_request` hook (a count that has not moved means no section was edited in place)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+#: The one count of edits every `Prompt` moves (an object's slot: writing a module global or a class attribute would
+#: invalidate the interpreter's caches of every function that reads them).
+PROMPT_EDITS = PromptEdits()
+
+
+def _watched(slot: str, doc: str) -> Any:
+    """A `Prompt` field read from `slot` and counted in `PROMPT_EDITS` when assigned."""
+
+    def assign(prompt: Prompt, value: Any) -> None:
+        setattr(prompt, slot, value)
+        PROMPT_EDITS.count += 1
+
+    # `attrgetter`: a read through a property runs no Python frame (a third cheaper than a method).
+    return property(attrgetter(slot), assign, doc=doc)
+
+
 class Prompt:
     """One named section of a prompt. `source` is the plugin id (or "core") that added it.
 
     Content is plain text: nothing in it is evaluated or expanded, so a prompt built from user data cannot run code.
     In a request's `user_prompt`, `persist=False` marks a part that goes to the model for this request only and is
     not written to the session's history (KiraAI's meaning); `end` is what follows the content when the parts are
-    joined.
+    joined. Built, compared and shown as the dataclass it was: `Prompt(content, name, source, metadata, persist,
+    end)`, each by keyword too. Assigning `content`, `name`, `source`, `persist` or `end` moves `PROMPT_EDITS`
+    (building one does not).
     """
 
-    content: str = ""
-    name: str = ""
-    source: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    persist: bool = True
-    end: str = "\n"
+    __slots__ = ("_content", "_name", "_source", "metadata", "_persist", "_end")
+    __match_args__ = ("content", "name", "source", "metadata", "persist", "end")
+
+    if TYPE_CHECKING:  # what the properties below read and take
+        content: str
+        name: str
+        source: str
+        persist: bool
+        end: str
+    else:
+        content = _watched("_content", "The text of the section.")
+        name = _watched("_name", "The section's name (`role`, `memory`, ...), by which a plugin finds it.")
+        source = _watched("_source", 'The plugin id (or "core") that added the section.')
+        persist = _watched("_persist", "False: a user prompt part sent for this request only, not kept in history.")
+        end = _watched("_end", "What follows the content when the parts are joined.")
+
+    def __init__(
+        self,
+        content: str = "",
+        name: str = "",
+        source: str = "",
+        metadata: dict[str, Any] | None = None,
+        persist: bool = True,
+        end: str = "\n",
+    ) -> None:
+        # The slots themselves: building a section (a dozen a turn) costs what it did as a dataclass.
+        self._content = content
+        self._name = name
+        self._source = source
+        self.metadata: dict[str, Any] = {} if metadata is None else metadata
+        self._persist = persist
+        self._end = end
 
     def to_string(self) -> str:
         """The content followed by `end`, as KiraAI joins prompts."""
@@ -50,6 +114,30 @@ class Prompt:
 
     def __str__(self) -> str:
         return self.content
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__qualname__}(content={self._content!r}, name={self._name!r}, source={self._source!r}, "
+            f"metadata={self.metadata!r}, persist={self._persist!r}, end={self._end!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:  # and so no `__hash__`: mutable, like the dataclass it was
+        if type(other) is not type(self) or not isinstance(other, Prompt):  # the second for the checker
+            return NotImplemented
+        return (self._content, self._name, self._source, self.metadata, self._persist, self._end) == (
+            other._content,
+            other._name,
+            other._source,
+            other.metadata,
+            other._persist,
+            other._end,
+        )
+
+
+#: `(name, source, content)` of a `Prompt`, read at once from its slots: what a trace records of a system prompt section.
+section_fields: Callable[[Prompt], tuple[str, str, str]] = attrgetter("_name", "_source", "_content")
+#: `(content, end, persist)` of a `Prompt`, read at once from its slots: what a trace records of a user prompt part.
+part_fields: Callable[[Prompt], tuple[str, str, bool]] = attrgetter("_content", "_end", "_persist")
 
 
 def _as_prompt(item: Prompt | str) -> Prompt:
@@ -158,7 +246,7 @@ class UserPrompt(list):
 def default_system_prompt(sections: dict[str, str] | None = None) -> list[Prompt]:
     """A fresh list with one `Prompt` per well-known section (content from `sections`, else empty)."""
     sections = sections or {}
-    return [Prompt(content=sections.get(name, ""), name=name, source="core") for name in DEFAULT_SECTIONS]
+    return [Prompt(sections.get(name, ""), name, "core") for name in DEFAULT_SECTIONS]
 
 
 def render_system_prompt(prompts: list[Prompt]) -> str:

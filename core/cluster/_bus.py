@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import time
+from _json import make_encoder
 from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -42,10 +43,24 @@ __all__ = [
     "to_json",
 ]
 
-#: `json.dumps(value, ensure_ascii=False)`, from one encoder made once: `json.dumps` with any argument of its own
-#: makes a new `JSONEncoder` at every call (about 3.5 us, as much as encoding a reply), and a worker's turn encodes
-#: four values, a gateway's message one.
-to_json = json.JSONEncoder(ensure_ascii=False).encode
+# The C encoder `json.dumps` builds anew at every call, with a table of the containers being encoded (its check for
+# circular references), made once: that setup is as long as encoding a reply itself.
+_encode_tree = make_encoder(
+    None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
+)
+
+
+def to_json(value: object) -> str:
+    """`json.dumps(value, ensure_ascii=False)` for the cluster's own values, trees of dicts, lists and scalars: a
+    worker's turn encodes four of them (its reply, its stored turn, its answered ids, the history value's head), a
+    gateway's message one. `json.dumps` spends 1 to 3.5 us on each call's setup (a new `JSONEncoder` when given an
+    argument of its own, and a new C encoder, CPython's `_json.make_encoder`, with its circular-reference table),
+    as much as encoding a reply. A value that contains itself raises `RecursionError` here (`ValueError` from
+    `json.dumps`, which a plugin's store values go through)."""
+    if isinstance(value, str):
+        return json.encoder.encode_basestring(value)
+    return "".join(_encode_tree(value, 0))
+
 
 #: What a NATS call raises when the server is away or refuses (callers retry or report, never crash a loop).
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError, OSError)
@@ -88,6 +103,7 @@ def partition_of(sid: str, partitions: int) -> int:
     return int.from_bytes(hashlib.blake2b(sid.encode(), digest_size=8).digest(), "big") % partitions
 
 
+@functools.lru_cache(maxsize=65_536)  # a session's keys, asked for five times a turn
 def encode_key(text: str) -> str:
     """`text` as a key-value key (which allows only letters, digits, `-`, `_`, `=`, `.`, `/`): URL-safe base64."""
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=") or "="
@@ -368,7 +384,9 @@ class StandingPull:
         self._subject = subject  # the consumer's `MSG.NEXT` API subject
         self._inbox = nc.new_inbox()
         self._arrived: deque[Msg] = deque()
-        self._waiter: asyncio.Future[None] | None = None  # resolved when a message arrives
+        self._waiter: asyncio.Future[None] | None = None  # resolved when a message arrives, or by `_expire`
+        self._deadline = 0.0  # when `_waiter` is woken if nothing came (the loop's time)
+        self._timer: asyncio.TimerHandle | None = None
         self._sub: Any = None
         self._left = 0  # messages the newest request may still deliver
         self._made = 0.0  # when the newest request was made (monotonic)
@@ -389,20 +407,37 @@ class StandingPull:
             self._waiter.set_result(None)
 
     async def _take(self, timeout: float) -> Msg | None:
-        """The oldest message that arrived, waiting up to `timeout` seconds for one (a future and a timer: not
-        `wait_for` on a queue, which makes a task per call)."""
+        """The oldest message that arrived, waiting up to `timeout` seconds for one: a future (not `wait_for` on a
+        queue, which makes a task per call), and one timer for the pull, not one per wait (`_expire`)."""
         if not self._arrived:
             loop = asyncio.get_running_loop()
             self._waiter = waiter = loop.create_future()
-            timer = loop.call_later(timeout, _wake, waiter)
+            self._deadline = loop.time() + timeout
+            if self._timer is None or self._timer.when() > self._deadline:
+                if self._timer is not None:
+                    self._timer.cancel()
+                self._timer = loop.call_at(self._deadline, self._expire)
             try:
                 await waiter
             finally:
-                timer.cancel()
                 self._waiter = None
             if not self._arrived:
                 return None
         return self._arrived.popleft()
+
+    def _expire(self) -> None:
+        """The pull's timer: wake the wait whose deadline passed, or come back at its deadline. Left armed when a
+        wait ends early (a busy partition waits a few milliseconds for each message, and making and cancelling a
+        timer each time cost more than the rest of the wait), it stops when nothing waits."""
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        loop = waiter.get_loop()
+        if loop.time() >= self._deadline:
+            waiter.set_result(None)
+        else:
+            self._timer = loop.call_at(self._deadline, self._expire)
 
     async def renew(self) -> None:
         """Make the request (again)."""
@@ -452,8 +487,3 @@ class StandingPull:
         left = [msg for msg in self._arrived if msg.headers is None or "Status" not in msg.headers]
         self._arrived.clear()
         return left
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

@@ -127,7 +127,7 @@ class Intake:
     async def handle(self, msg: Msg) -> Outcome:
         """Settle one delivered message (see `Outcome`)."""
         try:
-            data = json.loads(msg.data)
+            data = json.loads(msg.data.decode())  # a gateway's JSON is UTF-8: `loads` need not detect it
             message_id = str(data["id"])
             message = message_from_wire(data["message"])
             session = message.session

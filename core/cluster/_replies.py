@@ -128,10 +128,9 @@ class ReplyRouter:
         reply_id = reply_id or f"push-{_token()}"
         waiting = self.config.receipt_timeout > 0
         token = _token() if waiting else ""
-        headers = {"Hookchat-Receipt": f"{self.bus.prefix}.receipt.{self.name}.{token}"} if waiting else {}
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        headers = {"Hookchat-Receipt": f"{self.bus.prefix}.receipt.{self.name}.{token}"} if waiting else None
         if waiting:
-            self._receipts[token] = future
+            self._receipts[token] = asyncio.get_running_loop().create_future()
         try:
             data = {"id": reply_id, "session": session_to_wire(session), "chain": chain_to_wire(chain)}
             payload = to_json(data).encode()  # once, not at every retry
@@ -146,7 +145,7 @@ class ReplyRouter:
             if not waiting:
                 return KiraIMSentResult(chain, session, ok=True)
             try:
-                receipt = await asyncio.wait_for(future, self.config.receipt_timeout)
+                receipt = await asyncio.wait_for(self._receipts[token], self.config.receipt_timeout)
             except TimeoutError:
                 return KiraIMSentResult(chain, session, ok=True)  # queued for the gateway; its receipt is late
             return KiraIMSentResult(

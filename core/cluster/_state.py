@@ -626,7 +626,7 @@ class ClusterPluginStore:
         if (bad := self._bad_key(key)) is not None:
             return bad
         try:
-            data = to_json({"v": value}).encode()
+            data = json.dumps({"v": value}, ensure_ascii=False).encode()
         except (TypeError, ValueError) as exc:
             return Err(
                 SdkError(f"the value for store key {key!r} is not JSON-serialisable: {exc}", code="invalid_argument")

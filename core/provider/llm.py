@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self, cast
+from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -181,6 +181,25 @@ def _new_tool_set() -> ToolSet:
     return ToolSet()
 
 
+class _UserPromptField:
+    """`LLMRequest.user_prompt`: a `UserPrompt` whatever is assigned (a `str` becomes one part). Only assigning runs
+    here: with no `__get__`, a read finds the value in the request's `__dict__` and runs no Python code, and a
+    request is built without a `__setattr__` of its own running for every field.
+
+    It is also the field's default (a dataclass takes a descriptor's class attribute as the default), which stands
+    for an empty user prompt: each request gets a new one."""
+
+    def __set__(self, req: LLMRequest, value: UserPrompt | str | Iterable[Prompt | str] | _UserPromptField) -> None:
+        if isinstance(value, _UserPromptField):  # the default
+            value = UserPrompt()
+        elif not isinstance(value, UserPrompt):
+            value = UserPrompt(value)
+        req.__dict__["user_prompt"] = value
+
+    def __repr__(self) -> str:
+        return "UserPrompt()"  # as the default shows in `help(LLMRequest)`
+
+
 @dataclass
 class LLMRequest:
     """One request to the model. `llm_request` hooks edit it in place before it is sent.
@@ -194,7 +213,10 @@ class LLMRequest:
 
     messages: list[ChatMessage | OpenAIMessage] = field(default_factory=list)
     system_prompt: list[Prompt] = field(default_factory=default_system_prompt)
-    user_prompt: UserPrompt = field(default_factory=UserPrompt)
+    if TYPE_CHECKING:
+        user_prompt: UserPrompt = field(default_factory=UserPrompt)
+    else:
+        user_prompt: UserPrompt = _UserPromptField()
     tool_set: ToolSet = field(default_factory=_new_tool_set)
     tool_choice: str = "auto"
     model: str | None = None
@@ -204,11 +226,6 @@ class LLMRequest:
 
     def __post_init__(self) -> None:
         self.messages = [_as_message(m) for m in self.messages]
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "user_prompt" and not isinstance(value, UserPrompt):
-            value = UserPrompt(value)
-        object.__setattr__(self, name, value)
 
     def get_prompt(self, name: str) -> Prompt | None:
         """The first system prompt section called `name`, or None."""

@@ -17,7 +17,7 @@ from operator import is_not
 from typing import Any, Protocol
 
 from core.chat.message_utils import KiraMessageEvent, MessageChain
-from core.prompt_manager import Prompt
+from core.prompt_manager import PROMPT_EDITS, Prompt, part_fields, section_fields
 from core.tag import TagSet
 from core.utils.tool_utils import ToolSet
 
@@ -126,12 +126,31 @@ def _user_text(parts: tuple[tuple[str, str, bool], ...]) -> str:
 
 
 def _request(event: Any, args: tuple[Any, ...], last: Any = None) -> Any:
-    # Taken before each llm_request hook and after the last (some twenty times a turn): list comprehensions, whose
-    # reads of the sections' slots the interpreter specialises (`map` over an `attrgetter` cost half as much again,
-    # a generator more than the hooks themselves). The tools' and tags' names are read only when their set's
-    # `version` moved since `last` (the snapshot before): most hooks change neither.
-    req, tag_set = args[0], args[1]
-    prompts = [(p.name, p.source, p.content) for p in req.system_prompt]
+    """The snapshot of a model request, `args` being `(request, tag set)`: its sections, tools, tags and user prompt
+    parts (the probe of `llm_request`; `_RequestRecord` takes it before the first hook and after each)."""
+    return _request_state(args[0], args[1], last)[0]
+
+
+_Seen = tuple[int, list[Prompt], list[Prompt]]
+
+
+def _request_state(req: Any, tag_set: Any, last: Any = None, same: _Seen | None = None) -> tuple[Any, _Seen | None]:
+    """`_request`'s snapshot, and what it can be reused by while no hook changes the request (`_RequestRecord`):
+    `PROMPT_EDITS`' count and the request's sections and user prompt parts themselves, None when one is not a
+    `Prompt`. The tools' and tags' names are read only when their set's `version` moved since `last` (the snapshot
+    before), the sections and parts only when `same` is None (else they are as `last` has them, `same` its `seen`)."""
+    seen = same
+    if same is not None:
+        sections, parts = last[0], last[3]
+    else:
+        prompts, user = list(req.system_prompt), list(req.user_prompt)
+        try:  # `Prompt`s, read in C from their slots
+            sections, parts = list(map(section_fields, prompts)), list(map(part_fields, user))
+            seen = (PROMPT_EDITS.count, prompts, user)
+        except AttributeError:  # another type, whose changes `PROMPT_EDITS` does not count: compared at each hook
+            sections = [(p.name, p.source, p.content) for p in prompts]
+            parts = [(p.content, p.end, p.persist) for p in user]  # the parts, not the list: edited in place too
+            seen = None
     tool_set = req.tool_set
     if isinstance(tool_set, ToolSet):
         tool_version = tool_set.version
@@ -143,9 +162,15 @@ def _request(event: Any, args: tuple[Any, ...], last: Any = None) -> Any:
         tags = last[2] if last is not None and last[5] == tag_version else tuple(tag_set.names())
     else:
         tag_version, tags = None, ()
-    # The user prompt's parts, not the list itself: a hook may edit it in place (`req.user_prompt.append(...)`).
-    user = [(p.content, p.end, p.persist) for p in req.user_prompt]
-    return prompts, tools, tags, user, tool_version, tag_version
+    return (sections, tools, tags, parts, tool_version, tag_version), seen
+
+
+def _sections(prompts: Iterable[Prompt]) -> tuple[tuple[str, str, str], ...]:
+    """Each section's `(name, source, content)`."""
+    try:
+        return tuple(map(section_fields, prompts))  # `Prompt`s, read in C from their slots
+    except AttributeError:  # another type
+        return tuple([(p.name, p.source, p.content) for p in prompts])
 
 
 def _chain(event: Any, args: tuple[Any, ...]) -> Any:
@@ -267,7 +292,7 @@ class HookCall:
 class _Extra:
     """The rarely needed part of a dispatch record: snapshots, failures, the end, a stop, an own trace."""
 
-    __slots__ = ("probe", "obj", "args", "states", "failures", "ended", "stopped", "owned")
+    __slots__ = ("probe", "obj", "args", "states", "failures", "ended", "stopped", "owned", "seen")
 
     def __init__(self, probe: Callable[[Any, tuple[Any, ...]], Any] | None, obj: Any, args: tuple[Any, ...]) -> None:
         self.probe = probe
@@ -278,6 +303,7 @@ class _Extra:
         self.ended = False
         self.stopped = False
         self.owned: tuple[Any, Any] | None = None  # (trace, context token) of a trace the dispatch started itself
+        self.seen: _Seen | None = None  # a request's sections and parts at its last snapshot (`_request_state`)
 
 
 class _ClosingRecord(list):
@@ -286,62 +312,84 @@ class _ClosingRecord(list):
     __slots__ = ()
 
 
-class _ProbedRecord(_ClosingRecord):
-    """A dispatch record whose event a hook can visibly change: each mark also snapshots the event."""
+#: `list.append` itself, for the records below, whose own `append` is the engine's mark.
+_list_append = list.append
 
-    __slots__ = ()
+
+class _ProbedRecord(_ClosingRecord):
+    """A dispatch record whose event a hook can visibly change: each mark also snapshots the event. `extra` is
+    `record[1]`, read as a slot: indexing a list subclass goes through a generic method call."""
+
+    __slots__ = ("extra",)
+
+    def __init__(self, chain: tuple[HookLike, ...], extra: _Extra) -> None:
+        super().__init__((chain, extra, clock()))
+        self.extra: Any = extra  # `_Extra`, whose `probe` and `args` are set until the record ends
 
     def append(self, at: int) -> None:  # the engine's `mark`
-        extra = self[1]
+        extra = self.extra
         states = extra.states
         state = extra.probe(extra.obj, extra.args)
         # Most hooks change nothing: keep the previous snapshot, so a trace holds one per change, not one per hook
         # (the retained snapshots, not the taking, are what made the garbage collector run often).
         states.append(states[-1] if state == states[-1] else state)
-        list.append(self, at)
+        _list_append(self, at)
 
 
-class _StrategyRecord(_ClosingRecord):
+class _StrategyRecord(_ProbedRecord):
     """A probed record of a message's strategy: compared in place, a new snapshot only when a hook changed it."""
 
     __slots__ = ()
 
     def append(self, at: int) -> None:  # the engine's `mark`
-        extra = self[1]
+        extra = self.extra
         states = extra.states
         last = states[-1]
         event = extra.obj
         strategy, forced = event.strategy, event.strategy_forced
         states.append(last if strategy is last[0] and forced == last[1] else (strategy, forced))
-        list.append(self, at)
+        _list_append(self, at)
 
 
-class _RequestRecord(_ClosingRecord):
-    """A probed record of a model request: each snapshot reuses the last one's tool and tag names while their
-    sets' versions stay."""
+#: A `UserPrompt` compared as the list it is (its own `==` is Python, and also takes a `str`).
+_list_eq = list.__eq__
+
+
+class _RequestRecord(_ProbedRecord):
+    """A probed record of a model request: the last snapshot is reused while no `Prompt` was edited since, the
+    request holds the same sections and user prompt parts, and its tool and tag sets' versions stay."""
 
     __slots__ = ()
 
     def append(self, at: int) -> None:  # the engine's `mark`
-        extra = self[1]
+        extra = self.extra
         states = extra.states
         last = states[-1]
         req, tag_set = extra.args
-        # `_request` written out, compared part by part before a snapshot is built: most hooks change nothing.
+        seen = extra.seen
+        # Most hooks change nothing: a count and two lists compared by their items' identities (in C) say so, where
+        # reading every section's three fields cost some 16 k instructions a hook.
+        if not (
+            seen is not None
+            and seen[0] == PROMPT_EDITS.count
+            and seen[1] == req.system_prompt
+            and _list_eq(req.user_prompt, seen[2])
+        ):
+            seen = None
         tool_set = req.tool_set
         if (
-            [(p.name, p.source, p.content) for p in req.system_prompt] == last[0]
-            and [(p.content, p.end, p.persist) for p in req.user_prompt] == last[3]
+            seen is not None
             and (tool_set.version if isinstance(tool_set, ToolSet) else None) == last[4]
             and (tag_set.version if isinstance(tag_set, TagSet) else None) == last[5]
         ):
             states.append(last)
         else:
-            states.append(_request(None, extra.args, last))
-        list.append(self, at)
+            state, extra.seen = _request_state(req, tag_set, last, seen)
+            states.append(last if state == last else state)
+        _list_append(self, at)
 
 
-_RECORDS: dict[Any, type[_ClosingRecord]] = {_strategy: _StrategyRecord, _request: _RequestRecord}
+_RECORDS: dict[Any, type[_ProbedRecord]] = {_strategy: _StrategyRecord, _request: _RequestRecord}
 
 
 #: Where a dispatch record's clock readings begin (after the chain and the `_Extra` slot).
@@ -366,8 +414,12 @@ def new_record(
 def probed_record(probe: _Probe, event: Any, args: tuple[Any, ...], chain: tuple[HookLike, ...]) -> list[Any]:
     """The record of a dispatch whose event `probe` snapshots: now, and after each hook."""
     extra = _Extra(probe, event, args)
-    extra.states.append(probe(event, args))
-    return _RECORDS.get(probe, _ProbedRecord)((chain, extra, clock()))
+    if probe is _request:  # with what the next hooks' snapshots reuse it by
+        state, extra.seen = _request_state(args[0], args[1])
+        extra.states.append(state)
+    else:
+        extra.states.append(probe(event, args))
+    return _RECORDS.get(probe, _ProbedRecord)(chain, extra)
 
 
 def end_record(record: list[Any], event: Any) -> _Extra:
@@ -377,7 +429,7 @@ def end_record(record: list[Any], event: Any) -> _Extra:
     if extra is None:
         extra = record[1] = _Extra(None, None, ())
     extra.ended = True
-    extra.obj = extra.args = None
+    extra.obj = extra.args = extra.seen = None
     if event.is_stopped:
         extra.stopped = True
     return extra
@@ -951,7 +1003,7 @@ class Trace:
             provider=provider,
             model=(resp.model if resp is not None and resp.model else req.model) or "",
             streamed=streamed,
-            system_prompt=tuple([(p.name, p.source, p.content) for p in req.system_prompt]),  # see `_rendered`
+            system_prompt=_sections(req.system_prompt),  # see `_rendered`
             tools=list(req.tool_set.names()),
             tool_choice=req.tool_choice,
             history_messages=len(req.messages),

@@ -4,7 +4,9 @@ core/provider/llm_model.py: what a KiraAI plugin writes keeps meaning what it me
 from __future__ import annotations
 
 import base64
+import copy
 import http.server
+import pickle
 import threading
 from pathlib import Path
 
@@ -101,6 +103,33 @@ def test_prompt_persist_marks_a_request_only_part():
     assert kept.persist and not request_only.persist
     assert prompt.text == "said\nreminder" and prompt.persisted_text == "said"
     assert request_only.to_string() == "reminder\n"
+
+
+def test_a_prompt_is_built_compared_and_shown_as_the_dataclass_it_was():
+    by_position = Prompt("Be brief.", "style", "p", {"k": 1}, False, "")
+    by_keyword = Prompt(content="Be brief.", name="style", source="p", metadata={"k": 1}, persist=False, end="")
+
+    assert by_position == by_keyword and by_position != Prompt("Be brief.", "style", "p")
+    assert repr(Prompt("x", "n")) == "Prompt(content='x', name='n', source='', metadata={}, persist=True, end='\\n')"
+    assert Prompt().metadata is not Prompt().metadata, "each prompt has a metadata dict of its own"
+    match by_position:
+        case Prompt("Be brief.", "style", source="p"):
+            pass
+        case _:
+            pytest.fail("a prompt matches by position and by keyword")
+    by_keyword.content = "Be briefer."
+    assert by_keyword.content == "Be briefer." and str(by_keyword) == "Be briefer." and by_keyword != by_position
+    assert copy.deepcopy(by_keyword) == by_keyword == pickle.loads(pickle.dumps(by_keyword))
+    with pytest.raises(TypeError):
+        hash(by_keyword)
+
+
+def test_each_request_starts_with_an_empty_user_prompt_of_its_own():
+    first, second = LLMRequest(), LLMRequest()
+
+    assert first.user_prompt == [] and isinstance(first.user_prompt, UserPrompt)
+    first.user_prompt.append("hi")
+    assert second.user_prompt == [] and LLMRequest(user_prompt=["a", Prompt("b")]).user_prompt.text == "a\nb"
 
 
 def test_user_prompt_is_a_list_of_prompts_and_still_reads_as_the_text():

@@ -2,6 +2,8 @@
 `version` rather than their names: each way of changing the request still shows its change, in the ring and in the
 JSON-lines file, and a hook that changes nothing (or puts back what it took) shows none."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from core.plugin import BasePlugin, on
@@ -73,6 +75,37 @@ EDITS = [
         lambda req, tags: setattr(req.user_prompt[-1], "content", "P.S."),
         ["user prompt edited: 'hello again\\nP.S.'"],
     ),
+    (
+        "renames_section_in_place",
+        lambda req, tags: setattr(req.get_prompt("persona"), "name", "character"),
+        ["prompt section 'character' added (source 'core'): ''"],
+    ),
+    (
+        "replaces_section_with_an_equal_copy",  # another object, the same fields: nothing to show
+        lambda req, tags: req.system_prompt.__setitem__(1, Prompt("", "character", "core")),
+        [],
+    ),
+    (
+        "edits_the_copy_in_place",  # an object the request did not hold when the last snapshot was taken
+        lambda req, tags: setattr(req.get_prompt("character"), "content", "Cheerful."),
+        ["prompt section 'character' edited: 'Cheerful.'"],
+    ),
+    (
+        "keeps_user_part_out_of_history",  # the text stays, the part's `persist` changes
+        lambda req, tags: setattr(req.user_prompt[-1], "persist", False),
+        ["user prompt edited: 'hello again\\nP.S.'"],
+    ),
+    (
+        "appends_own_section",  # not a `Prompt`: its edits are not counted, so it is compared at each hook
+        lambda req, tags: req.system_prompt.append(SimpleNamespace(name="notes", source="edits", content="a")),
+        ["prompt section 'notes' added (source 'edits'): 'a'"],
+    ),
+    (
+        "edits_own_section_in_place",
+        lambda req, tags: setattr(req.system_prompt[-1], "content", "b"),
+        ["prompt section 'notes' edited: 'b'"],
+    ),
+    ("removes_own_section", lambda req, tags: req.system_prompt.pop(), ["1 prompt section(s) removed"]),
     ("idle_3", lambda req, tags: None, []),
 ]
 

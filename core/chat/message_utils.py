@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -225,7 +225,16 @@ def _session_of(message: KiraIMMessage, adapter: AdapterInfo | None) -> Session:
 class KiraMessageEvent(KiraEvent):
     """One incoming message on its way through the `im_message` hooks, which choose its strategy."""
 
-    __slots__ = ("message", "strategy", "strategy_forced", "_adapter", "message_types", "timestamp", "inbox_id")
+    __slots__ = (
+        "message",
+        "_strategy",
+        "_strategy_forced",
+        "strategy_watcher",
+        "_adapter",
+        "message_types",
+        "timestamp",
+        "inbox_id",
+    )
 
     def __init__(
         self,
@@ -243,8 +252,11 @@ class KiraMessageEvent(KiraEvent):
         self.message = message
         #: Its row in the durable inbox (None without history): marked done when the turn that answers it is stored.
         self.inbox_id: str | None = None
-        self.strategy = MessageStrategy.DISCARD
-        self.strategy_forced = False
+        self._strategy = MessageStrategy.DISCARD
+        self._strategy_forced = False
+        #: Called with the event after each change of its strategy or `strategy_forced` (None: nobody watches). A
+        #: trace sets it while the `im_message` and `message_buffered` hooks run, to see which hook changed what.
+        self.strategy_watcher: Callable[[KiraMessageEvent], None] | None = None
         self._adapter = adapter  # None: made from the session when first read (most events never read it)
         self.message_types = list(message_types) if message_types is not None else []
         self.timestamp = timestamp if timestamp is not None else message.timestamp
@@ -346,11 +358,39 @@ class KiraMessageEvent(KiraEvent):
         """KiraAI's name for the chosen strategy, as a string (`"buffer"`, `"trigger"`, ...)."""
         return self.strategy.value
 
+    @property
+    def strategy(self) -> MessageStrategy:
+        """What becomes of the message after its `im_message` hooks: set by `trigger()`, `buffer()`, `flush()` and
+        `discard()` (which leave a forced one alone), or assigned."""
+        return self._strategy
+
+    @strategy.setter
+    def strategy(self, strategy: MessageStrategy) -> None:
+        self._strategy = strategy
+        if self.strategy_watcher is not None:
+            self.strategy_watcher(self)
+
+    @property
+    def strategy_forced(self) -> bool:
+        """True once a hook forced the strategy: the later ones cannot change it (but by assigning it)."""
+        return self._strategy_forced
+
+    @strategy_forced.setter
+    def strategy_forced(self, forced: bool) -> None:
+        self._strategy_forced = forced
+        if self.strategy_watcher is not None:
+            self.strategy_watcher(self)
+
     def _set(self, strategy: MessageStrategy, force: bool) -> None:
-        if self.strategy_forced:
+        if self._strategy_forced:
             return
-        self.strategy = strategy
-        self.strategy_forced = force
+        # The slots, not the properties: twenty plugins may each choose a strategy for every message.
+        watcher = self.strategy_watcher
+        if watcher is not None and (strategy is not self._strategy or force != self._strategy_forced):
+            self._strategy, self._strategy_forced = strategy, force
+            watcher(self)
+        else:
+            self._strategy, self._strategy_forced = strategy, force
 
     def trigger(self, force: bool = False) -> None:
         """Process this message at once, skipping the debounce."""

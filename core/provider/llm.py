@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -181,20 +182,23 @@ def _new_tool_set() -> ToolSet:
     return ToolSet()
 
 
-class _UserPromptField:
-    """`LLMRequest.user_prompt`: a `UserPrompt` whatever is assigned (a `str` becomes one part). Only assigning runs
-    here: with no `__get__`, a read finds the value in the request's `__dict__` and runs no Python code, and a
-    request is built without a `__setattr__` of its own running for every field.
+def _set_user_prompt(req: LLMRequest, value: UserPrompt | str | Iterable[Prompt | str] | _UserPromptField) -> None:
+    if isinstance(value, _UserPromptField):  # the field's default: an empty user prompt
+        value = UserPrompt()
+    elif not isinstance(value, UserPrompt):
+        value = UserPrompt(value)
+    req._user_prompt = value
+
+
+class _UserPromptField(property):
+    """`LLMRequest.user_prompt`: a `UserPrompt` whatever is assigned (a `str` becomes one part). A property of one
+    field, not a `__setattr__` of the request, which would run for every field a request is built with; read in C.
 
     It is also the field's default (a dataclass takes a descriptor's class attribute as the default), which stands
     for an empty user prompt: each request gets a new one."""
 
-    def __set__(self, req: LLMRequest, value: UserPrompt | str | Iterable[Prompt | str] | _UserPromptField) -> None:
-        if isinstance(value, _UserPromptField):  # the default
-            value = UserPrompt()
-        elif not isinstance(value, UserPrompt):
-            value = UserPrompt(value)
-        req.__dict__["user_prompt"] = value
+    def __init__(self) -> None:
+        super().__init__(attrgetter("_user_prompt"), _set_user_prompt)
 
     def __repr__(self) -> str:
         return "UserPrompt()"  # as the default shows in `help(LLMRequest)`
@@ -215,6 +219,7 @@ class LLMRequest:
     system_prompt: list[Prompt] = field(default_factory=default_system_prompt)
     if TYPE_CHECKING:
         user_prompt: UserPrompt = field(default_factory=UserPrompt)
+        _user_prompt: UserPrompt = field(init=False, repr=False, compare=False)  # where the property keeps it
     else:
         user_prompt: UserPrompt = _UserPromptField()
     tool_set: ToolSet = field(default_factory=_new_tool_set)

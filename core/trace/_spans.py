@@ -131,37 +131,65 @@ def _request(event: Any, args: tuple[Any, ...], last: Any = None) -> Any:
     return _request_state(args[0], args[1], last)[0]
 
 
-_Seen = tuple[int, list[Prompt], list[Prompt]]
+class _Seen:
+    """What a request's snapshot is reused by while no hook changes the request (`_RequestRecord`): `PROMPT_EDITS`'
+    count when it was taken, the request's sections and user prompt parts (the `Prompt` objects themselves), its tool
+    set and the versions of that set and of the tag set."""
+
+    __slots__ = ("req", "edits", "prompts", "user", "tool_set", "tool_version", "tag_set", "tag_version")
+
+    def __init__(self, req: Any, prompts: list[Prompt], user: list[Prompt], tool_set: ToolSet, tag_set: TagSet) -> None:
+        self.req = req
+        self.edits = PROMPT_EDITS.count
+        self.prompts = prompts
+        self.user = user
+        self.tool_set = tool_set
+        self.tool_version = tool_set.version
+        self.tag_set = tag_set
+        self.tag_version = tag_set.version
+
+    def same_prompts(self) -> bool:
+        """Whether the request holds the same sections and parts, none of them edited since."""
+        req = self.req
+        return (
+            self.edits == PROMPT_EDITS.count
+            and self.prompts == req.system_prompt
+            and _list_eq(req.user_prompt, self.user)
+        )
+
+
+#: A `UserPrompt` compared as the list it is (its own `==` is Python, and also takes a `str`).
+_list_eq = list.__eq__
 
 
 def _request_state(req: Any, tag_set: Any, last: Any = None, same: _Seen | None = None) -> tuple[Any, _Seen | None]:
-    """`_request`'s snapshot, and what it can be reused by while no hook changes the request (`_RequestRecord`):
-    `PROMPT_EDITS`' count and the request's sections and user prompt parts themselves, None when one is not a
-    `Prompt`. The tools' and tags' names are read only when their set's `version` moved since `last` (the snapshot
-    before), the sections and parts only when `same` is None (else they are as `last` has them, `same` its `seen`)."""
-    seen = same
+    """`_request`'s snapshot, and what it can be reused by (None when a section or part is not a `Prompt`, or a set
+    not a `ToolSet` or `TagSet`). The tools' and tags' names are read only when their set's `version` moved since
+    `last` (the snapshot before), the sections and parts only when `same` is None (else they are as `last` has them,
+    `same` being its `_Seen`)."""
+    reusable = True
     if same is not None:
-        sections, parts = last[0], last[3]
+        sections, parts, prompts, user = last[0], last[3], same.prompts, same.user
     else:
         prompts, user = list(req.system_prompt), list(req.user_prompt)
         try:  # `Prompt`s, read in C from their slots
             sections, parts = list(map(section_fields, prompts)), list(map(part_fields, user))
-            seen = (PROMPT_EDITS.count, prompts, user)
         except AttributeError:  # another type, whose changes `PROMPT_EDITS` does not count: compared at each hook
             sections = [(p.name, p.source, p.content) for p in prompts]
             parts = [(p.content, p.end, p.persist) for p in user]  # the parts, not the list: edited in place too
-            seen = None
+            reusable = False
     tool_set = req.tool_set
     if isinstance(tool_set, ToolSet):
         tool_version = tool_set.version
         tools = last[1] if last is not None and last[4] == tool_version else tuple(tool_set.names())
     else:
-        tool_version, tools = None, ()
+        tool_version, tools, reusable = None, (), False
     if isinstance(tag_set, TagSet):
         tag_version = tag_set.version
         tags = last[2] if last is not None and last[5] == tag_version else tuple(tag_set.names())
     else:
-        tag_version, tags = None, ()
+        tag_version, tags, reusable = None, (), False
+    seen = _Seen(req, prompts, user, tool_set, tag_set) if reusable else None
     return (sections, tools, tags, parts, tool_version, tag_version), seen
 
 
@@ -299,7 +327,7 @@ class _Extra:
         self.obj = obj
         self.args: tuple[Any, ...] | None = args  # None once the record ended (the ring keeps no event alive)
         self.states: list[Any] = []  # the event before the first hook, then after each hook
-        self.failures: dict[int, tuple[str, str, str | None]] = {}
+        self.failures: dict[int, tuple[str, str, str | None]] | None = None  # made at the first (most have none)
         self.ended = False
         self.stopped = False
         self.owned: tuple[Any, Any] | None = None  # (trace, context token) of a trace the dispatch started itself
@@ -336,23 +364,37 @@ class _ProbedRecord(_ClosingRecord):
         _list_append(self, at)
 
 
-class _StrategyRecord(_ProbedRecord):
-    """A probed record of a message's strategy: compared in place, a new snapshot only when a hook changed it."""
+class _StrategyRecord(_ClosingRecord):
+    """A record of a message's strategy: the event tells it of each change (`KiraMessageEvent.strategy_watcher`),
+    so a mark is a plain append; the snapshots after the hooks that changed nothing are filled in when it ends."""
 
-    __slots__ = ()
+    __slots__ = ("extra", "outer")
 
-    def append(self, at: int) -> None:  # the engine's `mark`
-        extra = self.extra
-        states = extra.states
-        last = states[-1]
+    def __init__(self, chain: tuple[HookLike, ...], extra: _Extra) -> None:
+        super().__init__((chain, extra, clock()))
+        self.extra: Any = extra  # `_Extra`, whose `obj` is the event until the record ends
         event = extra.obj
-        strategy, forced = event.strategy, event.strategy_forced
-        states.append(last if strategy is last[0] and forced == last[1] else (strategy, forced))
-        _list_append(self, at)
+        self.outer = event.strategy_watcher  # a dispatch of the same event that this one runs in
+        event.strategy_watcher = self.changed
 
+    def changed(self, event: KiraMessageEvent) -> None:
+        """The event's strategy changed while the hook after the last reading runs."""
+        states = self.extra.states
+        running = len(self) - READINGS - 1
+        # `states[i]` is the snapshot before hook i; one more is what the running hook left so far.
+        if len(states) > running:
+            del states[running + 1 :]
+        else:
+            states += [states[-1]] * (running + 1 - len(states))
+        state = (event.strategy, event.strategy_forced)
+        if state != states[-1]:
+            states.append(state)
 
-#: A `UserPrompt` compared as the list it is (its own `==` is Python, and also takes a `str`).
-_list_eq = list.__eq__
+    def close(self) -> None:
+        """The dispatch is over: a snapshot after every hook, and the event watched as before."""
+        states = self.extra.states
+        states += [states[-1]] * (len(self) - READINGS - len(states))
+        self.extra.obj.strategy_watcher = self.outer
 
 
 class _RequestRecord(_ProbedRecord):
@@ -363,33 +405,34 @@ class _RequestRecord(_ProbedRecord):
 
     def append(self, at: int) -> None:  # the engine's `mark`
         extra = self.extra
+        seen = extra.seen
+        # Most hooks change nothing: a count, two lists compared by their items' identities (in C), a set's identity
+        # and two versions say so, where reading every section's three fields cost some 16 k instructions a hook.
+        if seen is not None:
+            req = seen.req
+            if (
+                seen.edits == PROMPT_EDITS.count
+                and seen.prompts == req.system_prompt
+                and _list_eq(req.user_prompt, seen.user)
+                and req.tool_set is seen.tool_set
+                and seen.tool_set.version == seen.tool_version
+                and seen.tag_set.version == seen.tag_version
+            ):
+                states = extra.states
+                states.append(states[-1])
+                _list_append(self, at)
+                return
         states = extra.states
         last = states[-1]
         req, tag_set = extra.args
-        seen = extra.seen
-        # Most hooks change nothing: a count and two lists compared by their items' identities (in C) say so, where
-        # reading every section's three fields cost some 16 k instructions a hook.
-        if not (
-            seen is not None
-            and seen[0] == PROMPT_EDITS.count
-            and seen[1] == req.system_prompt
-            and _list_eq(req.user_prompt, seen[2])
-        ):
-            seen = None
-        tool_set = req.tool_set
-        if (
-            seen is not None
-            and (tool_set.version if isinstance(tool_set, ToolSet) else None) == last[4]
-            and (tag_set.version if isinstance(tag_set, TagSet) else None) == last[5]
-        ):
-            states.append(last)
-        else:
-            state, extra.seen = _request_state(req, tag_set, last, seen)
-            states.append(last if state == last else state)
+        state, extra.seen = _request_state(
+            req, tag_set, last, seen if seen is not None and seen.same_prompts() else None
+        )
+        states.append(last if state == last else state)
         _list_append(self, at)
 
 
-_RECORDS: dict[Any, type[_ProbedRecord]] = {_strategy: _StrategyRecord, _request: _RequestRecord}
+_RECORDS: dict[Any, type[_ProbedRecord | _StrategyRecord]] = {_strategy: _StrategyRecord, _request: _RequestRecord}
 
 
 #: Where a dispatch record's clock readings begin (after the chain and the `_Extra` slot).
@@ -415,7 +458,7 @@ def probed_record(probe: _Probe, event: Any, args: tuple[Any, ...], chain: tuple
     """The record of a dispatch whose event `probe` snapshots: now, and after each hook."""
     extra = _Extra(probe, event, args)
     if probe is _request:  # with what the next hooks' snapshots reuse it by
-        state, extra.seen = _request_state(args[0], args[1])
+        state, extra.seen = _request_state(*args)
         extra.states.append(state)
     else:
         extra.states.append(probe(event, args))
@@ -428,6 +471,8 @@ def end_record(record: list[Any], event: Any) -> _Extra:
     extra = record[1]
     if extra is None:
         extra = record[1] = _Extra(None, None, ())
+    elif type(record) is _StrategyRecord:
+        record.close()
     extra.ended = True
     extra.obj = extra.args = extra.seen = None
     if event.is_stopped:
@@ -446,6 +491,8 @@ def record_failure(record: list[Any], entry: HookLike, error: BaseException, tim
             if extra is None:
                 extra = record[1] = _Extra(None, None, ())
             tb = None if timed_out else "".join(traceback.format_exception(error))
+            if extra.failures is None:
+                extra.failures = {}
             extra.failures[index] = ("timed_out" if timed_out else "raised", f"{type(error).__name__}: {error}", tb)
             return True
     return False
@@ -463,7 +510,7 @@ def _outcome(
         changes, strategy = _changes(extra.probe, states[i], states[i + 1])
     else:
         changes, strategy = [], None
-    failure = extra.failures.get(i)
+    failure = extra.failures.get(i) if extra.failures is not None else None
     if failure is not None:
         return (*failure, strategy, changes)
     if i == done:
@@ -689,7 +736,7 @@ def _notes(extra: _Extra, done: int, ended: bool) -> dict[str, dict[str, Any]]:
     """The notes of a dispatch's hooks that did more than return, by index as text (see `compact_record`)."""
     # The hooks that can have a note: a failure, a change of what the probe watches (an unchanged snapshot is the
     # previous object), the stop, the hook that was running.
-    candidates = set(extra.failures)
+    candidates = set(extra.failures or ())
     if extra.probe is not None:
         states = extra.states
         # Most hooks change nothing, leaving the snapshot before them in place: compared in C, not a loop.

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.chat import MessageStrategy
 from core.plugin import BasePlugin, on
 from core.prompt_manager import Prompt
 from core.tag import BaseTag, TagSet
@@ -173,3 +174,57 @@ def test_every_change_of_a_tool_set_or_tag_set_moves_its_version_and_no_two_sets
         assert tags.version != before
         seen.add(tags.version)
     assert tags.copy().version not in seen
+
+
+def set_then_put_back(event):
+    event.flush()
+    event.strategy = MessageStrategy.TRIGGER
+
+
+#: (hook name, what it does to the message, the strategy the trace shows it set), in the order the hooks run; the
+#: message is buffered before them (by the built-in hooks).
+STRATEGY_EDITS = [
+    ("triggers", lambda event: event.trigger(), {"strategy": "trigger", "force": False}),
+    ("triggers_again", lambda event: event.trigger(), None),  # the same strategy: nothing changed
+    ("idle", lambda event: None, None),
+    ("sets_and_puts_back", set_then_put_back, None),
+    ("assigns", lambda event: setattr(event, "strategy", MessageStrategy.FLUSH), {"strategy": "flush", "force": False}),
+    ("forces", lambda event: event.buffer(force=True), {"strategy": "buffer", "force": True}),
+    ("overruled", lambda event: event.discard(), None),  # a forced strategy stays
+    ("idle_again", lambda event: None, None),
+    ("unforces", lambda event: setattr(event, "strategy_forced", False), {"strategy": "buffer", "force": False}),
+    ("flushes", lambda event: event.flush(), {"strategy": "flush", "force": False}),
+]
+
+
+def make_chooser(event_name: str) -> type:
+    hooks = {}
+    for index, (name, choose, _) in enumerate(STRATEGY_EDITS):
+
+        async def hook(self, event, *_, choose=choose):
+            choose(event)
+
+        hook.__name__ = name
+        hooks[name] = getattr(on, event_name)(priority=100 - index)(hook)
+    return type("Chooser", (BasePlugin,), hooks)
+
+
+@pytest.mark.parametrize("event_name", ["im_message", "message_buffered"])
+async def test_each_way_of_setting_a_message_strategy_shows_in_the_hook_that_set_it(tmp_path, event_name):
+    config = {"trace": {"file": str(tmp_path / "traces.jsonl")}}
+    async with ChatHarness(
+        plugins=[make_chooser(event_name)], provider=ScriptedProvider(["<msg>ok</msg>"]), config=config
+    ) as bot:
+        await bot.send("hi")
+        trace = bot.app.tracer.recent(1, kind="turn")[0]
+    [message] = trace.messages
+    names = [name for name, _, _ in STRATEGY_EDITS]
+    want = {name: strategy for name, _, strategy in STRATEGY_EDITS}
+    calls = {c.function: c for c in message.hook_calls() if c.event == event_name and c.function in names}
+    assert {name: call.strategy for name, call in calls.items()} == want and list(calls) == names
+    assert calls["forces"].changes == ["strategy flush -> buffer (force)"]
+    assert calls["idle"].changes == calls["sets_and_puts_back"].changes == calls["overruled"].changes == []
+    # The JSON-lines file shows the same.
+    [written] = [t for t in read_json_lines(tmp_path / "traces.jsonl") if t["id"] == trace.id]
+    [dispatch] = [i for i in written["messages"][0]["timeline"] if i["type"] == "event" and i["event"] == event_name]
+    assert {hook["function"]: hook["strategy"] for hook in dispatch["hooks"] if hook["function"] in names} == want

@@ -94,7 +94,7 @@ class _Done(list[str]):
         super().__init__(ids)
         self._index = {i: n for n, i in enumerate(self)}
         self._high = len(self)
-        self.json = ",".join(to_json(i) for i in self)
+        self.json = ",".join(map(to_json, self))
 
     def __contains__(self, item: object) -> bool:
         number = self._index.get(item)  # type: ignore[call-overload] - any object may be asked for
@@ -109,7 +109,7 @@ class _Done(list[str]):
         done._index, done._high = self._index, self._high + len(ids)
         for n, i in enumerate(ids, start=self._high):
             done._index[i] = n
-        added = ",".join(to_json(i) for i in ids)
+        added = ",".join(map(to_json, ids))
         done.json = f"{self.json},{added}" if self.json and added else self.json or added
         return done
 
@@ -256,6 +256,8 @@ class _Chunks:
         one is not stored."""
         found = {k: self.get(k) for k in keys}
         missing = [k for k, decoded in found.items() if decoded is None]
+        if not missing:
+            return list(found.values())
         for key, (value, _) in zip(missing, await asyncio.gather(*(_read(kv, k) for k in missing)), strict=True):
             if value is None:
                 raise _ChunkGone(f"the history chunk {key} is not stored (the head naming it is old)")
@@ -305,27 +307,27 @@ class _OwnedValues:
         change: _Change,
         what: str,
         encode: Callable[[dict[str, Any]], bytes] = _encode,
-        load: Callable[[dict[str, Any] | None], Awaitable[None] | None] | None = None,
-        store: Callable[[], Awaitable[None] | None] | None = None,
+        load: Callable[[str, dict[str, Any] | None], Awaitable[Any] | None] | None = None,
+        store: Callable[[str], Awaitable[None] | None] | None = None,
     ) -> dict[str, Any] | None:
         """Apply `change` to the value under `key` by compare-and-set, starting from the value in memory, and
-        again from the server's whenever another writer came first. `load(value)` runs before each `change` (to
-        read what `change` needs besides the value; a `_ChunkGone` from it reads the value again), and `store()`
-        after it, before the new value is written (to store what the new value names); what they return is
-        awaited."""
+        again from the server's whenever another writer came first. `load(key, value)` runs before each `change`
+        (to read what `change` needs besides the value; a `_ChunkGone` from either reads the value again), and
+        `store(key)` after it, before the new value is written (to store what the new value names); what they
+        return is awaited."""
         slot = (kv._name, key)
         for _ in range(_CAS_TRIES):
             value, revision = await self.read(kv, key, sid)
             try:
-                if load is not None and (loading := load(value)) is not None:
+                if load is not None and (loading := load(key, value)) is not None:
                     await loading
+                new = change(value)
             except _ChunkGone:  # read a value another writer has moved on from
                 self._values.pop(slot, None)
                 continue
-            new = change(value)
             if new is value:
                 return value
-            if store is not None and (storing := store()) is not None:
+            if store is not None and (storing := store(key)) is not None:
                 await storing
             try:
                 written = await _write(self._bus, kv, key, new, revision, encode)
@@ -382,6 +384,7 @@ class ClusterHistory:
         self._confirm = confirm
         self._values = _OwnedValues(bus, owns)
         self._chunks = _Chunks()
+        self._sealing: dict[str, list[_Seal]] = {}  # session key -> chunks its next head write names, to store first
         #: Ids of messages whose turn could not begin (its batch was not written down): not done, left parked
         #: for the partition's next owner or this worker's sweep.
         self.abandoned: set[str] = set()
@@ -454,6 +457,9 @@ class ClusterHistory:
         """The session's newest `want` turns (all it keeps, for None), oldest first: the head's, and before them
         those of as many sealed chunks, newest first, as it takes."""
         want = self.keep if want is None else min(want, self.keep)
+        head = await self._session(sid)
+        if len(head["turns"]) >= want or "chunks" not in head:  # most turns: nothing sealed to read
+            return head["turns"][-want:] if want else []
 
         async def job(key: str, head: dict[str, Any]) -> list[dict[str, Any]]:
             turns: list[dict[str, Any]] = head["turns"]
@@ -476,7 +482,13 @@ class ClusterHistory:
 
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The newest turns' messages within `max_turns` and `max_tokens` (whole turns), oldest first."""
-        turns = await self.patiently(sid, f"reading the history of {sid}", lambda: self._turns(sid, self.max_turns))
+        what = f"reading the history of {sid}"
+        head = await self.patiently(sid, what, lambda: self._session(sid))
+        want = self.keep if self.max_turns is None else min(self.max_turns, self.keep)
+        turns = head["turns"]
+        if len(turns) < want and "chunks" in head:  # older turns are sealed in chunks
+            turns = await self.patiently(sid, what, lambda: self._turns(sid, want))
+        turns = turns[-want:] if want else []
         picked: list[dict[str, Any]] = []
         used = 0
         for turn in reversed(turns):
@@ -488,6 +500,9 @@ class ClusterHistory:
 
     async def is_done(self, sid: str, message_id: str) -> bool:
         """Whether the message `message_id` of `sid` was answered by a stored turn."""
+        head = await self._session(sid)
+        if "sealed" not in head:  # most sessions: all their answered ids in the head
+            return message_id in head["done"]
         return message_id in await self._answered_ids(sid)
 
     async def seen(self, sid: str, message_id: str) -> bool:
@@ -515,68 +530,97 @@ class ClusterHistory:
             raise PartitionMoved(f"turn of {sid} not stored: its partition moved to another worker")
         key = encode_key(sid)
         number = 0
-        answered: Container[str] = _Done()
-        seals: list[_Seal] = []
         gone: list[str] = []  # chunks the head stopped naming, to remove once it is written
-
-        async def load_answered(head: dict[str, Any]) -> None:
-            nonlocal answered
-            answered = await self._answered_in(key, head)
-
-        def load(value: dict[str, Any] | None) -> Awaitable[None] | None:
-            nonlocal answered
-            if value is None or not value.get("sealed"):
-                answered = _done_of(value) if value else _Done()
-                return None
-            return load_answered(value)
 
         def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
             nonlocal number
-            seals.clear()
-            gone.clear()
             value = value or {"next": 1, "turns": [], "done": _Done()}
-            if done and all(i in answered for i in done):
-                return value
+            if done:
+                answered = self._answered_loaded(key, value)
+                if all(i in answered for i in done):
+                    return value
             number = value["next"]
-            turns, ids = value["turns"], _done_of(value)
-            chunks, sealed = [*value.get("chunks", ())], [*value.get("sealed", ())]
-            if turns and sum(len(j) for j in _turns_json(turns)) >= _HEAD_BYTES:
-                seal, reference = _seal_turns(key, turns)
-                seals.append(seal)
-                chunks.append(reference)
-                turns = []
-            if len(ids) >= _HEAD_IDS:
-                seal, reference = _seal_ids(key, number, ids)
-                seals.append(seal)
-                sealed.append(reference)
-                ids = _Done()
-            head: dict[str, Any] = {
-                "next": number + 1,
-                "turns": [*turns, _Turn(id=number, **record)][-self.keep :],
-                "done": ids.plus(done),
-            }
-            dropped = [f"t.{d}" for d, _ in _drop_old(chunks, len(head["turns"]), self.keep)]
-            dropped += [f"d.{d}" for d, _ in _drop_old(sealed, len(head["done"]), _DONE_KEPT)]
-            if dropped:  # the chunks dropped last time are removed again, in case that was cut short
-                gone.extend([*value.get("gone", ()), *dropped])
-            head.update(
-                {k: v for k, v in (("chunks", chunks), ("sealed", sealed), ("gone", dropped or value.get("gone"))) if v}
-            )
+            head, seals, dropped = self._next_head(key, value, _Turn(id=number, **record), done)
+            self._sealing[key] = seals
+            gone[:] = [*value.get("gone", ()), *dropped] if dropped else ()
             return head
-
-        def store() -> Awaitable[None] | None:
-            return self._store_chunks(seals) if seals else None
 
         what = f"storing a turn of {sid}"
         await self.patiently(
             sid,
             what,
-            lambda: self._values.change(self._kv, key, sid, change, what, _encode_history, load, store),
+            lambda: self._values.change(
+                self._kv, key, sid, change, what, _encode_history, self._load_sealed, self._store_sealed
+            ),
         )
-        if gone:
+        if gone:  # and those dropped last time again, in case that was cut short
             await self._remove_chunks(key, gone)
         await self._finish(done, stored=True)
         return number
+
+    def _next_head(
+        self, key: str, value: dict[str, Any], turn: _Turn, done: Sequence[str]
+    ) -> tuple[dict[str, Any], list[_Seal], list[str]]:
+        """The head after `value` with `turn` and its answered ids `done`; the chunks to store before it (the turns
+        or ids of `value` past their size, sealed); the names of the chunks it no longer names. A function of the
+        committed `value` alone, so a write made again after a crash seals the same chunks."""
+        turns, ids, size = value["turns"], _done_of(value), value.get("size")
+        if size is None:  # a head of the single-value layout
+            size = sum(len(j) for j in _turns_json(turns))
+        chunks, sealed, seals = value.get("chunks"), value.get("sealed"), []
+        if size >= _HEAD_BYTES and turns:
+            seal, reference = _seal_turns(key, turns)
+            seals.append(seal)
+            chunks = [*(chunks or ()), reference]
+            turns, size = [], 0
+        if len(ids) >= _HEAD_IDS:
+            seal, reference = _seal_ids(key, value["next"], ids)
+            seals.append(seal)
+            sealed = [*(sealed or ()), reference]
+            ids = _Done()
+        turn.json = to_json(turn)
+        turns = [*turns, turn]
+        if len(turns) > self.keep:
+            turns = turns[-self.keep :]
+            size = sum(len(j) for j in _turns_json(turns))
+        else:
+            size += len(turn.json)
+        head: dict[str, Any] = {"next": value["next"] + 1, "turns": turns, "done": ids.plus(done), "size": size}
+        dropped: list[str] = []
+        if chunks:
+            chunks = [*chunks]
+            dropped += [f"t.{d}" for d, _ in _drop_old(chunks, len(turns), self.keep)]
+            if chunks:
+                head["chunks"] = chunks
+        if sealed:
+            sealed = [*sealed]
+            dropped += [f"d.{d}" for d, _ in _drop_old(sealed, len(head["done"]), _DONE_KEPT)]
+            if sealed:
+                head["sealed"] = sealed
+        if dropped or value.get("gone"):
+            head["gone"] = dropped or value["gone"]
+        return head, seals, dropped
+
+    def _load_sealed(self, key: str, value: dict[str, Any] | None) -> Awaitable[Any] | None:
+        """Before a turn is stored on `value`: read the answered ids of the chunks it names (`_answered_loaded`)."""
+        if value is None or "sealed" not in value:
+            return None
+        return self._chunks.load(self._kv, [f"{key}.d.{d}" for d, _ in value["sealed"]], _chunk_ids)
+
+    def _answered_loaded(self, key: str, value: dict[str, Any]) -> Container[str]:
+        """The ids answered as `value` says, its chunks' read by `_load_sealed` just before."""
+        done = _done_of(value)
+        if "sealed" not in value:
+            return done
+        sealed = [self._chunks.get(f"{key}.d.{d}") for d, _ in value["sealed"]]
+        if any(ids is None for ids in sealed):  # not kept meanwhile: the caller reads the value again
+            raise _ChunkGone(f"the answered ids of {decode_key(key)} were not kept")
+        return _Answered(done, sealed)
+
+    def _store_sealed(self, key: str) -> Awaitable[None] | None:
+        """Before a head is written: store the chunks it names that `_next_head` sealed."""
+        seals = self._sealing.pop(key, None)
+        return self._store_chunks(seals) if seals else None
 
     async def _answered_in(self, key: str, head: dict[str, Any]) -> Container[str]:
         """The ids answered as `head` says: its own and those of the chunks it names."""
@@ -662,7 +706,7 @@ class ClusterHistory:
                 return value
             count = min(len(value["turns"]) + sum(n for _, n in chunks), self.keep)
             gone[:] = [*value.get("gone", ()), *(f"t.{d}" for d, _ in chunks)]
-            head = {k: v for k, v in value.items() if k != "chunks"}
+            head = {k: v for k, v in value.items() if k not in ("chunks", "size")}
             return {**head, "turns": [], **({"gone": gone[:]} if gone else {})}
 
         await self._values.change(self._kv, key, sid, change, f"clearing {sid}")

@@ -296,8 +296,12 @@ async def test_clearing_a_long_session_removes_its_turns_and_chunks_and_keeps_it
     assert await long_history.list_turns("s") == [] and await long_history.get_history("s") == []
     assert await long_history.is_done("s", "m1")
     assert [k for k in await _keys(long_history) if ".t." in k] == []
-    assert await long_history.append_turn("s", _turn(80), done=["m80"]) == 80
-    assert [t.id for t in await long_history.list_turns("s")] == [80]
+    for n in range(80, 120):  # the cleared session seals its new turns as before
+        await long_history.append_turn("s", _turn(n), done=[f"m{n}"])
+    assert [t.id for t in await long_history.list_turns("s")] == list(range(80, 120))
+    assert await long_history.is_done("s", "m1") and await long_history.is_done("s", "m119")
+    one_turn = len(_state.to_json({"messages": [m.to_dict() for m in _turn(0)]}))
+    assert sum(".t." in k for k in await _keys(long_history)) <= 40 * one_turn // _state._HEAD_BYTES + 1
 
 
 async def test_the_history_a_turn_reads_is_a_copy_it_may_edit(history):

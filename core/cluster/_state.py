@@ -5,7 +5,7 @@ Each session's history is a head value (its newest turns and answered ids, and t
 changed by compare-and-set on its revision: a turn is stored at most once, even when two workers race for a moved
 partition, and a redelivered message whose turn is stored is recognised by its id. Once the head's turns or ids pass
 a size, the next write first seals them into an immutable chunk (its key a hash of its content), so what a turn
-writes stays bounded however long the session (`_Head`).
+writes stays bounded however long the session (`ClusterHistory._next_head`; docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -174,8 +174,8 @@ def _seal_ids(key: str, number: int, done: _Done) -> tuple[_Seal, list[Any]]:
 
 
 def _drop_old(chunks: list[list[Any]], newer: int, kept: int) -> list[list[Any]]:
-    """Take out of `chunks` (references, oldest first, each ending with its count) the oldest ones whose items the
-    newer chunks and the head's `newer` items already outnumber `kept` without; return them."""
+    """Take the oldest references out of `chunks` (oldest first, each ending with its count of items) while the
+    chunks after them and the head's `newer` items hold `kept` items without them; return them."""
     total = newer + sum(c[-1] for c in chunks)
     dropped = []
     while chunks and total - chunks[0][-1] >= kept:

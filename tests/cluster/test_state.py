@@ -266,6 +266,43 @@ async def test_a_crash_between_a_chunks_write_and_its_heads_loses_and_duplicates
     assert set(await _keys(long_history)) == named | {"cw"}  # the chunk written before the crash is one of them
 
 
+async def test_two_workers_sealing_the_same_head_store_each_turn_once(long_history, nats_server):
+    # A stalled worker still holds the session's head in memory and writes at the moment the owner's write seals
+    # it: both seal the same turns under the same name; the stalled one's head write loses, and its turn is
+    # stored after the owner's on the head read again.
+    other_bus = Bus(ClusterConfig(url=nats_server.url, partitions=4, history_turns=200), "stalled")
+    await other_bus.connect()
+    try:
+        stalled = ClusterHistory(other_bus, max_turns=None, max_tokens=None, done=_done)
+        n = 1
+        while True:  # up to the turn whose write seals the head
+            await long_history.append_turn("s", _turn(n), done=[f"m{n}"])
+            n += 1
+            value, _ = await _read(long_history.bus.history, "cw")  # type: ignore[arg-type] - connected
+            assert value is not None
+            if value["size"] >= _state._HEAD_BYTES:
+                break
+        await stalled.is_done("s", "m1")  # it reads (and keeps) the head now
+        put, sealed_by_stalled = other_bus.put, []
+
+        async def recorded_put(kv, key, data):
+            sealed_by_stalled.append(key)
+            return await put(kv, key, data)
+
+        other_bus.put = recorded_put  # type: ignore[method-assign] - records what the stalled worker seals
+        await long_history.append_turn("s", _turn(n), done=[f"m{n}"])
+        await stalled.append_turn("s", _turn(n + 1), done=[f"m{n + 1}"])
+        await long_history.append_turn("s", _turn(n + 2), done=[f"m{n + 2}"])
+    finally:
+        await other_bus.close()
+    turns = await long_history.list_turns("s")
+    assert [t.messages[0].content for t in turns] == [_turn(i)[0].content for i in range(1, n + 3)]
+    value, _ = await _read(long_history.bus.history, "cw")  # type: ignore[arg-type] - the bus is connected
+    assert value is not None and [t["id"] for t in value["turns"]][-2:] == [n + 1, n + 2]
+    assert set(await _keys(long_history)) == {"cw", *(f"cw.t.{d}" for d, _ in value["chunks"])}
+    assert sealed_by_stalled and set(sealed_by_stalled) <= {f"cw.t.{d}" for d, _ in value["chunks"]}
+
+
 async def test_a_value_of_the_single_value_layout_is_read_and_then_sealed(long_history, monkeypatch):
     # A session stored by the release before chunks: its newest 200 turns and 4,096 answered ids in one value.
     old = {

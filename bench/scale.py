@@ -7,6 +7,8 @@ count (and no receipt or latency run), for quick comparisons; `--rounds R` runs 
 cluster one after the other R times and judges the target on the median ratio (a shared machine's load drifts
 between runs, which one pair of runs cannot tell from a change); `--profile DIR` also records worker w0 with py-spy
 over each burst (DIR/w0-N<n>.txt, collapsed stacks; py-spy must be on PATH or beside the interpreter).
+`--turns-per-session T` gives each session T messages after its warm-up (longer sessions: larger history
+values); `--history-writes` prints the count and sizes of the history writes (heads and sealed chunks).
 `--callgrind DIR` counts instructions per turn, which the load of the machine does not move (wall-clock figures
 on a shared machine do): the workers run under `valgrind --tool=callgrind` with instrumentation switched on for
 the burst only (`callgrind_control`), and so does this process (the gateway, and the single process) when it
@@ -36,8 +38,8 @@ What runs:
 - CPU per turn: utime + stime from /proc/<pid>/stat of the worker processes and of nats-server, and this process's
   CPU time for the gateway, over the throughput burst, divided by the turns; also less the cluster's idle background
   (heartbeats, lease renewals, idle polls: measured for IDLE_SECONDS just before the burst), and the messages and
-  bytes the server handled per turn (its /varz monitoring counters; the bytes grow with the sessions, as each turn
-  writes its session's history value whole). The extrapolation "with C cores, about X turns/s" is C / (worker +
+  bytes the server handled per turn (its /varz monitoring counters; each turn writes its session's history head,
+  bounded whatever the session's length, and now and then a sealed chunk of it). The extrapolation "with C cores, about X turns/s" is C / (worker +
   broker + gateway CPU per turn): an estimate from measured CPU, assuming the work spreads evenly (enough workers,
   gateways and partitions) and nothing else limits it.
 - busy: turns/s x CPU per turn, the share of a core each process used over the burst. One worker near 1.00 is bound
@@ -97,6 +99,32 @@ TARGET_CPU = 1.5e-3  # seconds of CPU per turn, workers + nats-server + gateway,
 WAIT = 600  # seconds a burst may take (a loaded machine is slow; a lost message still fails the run)
 CALLGRIND_MESSAGES = 500  # per run with --callgrind
 CALLGRIND_LEASE = 120.0  # seconds, with --callgrind
+# With --history-writes: a process of its own (its CPU counted nowhere) subscribed to the history bucket's subjects,
+# which the server then sends every write once more (a little more nats-server CPU and bytes out).
+HISTORY_WATCH = """
+import asyncio, json, signal, sys
+import nats
+
+async def main(url, subject):
+    nc = await nats.connect(url)
+    sizes = {"head": [], "chunk": []}
+
+    async def seen(msg):
+        sizes["chunk" if msg.subject.count(".") > 2 else "head"].append(len(msg.data))
+
+    await nc.subscribe(subject, cb=seen, pending_msgs_limit=-1, pending_bytes_limit=-1)
+    await nc.flush()
+    print("ready", flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await nc.flush()
+    await asyncio.sleep(0.2)
+    print(json.dumps(sizes), flush=True)
+    await nc.close()
+
+asyncio.run(main(*sys.argv[1:]))
+"""
 
 
 class SignalAdapter(RecordingAdapter):
@@ -378,6 +406,23 @@ class Cluster:
         self.server.stop()
 
 
+async def watch_history(url: str) -> subprocess.Popen:
+    """A process counting the writes to the history bucket (`HISTORY_WATCH`), subscribed once this returns."""
+    subject = "$KV.hookchat_history.>"  # the default `[cluster] prefix`, which write_config keeps
+    proc = subprocess.Popen([sys.executable, "-c", HISTORY_WATCH, url, subject], stdout=subprocess.PIPE)
+    line = await asyncio.to_thread(proc.stdout.readline)  # type: ignore[union-attr] - stdout=PIPE
+    if b"ready" not in line:
+        raise RuntimeError(f"the history watcher did not start (exit {proc.poll()})")
+    return proc
+
+
+async def written(proc: subprocess.Popen) -> dict[str, list[int]]:
+    """The sizes of the history writes `watch_history` saw: heads' and chunks'."""
+    proc.send_signal(signal.SIGTERM)
+    out, _ = await asyncio.to_thread(proc.communicate, timeout=30)
+    return json.loads(out)
+
+
 def py_spy(pid: int, output: Path) -> subprocess.Popen:
     """py-spy recording process `pid` into `output` (collapsed stacks) until it is sent SIGINT."""
     binary = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
@@ -394,6 +439,7 @@ async def cluster_run(
     latency: bool,
     profile: Path | None = None,
     callgrind: Callgrind | None = None,
+    history_writes: bool = False,
 ) -> dict:
     directory = Path(tempfile.mkdtemp(prefix=f"n{workers}-", dir=root))
     cluster = Cluster(directory, workers, receipt_timeout, callgrind)
@@ -423,6 +469,7 @@ async def cluster_run(
         traffic = cluster.messages()
         switched = cluster.switches()
         spy = py_spy(cluster.workers[0].pid, profile / f"w0-N{workers}.txt") if profile is not None else None
+        watch = await watch_history(cluster.url) if history_writes else None
         idle_counts = (0, 0)
         if callgrind is not None:  # the idle background's instructions per second, to take out of the burst's
             idle_counts = await callgrind.count(counted), await callgrind.count(me)
@@ -448,6 +495,7 @@ async def cluster_run(
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             await asyncio.to_thread(spy.wait, 30)
+        writes = await written(watch) if watch is not None else None
         gateway_cpu = time.process_time() - gateway_cpu
         worker_after, broker_after = cluster.cpu()
         window = time.perf_counter() - start
@@ -468,6 +516,7 @@ async def cluster_run(
             "traffic": [t / turns for t in traffic],
             "switches": [n / turns for n in switched],
             "instructions": instructions,
+            "writes": writes,
         }
         if latency:
             result["latency"] = await latency_of(gateway.receive, adapter, "lat")
@@ -530,12 +579,24 @@ def print_cpu(run: dict, single_cpu: float) -> float:
     print(
         f"    NATS messages per turn (server's /varz, idle background included): {run['traffic'][0]:.1f} in, "
         f"{run['traffic'][1]:.1f} out; bytes per turn {run['traffic'][2]:,.0f} in, {run['traffic'][3]:,.0f} out "
-        "(in: the gateway's message, the reply, the session's history value written whole, acknowledgements)"
+        "(in: the gateway's message, the reply, the session's history head, acknowledgements)"
     )
     print(
         f"    workers' context switches per turn: {run['switches'][0]:.2f} waiting (voluntary), "
         f"{run['switches'][1]:.2f} preempted (involuntary)"
     )
+    if run["writes"] is not None:
+        heads, chunks = run["writes"]["head"], run["writes"]["chunk"]
+        print(
+            "    history writes over the burst (payload bytes): "
+            + "; ".join(
+                f"{label} {len(sizes):,} ({len(sizes) / MESSAGES:.2f} a turn), mean {statistics.mean(sizes):,.0f}, "
+                f"max {max(sizes):,}"
+                for label, sizes in (("heads", heads), ("chunks", chunks))
+                if sizes
+            )
+            + f"; {sum(heads) + sum(chunks):,.0f} bytes in all, {(sum(heads) + sum(chunks)) / MESSAGES:,.0f} a turn"
+        )
     if run["instructions"] is not None:
         workers, gateway, workers_all, gateway_all = run["instructions"]
         print(
@@ -566,6 +627,18 @@ def options() -> argparse.Namespace:
     parser.add_argument(
         "--callgrind", type=Path, help="count instructions per turn with callgrind (its outputs in this directory)"
     )
+    parser.add_argument(
+        "--turns-per-session",
+        type=int,
+        help=f"messages per session after the warm-up (default: {MESSAGES:,} over the {SESSIONS} sessions, about "
+        f"{MESSAGES // SESSIONS}): longer sessions write larger history values",
+    )
+    parser.add_argument(
+        "--history-writes",
+        action="store_true",
+        help="print the count and sizes of the history writes (a subscriber of its own: the server sends each "
+        "write once more)",
+    )
     args = parser.parse_args()
     args.counts = [int(n) for n in args.workers.split(",")]
     return args
@@ -586,6 +659,8 @@ async def main() -> None:
         args.callgrind.mkdir(parents=True, exist_ok=True)
         callgrind = Callgrind(args.callgrind.resolve())
         MESSAGES = CALLGRIND_MESSAGES
+    if args.turns_per_session is not None:
+        MESSAGES = SESSIONS * args.turns_per_session
     logging.disable(logging.WARNING)
     began = time.perf_counter()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -611,7 +686,13 @@ async def main() -> None:
             for n in args.counts:
                 label = f"N={n}"
                 runs[label] = r = await cluster_run(
-                    Path(tmp), n, 0, latency=full and n == 2, profile=args.profile, callgrind=callgrind
+                    Path(tmp),
+                    n,
+                    0,
+                    latency=full and n == 2,
+                    profile=args.profile,
+                    callgrind=callgrind,
+                    history_writes=args.history_writes,
                 )
                 first = runs[f"N={args.counts[0]}"]
                 print(

@@ -337,6 +337,15 @@ class Bus:
             headers = {"Nats-Expected-Last-Subject-Sequence": str(last)}
         return await self.publisher.publish(f"{kv._pre}{key}", value or b"", headers)
 
+    async def put(self, kv: KeyValue, key: str, value: bytes) -> int:
+        """Store `value` under `key` in bucket `kv`, whatever was there; its revision."""
+        return await self.publisher.publish(f"{kv._pre}{key}", value)
+
+    async def purge(self, kv: KeyValue, pattern: str) -> None:
+        """Remove the keys matching `pattern` (`*` one token) from bucket `kv` with every trace of them (a deletion
+        would leave a marker per key)."""
+        await self.js.purge_stream(f"KV_{kv._name}", subject=f"{kv._pre}{pattern}")
+
     @property
     def publisher(self) -> Publisher:
         """The connection's JetStream publisher (`ClusterError` before `connect`)."""

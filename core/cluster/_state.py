@@ -1,19 +1,22 @@
 """The state every worker reaches, in JetStream key-value buckets: session history (`ClusterHistory`, the
 `SessionHistory` of a worker's app), buffered messages, and plugins' stores (`ClusterPluginStore`).
 
-Each session's history is one value (its newest `[cluster] history_turns` turns and the ids of the messages they
-answered), changed by compare-and-set on its revision: a turn is stored at most once, even when two workers race
-for a moved partition, and a redelivered message whose turn is stored is recognised by its id.
+Each session's history is a head value (its newest turns and answered ids, and the keys of its sealed chunks),
+changed by compare-and-set on its revision: a turn is stored at most once, even when two workers race for a moved
+partition, and a redelivered message whose turn is stored is recognised by its id. Once the head's turns or ids pass
+a size, the next write first seals them into an immutable chunk (its key a hash of its content), so what a turn
+writes stays bounded however long the session (`ClusterHistory._next_head`; docs/scale-out.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Container, Iterable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import nats.js.errors
 from nats.js.kv import KeyValue
@@ -29,6 +32,8 @@ __all__ = ["ClusterHistory", "ClusterPluginStore", "PartitionMoved"]
 T = TypeVar("T")
 
 _DONE_KEPT = 4096  # ids of answered messages kept per session: far more than any redelivery can lag behind
+_HEAD_BYTES = 8192  # a head's turns (their JSON) at least this long are sealed into a chunk by the next write
+_HEAD_IDS = 256  # and its answered ids, at least this many
 _CAS_TRIES = 20
 #: Seconds a turn's read or write keeps retrying while the server is away (a restart), before the turn gives up.
 PATIENCE = 300.0
@@ -73,53 +78,39 @@ def _messages_of(turn: dict[str, Any]) -> list[ChatMessage]:
 
 
 class _Done(list[str]):
-    """The ids of the messages a session's turns answered, its newest `_DONE_KEPT`, as its history value keeps
-    them, never changed once made (`plus` makes the next). A redelivery's check is a lookup, not a scan of
-    thousands of ids, and a write adds the new ids' JSON to the kept JSON of the others instead of encoding them
-    all again.
+    """The ids of the messages a head's turns answered (at most `_HEAD_IDS` and a batch), never changed once made
+    (`plus` makes the next). A redelivery's check is a lookup, not a scan, and a write adds the new ids' JSON to the
+    kept JSON of the others instead of encoding them all again.
 
-    The lookup: an index of id -> number, shared with the values `plus` made from this one (each adds its ids
-    with higher numbers), and the range of numbers this value holds."""
+    The lookup: an index of id -> number, shared with the values `plus` made from this one (each adds its ids with
+    higher numbers), and the count of numbers this value holds."""
 
-    __slots__ = ("_index", "_low", "_high", "_parts", "json")
+    __slots__ = ("_index", "_high", "json")
     _index: dict[str, int]
-    _low: int
     _high: int
-    _parts: list[str]
     json: str  # the ids as a JSON array's items, "," between them
 
     def __init__(self, ids: Iterable[str] = ()) -> None:
         super().__init__(ids)
         self._index = {i: n for n, i in enumerate(self)}
-        self._low, self._high = 0, len(self)
-        self._parts = [to_json(i) for i in self]
-        self.json = ",".join(self._parts)
+        self._high = len(self)
+        self.json = ",".join(map(to_json, self))
 
     def __contains__(self, item: object) -> bool:
         number = self._index.get(item)  # type: ignore[call-overload] - any object may be asked for
-        return number is not None and self._low <= number < self._high
+        return number is not None and number < self._high
 
     def plus(self, ids: Sequence[str]) -> _Done:
-        """These ids and then `ids`, the newest `_DONE_KEPT` of them."""
-        added = [to_json(i) for i in ids]
-        kept, parts = [*self, *ids], [*self._parts, *added]
-        text = ",".join([self.json, *added]) if self.json else ",".join(added)
-        dropped = max(0, len(kept) - _DONE_KEPT)
-        if dropped:
-            text = text[sum(len(p) for p in parts[:dropped]) + dropped :]
-            kept, parts = kept[dropped:], parts[dropped:]
+        """These ids and then `ids`."""
+        if any(i in self for i in ids):  # answered again: its new number in the shared index would hide it here
+            return _Done([*self, *ids])
         done = _Done.__new__(_Done)
-        list.__init__(done, kept)
-        done._low, done._high = self._low + dropped, self._high + len(ids)
-        # A fresh index once the shared one holds many ids long dropped, or when an id is answered again (its new
-        # number in the shared index would take it out of this value).
-        if len(self._index) > 2 * _DONE_KEPT or any(i in self for i in ids):
-            done._index = {i: n for n, i in enumerate(kept, start=done._low)}
-        else:
-            done._index = self._index
-            for n, i in enumerate(ids, start=self._high):
-                done._index[i] = n
-        done._parts, done.json = parts, text
+        list.__init__(done, [*self, *ids])
+        done._index, done._high = self._index, self._high + len(ids)
+        for n, i in enumerate(ids, start=self._high):
+            done._index[i] = n
+        added = ",".join(map(to_json, ids))
+        done.json = f"{self.json},{added}" if self.json and added else self.json or added
         return done
 
 
@@ -131,10 +122,8 @@ def _done_of(value: dict[str, Any]) -> _Done:
     return done
 
 
-def _encode_history(value: dict[str, Any]) -> bytes:
-    """A history value as JSON, each turn's from its `_Turn` and the answered ids from their `_Done` (made so here
-    when read from the server)."""
-    turns = value["turns"]
+def _turns_json(turns: list[dict[str, Any]]) -> list[str]:
+    """The JSON of each of `turns`, from its `_Turn` (each turn read from the server is made one, in `turns`)."""
     parts = []
     for i, turn in enumerate(turns):
         if not isinstance(turn, _Turn):
@@ -142,11 +131,65 @@ def _encode_history(value: dict[str, Any]) -> bytes:
         if turn.json is None:
             turn.json = to_json(turn)
         parts.append(turn.json)
-    head = '{"turns":[' + ",".join(parts) + "]"
+    return parts
+
+
+def _encode_history(value: dict[str, Any]) -> bytes:
+    """A history head as JSON, each turn's from its `_Turn` and the answered ids from their `_Done` (made so here
+    when read from the server)."""
+    head = '{"turns":[' + ",".join(_turns_json(value["turns"])) + "]"
     if "done" in value:
         head += ',"done":[' + _done_of(value).json + "]"
     rest = to_json({k: v for k, v in value.items() if k not in ("turns", "done")})
     return (head + ("," + rest[1:] if rest != "{}" else "}")).encode()
+
+
+class _Seal(NamedTuple):
+    """A chunk a head's next write seals: stored (a plain put) before the head that names it."""
+
+    key: str
+    data: bytes
+    decoded: Any  # as `_Chunks` keeps it: a list of `_Turn`s, or a frozenset of ids
+
+
+def _digest(data: bytes) -> str:
+    """A chunk's name within its session: a hash of its content, so a write made again from the same head (after a
+    crash, or a lost race) puts the same content under the same key, never another content."""
+    return hashlib.blake2b(data, digest_size=12).hexdigest()
+
+
+def _seal_turns(key: str, turns: list[dict[str, Any]]) -> tuple[_Seal, list[Any]]:
+    """The chunk of `turns` of the session under `key`, and its reference in its head ([digest, turn count])."""
+    data = ('{"turns":[' + ",".join(_turns_json(turns)) + "]}").encode()
+    digest = _digest(data)
+    return _Seal(f"{key}.t.{digest}", data, list(turns)), [digest, len(turns)]
+
+
+def _seal_ids(key: str, number: int, done: _Done) -> tuple[_Seal, list[Any]]:
+    """The chunk of the answered ids `done` of the session under `key`, sealed by its turn `number` (which makes
+    each chunk's content its own), and its reference in its head ([digest, id count])."""
+    data = f'{{"next":{number},"done":[{done.json}]}}'.encode()
+    digest = _digest(data)
+    return _Seal(f"{key}.d.{digest}", data, frozenset(done)), [digest, len(done)]
+
+
+def _drop_old(chunks: list[list[Any]], newer: int, kept: int) -> list[list[Any]]:
+    """Take the oldest references out of `chunks` (oldest first, each ending with its count of items) while the
+    chunks after them and the head's `newer` items hold `kept` items without them; return them."""
+    total = newer + sum(c[-1] for c in chunks)
+    dropped = []
+    while chunks and total - chunks[0][-1] >= kept:
+        total -= chunks[0][-1]
+        dropped.append(chunks.pop(0))
+    return dropped
+
+
+def _chunk_turns(value: dict[str, Any]) -> list[_Turn]:
+    return [_Turn(t) for t in value["turns"]]
+
+
+def _chunk_ids(value: dict[str, Any]) -> frozenset[str]:
+    return frozenset(value["done"])
 
 
 async def _write(
@@ -168,6 +211,59 @@ async def _write(
 
 
 _Change = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+
+
+class _Answered:
+    """The ids a session's turns answered: its head's and those of the sealed chunks its head names."""
+
+    __slots__ = ("_head", "_sealed")
+
+    def __init__(self, head: _Done, sealed: Sequence[frozenset[str]]) -> None:
+        self._head = head
+        self._sealed = sealed
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._head or any(item in ids for ids in self._sealed)
+
+
+class _ChunkGone(HistoryError):
+    """A head named a chunk that is no longer stored: the head was read before a later write dropped the chunk."""
+
+
+class _Chunks:
+    """Sealed chunks of session histories as decoded, the newest `size` used. A chunk never changes (its key is a
+    hash of its content), so a worker reads each at most once while it is kept here, whoever owns its session."""
+
+    def __init__(self, size: int = 1_024) -> None:
+        self._size = size
+        self._decoded: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, key: str) -> Any:
+        """The chunk under `key` as decoded, if it is kept here (None otherwise)."""
+        found = self._decoded.get(key)
+        if found is not None:
+            self._decoded.move_to_end(key)
+        return found
+
+    def keep(self, key: str, decoded: Any) -> None:
+        """Keep a chunk read or written."""
+        self._decoded[key] = decoded
+        if len(self._decoded) > self._size:
+            self._decoded.popitem(last=False)
+
+    async def load(self, kv: KeyValue, keys: Sequence[str], decode: Callable[[dict[str, Any]], Any]) -> list[Any]:
+        """The chunks under `keys`, decoded by `decode`; those not kept here are read together. `_ChunkGone` when
+        one is not stored."""
+        found = {k: self.get(k) for k in keys}
+        missing = [k for k, decoded in found.items() if decoded is None]
+        if not missing:
+            return list(found.values())
+        for key, (value, _) in zip(missing, await asyncio.gather(*(_read(kv, k) for k in missing)), strict=True):
+            if value is None:
+                raise _ChunkGone(f"the history chunk {key} is not stored (the head naming it is old)")
+            found[key] = decoded = decode(value)
+            self.keep(key, decoded)
+        return [found[k] for k in keys]
 
 
 class _OwnedValues:
@@ -211,15 +307,28 @@ class _OwnedValues:
         change: _Change,
         what: str,
         encode: Callable[[dict[str, Any]], bytes] = _encode,
+        load: Callable[[str, dict[str, Any] | None], Awaitable[Any] | None] | None = None,
+        store: Callable[[str], Awaitable[None] | None] | None = None,
     ) -> dict[str, Any] | None:
         """Apply `change` to the value under `key` by compare-and-set, starting from the value in memory, and
-        again from the server's whenever another writer came first."""
+        again from the server's whenever another writer came first. `load(key, value)` runs before each `change`
+        (to read what `change` needs besides the value; a `_ChunkGone` from either reads the value again), and
+        `store(key)` after it, before the new value is written (to store what the new value names); what they
+        return is awaited."""
         slot = (kv._name, key)
         for _ in range(_CAS_TRIES):
             value, revision = await self.read(kv, key, sid)
-            new = change(value)
+            try:
+                if load is not None and (loading := load(key, value)) is not None:
+                    await loading
+                new = change(value)
+            except _ChunkGone:  # read a value another writer has moved on from
+                self._values.pop(slot, None)
+                continue
             if new is value:
                 return value
+            if store is not None and (storing := store(key)) is not None:
+                await storing
             try:
                 written = await _write(self._bus, kv, key, new, revision, encode)
             except BaseException:  # it may have been stored with its answer lost: read it again next time
@@ -232,6 +341,10 @@ class _OwnedValues:
             self._keep(slot, sid, new, written)
             return new
         raise HistoryError(f"{what}: gave up after {_CAS_TRIES} concurrent writers")
+
+    def drop(self, kv: KeyValue, key: str) -> None:
+        """Read the value under `key` from the server next time."""
+        self._values.pop((kv._name, key), None)
 
     def forget(self, partition: int) -> None:
         """Ownership of `partition` changed: its sessions' values are read from the server again."""
@@ -270,6 +383,8 @@ class ClusterHistory:
         self._owns = owns
         self._confirm = confirm
         self._values = _OwnedValues(bus, owns)
+        self._chunks = _Chunks()
+        self._sealing: dict[str, list[_Seal]] = {}  # session key -> chunks its next head write names, to store first
         #: Ids of messages whose turn could not begin (its batch was not written down): not done, left parked
         #: for the partition's next owner or this worker's sweep.
         self.abandoned: set[str] = set()
@@ -327,11 +442,53 @@ class ClusterHistory:
         _done_of(value)
         return value
 
+    async def _with_chunks(self, sid: str, job: Callable[[str, dict[str, Any]], Awaitable[T]]) -> T:
+        """`job(key, head)` on the session's head, read again from the server when a chunk it names is gone (a
+        later write dropped it: the head was old)."""
+        key = encode_key(sid)
+        for _ in range(_CAS_TRIES):
+            try:
+                return await job(key, await self._session(sid))
+            except _ChunkGone:
+                self._values.drop(self._kv, key)
+        raise HistoryError(f"reading the history of {sid}: its chunks kept moving")
+
+    async def _turns(self, sid: str, want: int | None) -> list[dict[str, Any]]:
+        """The session's newest `want` turns (all it keeps, for None), oldest first: the head's, and before them
+        those of as many sealed chunks, newest first, as it takes."""
+        want = self.keep if want is None else min(want, self.keep)
+        head = await self._session(sid)
+        if len(head["turns"]) >= want or "chunks" not in head:  # most turns: nothing sealed to read
+            return head["turns"][-want:] if want else []
+
+        async def job(key: str, head: dict[str, Any]) -> list[dict[str, Any]]:
+            turns: list[dict[str, Any]] = head["turns"]
+            have, needed = len(turns), []
+            for digest, count in reversed(head.get("chunks", ())):
+                if have >= want:
+                    break
+                needed.append(f"{key}.t.{digest}")
+                have += count
+            if needed:
+                sealed = await self._chunks.load(self._kv, needed[::-1], _chunk_turns)
+                turns = [turn for chunk in sealed for turn in chunk] + turns
+            return turns[-want:] if want else []
+
+        return await self._with_chunks(sid, job)
+
+    async def _answered_ids(self, sid: str) -> Container[str]:
+        """The ids of the messages the session's turns answered (its newest `_DONE_KEPT` or more)."""
+        return await self._with_chunks(sid, self._answered_in)
+
     async def get_history(self, sid: str) -> list[ChatMessage]:
         """The newest turns' messages within `max_turns` and `max_tokens` (whole turns), oldest first."""
-        turns = (await self.patiently(sid, f"reading the history of {sid}", lambda: self._session(sid)))["turns"]
-        if self.max_turns is not None:
-            turns = turns[-self.max_turns :] if self.max_turns else []
+        what = f"reading the history of {sid}"
+        head = await self.patiently(sid, what, lambda: self._session(sid))
+        want = self.keep if self.max_turns is None else min(self.max_turns, self.keep)
+        turns = head["turns"]
+        if len(turns) < want and "chunks" in head:  # older turns are sealed in chunks
+            turns = await self.patiently(sid, what, lambda: self._turns(sid, want))
+        turns = turns[-want:] if want else []
         picked: list[dict[str, Any]] = []
         used = 0
         for turn in reversed(turns):
@@ -343,7 +500,10 @@ class ClusterHistory:
 
     async def is_done(self, sid: str, message_id: str) -> bool:
         """Whether the message `message_id` of `sid` was answered by a stored turn."""
-        return message_id in (await self._session(sid))["done"]
+        head = await self._session(sid)
+        if "sealed" not in head:  # most sessions: all their answered ids in the head
+            return message_id in head["done"]
+        return message_id in await self._answered_ids(sid)
 
     async def seen(self, sid: str, message_id: str) -> bool:
         """Whether the message `message_id` of `sid` was answered, or is parked waiting for a turn: a second copy
@@ -357,9 +517,9 @@ class ClusterHistory:
     async def append_turn(
         self, sid: str, messages: list[ChatMessage], meta: dict[str, Any] | None = None, *, done: Sequence[str] = ()
     ) -> int:
-        """Store a turn and the ids it answered in one compare-and-set; a turn whose ids are all stored already
-        (a redelivery that raced) is not stored twice. Then the parked ids leave the buffers and every id is
-        acknowledged. Returns the turn's number within its session."""
+        """Store a turn and the ids it answered in one compare-and-set of the session's head; a turn whose ids are
+        all stored already (a redelivery that raced) is not stored twice. Then the parked ids leave the buffers and
+        every id is acknowledged. Returns the turn's number within its session."""
         record = {
             "at": time.time(),
             "tokens": estimate_tokens(messages),
@@ -368,24 +528,123 @@ class ClusterHistory:
         }
         if done and not self._owns(sid):  # the partition moved on: its new owner redoes this turn
             raise PartitionMoved(f"turn of {sid} not stored: its partition moved to another worker")
+        key = encode_key(sid)
         number = 0
+        gone: list[str] = []  # chunks the head stopped naming, to remove once it is written
 
         def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
             nonlocal number
             value = value or {"next": 1, "turns": [], "done": _Done()}
-            answered = _done_of(value)
-            if done and all(i in answered for i in done):
-                return value
+            if done:
+                answered = self._answered_loaded(key, value)
+                if all(i in answered for i in done):
+                    return value
             number = value["next"]
-            turns = [*value["turns"], _Turn(id=number, **record)][-self.keep :]
-            return {"next": number + 1, "turns": turns, "done": answered.plus(done)}
+            head, seals, dropped = self._next_head(key, value, _Turn(id=number, **record), done)
+            self._sealing[key] = seals
+            gone[:] = [*value.get("gone", ()), *dropped] if dropped else ()
+            return head
 
         what = f"storing a turn of {sid}"
         await self.patiently(
-            sid, what, lambda: self._values.change(self._kv, encode_key(sid), sid, change, what, _encode_history)
+            sid,
+            what,
+            lambda: self._values.change(
+                self._kv, key, sid, change, what, _encode_history, self._load_sealed, self._store_sealed
+            ),
         )
+        if gone:  # and those dropped last time again, in case that was cut short
+            await self._remove_chunks(key, gone)
         await self._finish(done, stored=True)
         return number
+
+    def _next_head(
+        self, key: str, value: dict[str, Any], turn: _Turn, done: Sequence[str]
+    ) -> tuple[dict[str, Any], list[_Seal], list[str]]:
+        """The head after `value` with `turn` and its answered ids `done`; the chunks to store before it (the turns
+        or ids of `value` past their size, sealed); the names of the chunks it no longer names. A function of the
+        committed `value` alone, so a write made again after a crash seals the same chunks."""
+        turns, ids, size = value["turns"], _done_of(value), value.get("size")
+        if size is None:  # a head of the single-value layout
+            size = sum(len(j) for j in _turns_json(turns))
+        chunks, sealed, seals = value.get("chunks"), value.get("sealed"), []
+        if size >= _HEAD_BYTES and turns:
+            seal, reference = _seal_turns(key, turns)
+            seals.append(seal)
+            chunks = [*(chunks or ()), reference]
+            turns, size = [], 0
+        if len(ids) >= _HEAD_IDS:
+            seal, reference = _seal_ids(key, value["next"], ids)
+            seals.append(seal)
+            sealed = [*(sealed or ()), reference]
+            ids = _Done()
+        turn.json = to_json(turn)
+        turns = [*turns, turn]
+        if len(turns) > self.keep:
+            turns = turns[-self.keep :]
+            size = sum(len(j) for j in _turns_json(turns))
+        else:
+            size += len(turn.json)
+        head: dict[str, Any] = {"next": value["next"] + 1, "turns": turns, "done": ids.plus(done), "size": size}
+        dropped: list[str] = []
+        if chunks:
+            chunks = [*chunks]
+            dropped += [f"t.{d}" for d, _ in _drop_old(chunks, len(turns), self.keep)]
+            if chunks:
+                head["chunks"] = chunks
+        if sealed:
+            sealed = [*sealed]
+            dropped += [f"d.{d}" for d, _ in _drop_old(sealed, len(head["done"]), _DONE_KEPT)]
+            if sealed:
+                head["sealed"] = sealed
+        if dropped or value.get("gone"):
+            head["gone"] = dropped or value["gone"]
+        return head, seals, dropped
+
+    def _load_sealed(self, key: str, value: dict[str, Any] | None) -> Awaitable[Any] | None:
+        """Before a turn is stored on `value`: read the answered ids of the chunks it names (`_answered_loaded`)."""
+        if value is None or "sealed" not in value:
+            return None
+        return self._chunks.load(self._kv, [f"{key}.d.{d}" for d, _ in value["sealed"]], _chunk_ids)
+
+    def _answered_loaded(self, key: str, value: dict[str, Any]) -> Container[str]:
+        """The ids answered as `value` says, its chunks' read by `_load_sealed` just before."""
+        done = _done_of(value)
+        if "sealed" not in value:
+            return done
+        sealed = [self._chunks.get(f"{key}.d.{d}") for d, _ in value["sealed"]]
+        if any(ids is None for ids in sealed):  # not kept meanwhile: the caller reads the value again
+            raise _ChunkGone(f"the answered ids of {decode_key(key)} were not kept")
+        return _Answered(done, sealed)
+
+    def _store_sealed(self, key: str) -> Awaitable[None] | None:
+        """Before a head is written: store the chunks it names that `_next_head` sealed."""
+        seals = self._sealing.pop(key, None)
+        return self._store_chunks(seals) if seals else None
+
+    async def _answered_in(self, key: str, head: dict[str, Any]) -> Container[str]:
+        """The ids answered as `head` says: its own and those of the chunks it names."""
+        done = _done_of(head)
+        if not head.get("sealed"):
+            return done
+        return _Answered(
+            done, await self._chunks.load(self._kv, [f"{key}.d.{d}" for d, _ in head["sealed"]], _chunk_ids)
+        )
+
+    async def _store_chunks(self, seals: list[_Seal]) -> None:
+        """Store sealed chunks (plain puts: a chunk nothing names yet is harmless) before the head that names them."""
+        await asyncio.gather(*(self.bus.put(self._kv, s.key, s.data) for s in seals))
+        for seal in seals:
+            self._chunks.keep(seal.key, seal.decoded)
+
+    async def _remove_chunks(self, key: str, names: Sequence[str]) -> None:
+        """Remove chunks the session's head no longer names (`t.*`: all its turn chunks); one left behind (the
+        server away) is removed again at the head's next drop, or stays as a harmless orphan."""
+        try:
+            for name in dict.fromkeys(names):
+                await self.bus.purge(self._kv, f"{key}.{name}")
+        except NATS_ERRORS as exc:
+            logger.warning("cluster: old history chunks of %s stay for now: %s", decode_key(key), exc)
 
     def mark_done(self, ids: Sequence[str]) -> Awaitable[None] | None:
         """The messages `ids` are answered without a turn (discarded, stopped): unpark and acknowledge them."""
@@ -429,30 +688,35 @@ class ClusterHistory:
 
     async def list_turns(self, sid: str, limit: int | None = None) -> list[Turn]:
         """The session's stored turns, oldest first (the newest `limit`)."""
-        turns = (await self._session(sid))["turns"]
-        if limit is not None:
-            turns = turns[-limit:] if limit else []
         return [
-            Turn(t["id"], sid, t["at"], [ChatMessage.from_dict(m) for m in t["messages"]], t["meta"]) for t in turns
+            Turn(t["id"], sid, t["at"], [ChatMessage.from_dict(m) for m in t["messages"]], t["meta"])
+            for t in await self._turns(sid, limit)
         ]
 
     async def clear(self, sid: str) -> int:
         """Delete the session's turns (the ids it answered stay, so a redelivery is still recognised)."""
+        key = encode_key(sid)
         count = 0
+        gone: list[str] = []
 
         def change(value: dict[str, Any] | None) -> dict[str, Any] | None:
             nonlocal count
-            if not value or not value["turns"]:
+            chunks = value.get("chunks", ()) if value else ()
+            if not value or not (value["turns"] or chunks):
                 return value
-            count = len(value["turns"])
-            return {**value, "turns": []}
+            count = min(len(value["turns"]) + sum(n for _, n in chunks), self.keep)
+            gone[:] = [*value.get("gone", ()), *(f"t.{d}" for d, _ in chunks)]
+            head = {k: v for k, v in value.items() if k not in ("chunks", "size")}
+            return {**head, "turns": [], **({"gone": gone[:]} if gone else {})}
 
-        await self._values.change(self._kv, encode_key(sid), sid, change, f"clearing {sid}")
+        await self._values.change(self._kv, key, sid, change, f"clearing {sid}")
+        if gone:
+            await self._remove_chunks(key, [*gone, "t.*"])  # and any turn chunk a crash left unnamed
         return count
 
     async def sessions(self) -> list[str]:
         """Every session with a stored value, sorted."""
-        return sorted(decode_key(e.key) for e in await self.bus.entries("history"))
+        return sorted(decode_key(e.key) for e in await self.bus.entries("history", "*"))
 
     # -- buffered messages ------------------------------------------------------------------------------------------
 
@@ -564,7 +828,7 @@ class ClusterHistory:
     ) -> tuple[list[list[str]], dict[str, dict[str, Any]]] | None:
         if not value:
             return None
-        answered = (await self._session(sid))["done"]
+        answered = await self._answered_ids(sid)
         messages = {e["id"]: e["data"] for e in value["messages"] if e["id"] not in answered}
         turns = [[i for i in t if i in messages] for t in value.get("turns", [])]
         for message_id in messages:

@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import chain as _iter_chain
 from itertools import compress, count, islice
 from operator import is_not
 from typing import Any, Protocol
@@ -177,11 +178,12 @@ def _request_state(req: Any, tag_set: Any, last: Any = None, same: _Seen | None 
         sections, parts, prompts, user = last[0], last[3], same.prompts, same.user
     else:
         prompts, user = list(req.system_prompt), list(req.user_prompt)
+        # Tuples of strings: the garbage collector stops walking them once it has seen them.
         try:  # `Prompt`s, read in C from their slots
-            sections, parts = list(map(section_fields, prompts)), list(map(part_fields, user))
+            sections, parts = _flat(map(section_fields, prompts)), tuple(map(part_fields, user))
         except AttributeError:  # another type, whose changes `PROMPT_EDITS` does not count: compared at each hook
-            sections = [(p.name, p.source, p.content) for p in prompts]
-            parts = [(p.content, p.end, p.persist) for p in user]  # the parts, not the list: edited in place too
+            sections = tuple([field for p in prompts for field in (p.name, p.source, p.content)])
+            parts = tuple([(p.content, p.end, p.persist) for p in user])  # the parts, not the list: edited in place
             reusable = False
     tool_set = req.tool_set
     if isinstance(tool_set, ToolSet):
@@ -198,12 +200,23 @@ def _request_state(req: Any, tag_set: Any, last: Any = None, same: _Seen | None 
     return (sections, tools, tags, parts, tool_version, tag_version), seen
 
 
-def _sections(prompts: Iterable[Prompt]) -> tuple[tuple[str, str, str], ...]:
-    """Each section's `(name, source, content)`."""
+def _flat(triples: Iterable[tuple[str, str, str]]) -> tuple[str, ...]:
+    """`triples` one after another in one tuple: one object a request (a tuple per section is one more for the garbage
+    collector to walk, a dozen a model call); `_triples` gives them back."""
+    return tuple(_iter_chain.from_iterable(triples))
+
+
+def _triples(flat: tuple[str, ...]) -> Iterator[tuple[str, str, str]]:
+    """The `(name, source, content)` of each section of a flat snapshot (`_flat`)."""
+    return zip(flat[0::3], flat[1::3], flat[2::3], strict=True)
+
+
+def _sections(prompts: Iterable[Prompt]) -> tuple[str, ...]:
+    """Each section's name, source and content, one after another (`_flat`)."""
     try:
-        return tuple(map(section_fields, prompts))  # `Prompt`s, read in C from their slots
+        return _flat(map(section_fields, prompts))  # `Prompt`s, read in C from their slots
     except AttributeError:  # another type
-        return tuple([(p.name, p.source, p.content) for p in prompts])
+        return tuple([field for p in prompts for field in (p.name, p.source, p.content)])
 
 
 def _chain(event: Any, args: tuple[Any, ...]) -> Any:
@@ -257,15 +270,15 @@ def _changes(probe: Any, before: Any, after: Any) -> tuple[list[str], dict[str, 
     (p0, t0, g0, u0), (p1, t1, g1, u1) = before[:4], after[:4]  # then the sets' versions
     # A hook mostly changes one of these: the others are compared whole (in C) before they are walked.
     if p0 != p1:
-        old = {(name, i): (source, content) for i, (name, source, content) in enumerate(p0)}
-        for i, (name, source, content) in enumerate(p1):
+        old = {(name, i): (source, content) for i, (name, source, content) in enumerate(_triples(p0))}
+        for i, (name, source, content) in enumerate(_triples(p1)):
             known = old.get((name, i))
             if known is None:
                 lines.append(f"prompt section {name!r} added (source {source!r}): {_cut(content, 200)!r}")
             elif known[1] != content:
                 lines.append(f"prompt section {name!r} edited: {_cut(content, 200)!r}")
         if len(p1) < len(p0):
-            lines.append(f"{len(p0) - len(p1)} prompt section(s) removed")
+            lines.append(f"{(len(p0) - len(p1)) // 3} prompt section(s) removed")
     if t0 != t1:
         lines += [f"tool {name!r} added" for name in t1 if name not in t0]
         lines += [f"tool {name!r} removed" for name in t0 if name not in t1]
@@ -325,7 +338,7 @@ class HookCall:
 class _Extra:
     """The rarely needed part of a dispatch record: snapshots, failures, the end, a stop, an own trace."""
 
-    __slots__ = ("probe", "obj", "args", "states", "failures", "ended", "stopped", "owned", "seen")
+    __slots__ = ("probe", "obj", "args", "states", "failures", "ended", "stopped", "owned")
 
     def __init__(self, probe: Callable[[Any, tuple[Any, ...]], Any] | None, obj: Any, args: tuple[Any, ...]) -> None:
         self.probe = probe
@@ -336,7 +349,6 @@ class _Extra:
         self.ended = False
         self.stopped = False
         self.owned: tuple[Any, Any] | None = None  # (trace, context token) of a trace the dispatch started itself
-        self.seen: _Seen | None = None  # a request's sections and parts at its last snapshot (`_request_state`)
 
 
 class _ClosingRecord(list):
@@ -404,13 +416,18 @@ class _StrategyRecord(_ClosingRecord):
 
 class _RequestRecord(_ProbedRecord):
     """A probed record of a model request: the last snapshot is reused while no `Prompt` was edited since, the
-    request holds the same sections and user prompt parts, and its tool and tag sets' versions stay."""
+    request holds the same sections and user prompt parts, and its tool and tag sets' versions stay. `seen` is what
+    says so (`_Seen`, None when the request holds other types); the snapshots after hooks that changed nothing are
+    filled in at the next change or when the record closes, as `_StrategyRecord` does."""
 
-    __slots__ = ()
+    __slots__ = ("seen",)
+
+    def __init__(self, chain: tuple[HookLike, ...], extra: _Extra, seen: _Seen | None) -> None:
+        super().__init__(chain, extra)
+        self.seen = seen
 
     def append(self, at: int) -> None:  # the engine's `mark`
-        extra = self.extra
-        seen = extra.seen
+        seen = self.seen
         # Most hooks change nothing: a count, two lists compared by their items' identities (in C), a set's identity
         # and two versions say so, where reading every section's three fields cost some 16 k instructions a hook.
         if seen is not None:
@@ -423,21 +440,28 @@ class _RequestRecord(_ProbedRecord):
                 and seen.tool_set.version == seen.tool_version
                 and seen.tag_set.version == seen.tag_version
             ):
-                states = extra.states
-                states.append(states[-1])
                 _list_append(self, at)
                 return
+        extra = self.extra
         states = extra.states
         last = states[-1]
+        # `states[i]` is the snapshot before hook i: the hooks since the last one kept it.
+        states += [last] * (len(self) - READINGS - len(states))
         req, tag_set = extra.args
-        state, extra.seen = _request_state(
+        state, self.seen = _request_state(
             req, tag_set, last, seen if seen is not None and seen.same_prompts() else None
         )
         states.append(last if state == last else state)
         _list_append(self, at)
 
+    def close(self) -> None:
+        """The dispatch is over: a snapshot after every hook, and the request let go."""
+        states = self.extra.states
+        states += [states[-1]] * (len(self) - READINGS - len(states))
+        self.seen = None
 
-_RECORDS: dict[Any, type[_ProbedRecord | _StrategyRecord]] = {_strategy: _StrategyRecord, _request: _RequestRecord}
+
+_RECORDS: dict[Any, type[_ProbedRecord | _StrategyRecord]] = {_strategy: _StrategyRecord}
 
 
 #: Where a dispatch record's clock readings begin (after the chain and the `_Extra` slot).
@@ -463,10 +487,10 @@ def probed_record(probe: _Probe, event: Any, args: tuple[Any, ...], chain: tuple
     """The record of a dispatch whose event `probe` snapshots: now, and after each hook."""
     extra = _Extra(probe, event, args)
     if probe is _request:  # with what the next hooks' snapshots reuse it by
-        state, extra.seen = _request_state(*args)
+        state, seen = _request_state(*args)
         extra.states.append(state)
-    else:
-        extra.states.append(probe(event, args))
+        return _RequestRecord(chain, extra, seen)
+    extra.states.append(probe(event, args))
     return _RECORDS.get(probe, _ProbedRecord)(chain, extra)
 
 
@@ -476,10 +500,10 @@ def end_record(record: list[Any], event: Any) -> _Extra:
     extra = record[1]
     if extra is None:
         extra = record[1] = _Extra(None, None, ())
-    elif type(record) is _StrategyRecord:
+    elif type(record) is _StrategyRecord or type(record) is _RequestRecord:
         record.close()
     extra.ended = True
-    extra.obj = extra.args = extra.seen = None
+    extra.obj = extra.args = None
     if event.is_stopped:
         extra.stopped = True
     return extra
@@ -920,18 +944,18 @@ def _compact_item(item: dict[str, Any], table: HookTable) -> dict[str, Any]:
     out = dict(item)
     section = table.section
     out["system_prompt"] = [
-        section(p) or {"name": p[0], "source": p[1], "content": _cut(p[2])} for p in sections if p[2]
+        section(p) or {"name": p[0], "source": p[1], "content": _cut(p[2])} for p in _triples(sections) if p[2]
     ]
     return out
 
 
 def _rendered(item: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a timeline item as JSON data: a model call's sections, kept as `(name, source, content)` tuples
-    while the turn runs, become dicts (the empty ones left out)."""
+    """A copy of a timeline item as JSON data: a model call's sections, kept as one tuple of their names, sources
+    and contents while the turn runs (`_sections`), become dicts (the empty ones left out)."""
     out = dict(item)
     sections = out.get("system_prompt")
     if type(sections) is tuple:
-        out["system_prompt"] = [{"name": n, "source": s, "content": _cut(c)} for n, s, c in sections if c]
+        out["system_prompt"] = [{"name": n, "source": s, "content": _cut(c)} for n, s, c in _triples(sections) if c]
     return out
 
 

@@ -638,8 +638,8 @@ class ClusterHistory:
             self._chunks.keep(seal.key, seal.decoded)
 
     async def _remove_chunks(self, key: str, names: Sequence[str]) -> None:
-        """Remove chunks the session's head no longer names (`t.*`: all its turn chunks); one left behind (the
-        server away) is removed again at the head's next drop, or stays as a harmless orphan."""
+        """Remove chunks the session's head no longer names; one left behind (the server away) is removed again at
+        the head's next drop, or stays as a harmless orphan."""
         try:
             for name in dict.fromkeys(names):
                 await self.bus.purge(self._kv, f"{key}.{name}")
@@ -711,7 +711,8 @@ class ClusterHistory:
 
         await self._values.change(self._kv, key, sid, change, f"clearing {sid}")
         if gone:
-            await self._remove_chunks(key, [*gone, "t.*"])  # and any turn chunk a crash left unnamed
+            # Only those it named: a pattern would take a chunk a turn stored meanwhile sealed and named.
+            await self._remove_chunks(key, gone)
         return count
 
     async def sessions(self) -> list[str]:

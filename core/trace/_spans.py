@@ -7,6 +7,7 @@ line, the changes a hook made) is worked out when the trace is read, from what w
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import chain as _iter_chain
 from itertools import compress, count, islice
+from json.encoder import encode_basestring
 from operator import is_not
 from typing import Any, Protocol
 
@@ -717,48 +719,96 @@ def extra_notes(made_of: tuple[Any, ...] | dict[str, Any], readings: int) -> dic
 
 def render_compact(
     texts: tuple[Any, ...] | list[Any], numbers: tuple[Any, ...] | list[Any], extras: list[Any], table: HookTable
-) -> dict[str, Any]:
-    """A trace as the JSON-lines file has it, from `Trace.compact()`'s plain data: each dispatch a row `[number,
-    *at]`, the readings in microseconds since the trace started, from which a reader works out everything else, or
-    (a hook that did more than return) an object with the same `chain` and `at` plus `notes` by hook index for
-    those hooks; `expand_rows` turns both back into `hooks`. `extras` are what the data's notes are made of (or the
-    notes, from `extra_notes`); `table` names the chains (its `hooks` and `chains` as the event loop's table numbered
-    them) and numbers the system prompt sections seen before. The writer's work, off the event loop."""
+) -> str:
+    """A trace as the JSON-lines file has it (the line's JSON text, without its newline), from `Trace.compact()`'s
+    plain data: each dispatch a row `[number, *at]`, the readings in microseconds since the trace started, from which
+    a reader works out everything else, or (a hook that did more than return) an object with the same `chain` and
+    `at` plus `notes` by hook index for those hooks; `expand_rows` turns both back into `hooks`. `extras` are what
+    the data's notes are made of (or the notes, from `extra_notes`); `table` names the chains (its `hooks` and
+    `chains` as the event loop's table numbered them) and numbers the system prompt sections seen before. The
+    writer's work, off the event loop: the text is what `json.dumps(..., ensure_ascii=False, default=str,
+    separators=(",", ":"))` gives of the trace's dict, the rows (plain ints) joined in C rather than encoded."""
     trace_id, kind, name, sid, started_at, outcome, error, items, logs, dropped, messages = texts
     started_ns, ended_ns, records, message_numbers = numbers
-    base = started_ns - 500
-    timeline: list[Any] = []
+    base = started_ns - 500  # to the nearest microsecond in integers (half the cost of float arithmetic and `round()`)
+    starts: list[float] = []  # each timeline part's `start_ms`, which orders them
+    parts: list[Any] = []  # a row's `(number, readings)`, or the JSON text of any other part
     for entry in records:
         if type(entry) is dict:
-            timeline.append(entry)
+            starts.append(entry["start_ms"])
+            parts.append(_json(entry))
             continue
-        # To the nearest microsecond in integers (half the cost of float arithmetic and `round()`).
-        row = [entry[0]]
-        row += [(reading - base) // 1000 for reading in entry[1]]
+        readings = entry[1]
+        starts.append((readings[0] - base) // 1000 / 1e3)
         if len(entry) == 3:
-            notes = extra_notes(extras[entry[2]], len(entry[1]))
+            notes = extra_notes(extras[entry[2]], len(readings))
             if notes:
                 hooks = table.hooks
                 names = [hooks[n - 1] for n in table.chains[entry[0] - 1]]
-                timeline.append(_noted_item(entry[0], row[1:], names, notes))
+                at = [(reading - base) // 1000 for reading in readings]
+                parts.append(_json(_noted_item(entry[0], at, names, notes)))
                 continue
-        timeline.append(row)
-    timeline += [_compact_item(item, table) for item in items]
-    timeline.sort(key=_start_ms)
-    return {
-        "id": trace_id,
-        "kind": kind,
-        "name": name,
-        "sid": sid,
-        "started_at": (_EPOCH + timedelta(microseconds=started_at)).isoformat(),
-        "duration_ms": round((ended_ns - started_ns) / 1e6, 3),
-        "outcome": outcome,
-        "error": error,
-        "messages": [render_compact(t, n, extras, table) for t, n in zip(messages, message_numbers, strict=True)],
-        "timeline": timeline,
-        "logs": list(logs),
-        "dropped": dropped,
-    }
+        parts.append(entry)
+    for item in items:
+        starts.append(item["start_ms"])
+        parts.append(_json(_compact_item(item, table)))
+    # The rows' ints go into one `%` format, in C: `str()` or the encoder at each int cost twice as much.
+    formats: list[str] = []
+    values: list[Any] = []
+    for i in sorted(range(len(parts)), key=starts.__getitem__):
+        part = parts[i]
+        if type(part) is str:
+            formats.append("%s")
+            values.append(part)
+        else:
+            readings = part[1]
+            formats.append(_ROW_FORMATS.get(len(readings)) or _row_format(len(readings)))
+            values.append(part[0])
+            values += [(reading - base) // 1000 for reading in readings]
+    timeline = ",".join(formats) % tuple(values)
+    nested = ",".join([render_compact(t, n, extras, table) for t, n in zip(messages, message_numbers, strict=True)])
+    return (
+        f'{{"id":{_value(trace_id)},"kind":{_value(kind)},"name":{_value(name)},"sid":{_value(sid)},'
+        f'"started_at":"{(_EPOCH + timedelta(microseconds=started_at)).isoformat()}",'
+        f'"duration_ms":{round((ended_ns - started_ns) / 1e6, 3)!r},"outcome":{_value(outcome)},'
+        f'"error":{_value(error)},"messages":[{nested}],"timeline":[{timeline}],'
+        f'"logs":{_json(logs) if logs else "[]"},"dropped":{_value(dropped)}}}'
+    )
+
+
+def _encoder() -> Callable[[Any], str]:
+    """`json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))`, its C encoder made once (`dumps`
+    makes one at each call, which cost more than encoding a timeline item). No check for circular data: plain data
+    from the pipe has none (a value that held itself would end in a `RecursionError`, as an error of its trace)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # a Python without the C accelerator
+        return json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":")).encode
+    encode = make(None, str, encode_basestring, None, ":", ",", False, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+_json = _encoder()
+
+
+#: The `%` format of a row by its number of readings (`_row_format`).
+_ROW_FORMATS: dict[int, str] = {}
+
+
+def _row_format(readings: int) -> str:
+    """The format of a row `[number, *at]` of `readings` readings, remembered for the next ones."""
+    form = _ROW_FORMATS[readings] = "[%d" + ",%d" * readings + "]"
+    return form
+
+
+def _value(value: Any) -> str:
+    """`value` as `_json` gives it, a string, None or an int without the encoder's setting up."""
+    if type(value) is str:
+        return encode_basestring(value)
+    if value is None:
+        return "null"
+    if type(value) is int:
+        return str(value)
+    return _json(value)
 
 
 def _notes(extra: _Extra, done: int, ended: bool) -> dict[str, dict[str, Any]]:
@@ -928,11 +978,6 @@ def _row_item(row: list[int], hooks: dict[str, list[Any]], chains: dict[str, lis
         "chain": row[0],
         "at": at,
     }
-
-
-def _start_ms(item: list[int] | dict[str, Any]) -> float:
-    """Where a timeline item of the JSON-lines file starts (a row's first reading is in microseconds)."""
-    return item[1] / 1e3 if isinstance(item, list) else item["start_ms"]
 
 
 def _compact_item(item: dict[str, Any], table: HookTable) -> dict[str, Any]:

@@ -124,8 +124,7 @@ class FileWriter:
 
     def _line(self, texts: tuple[Any, ...], numbers: tuple[Any, ...], extras: list[Any]) -> str:
         try:
-            rendered = render_compact(texts, numbers, extras, self._table)
-            return valid_text(json.dumps(rendered, ensure_ascii=False, default=str, separators=(",", ":"))) + "\n"
+            return valid_text(render_compact(texts, numbers, extras, self._table)) + "\n"
         except Exception:
             _log.exception("could not serialise trace %s", texts[0] if texts else "?")
             return ""

@@ -709,6 +709,20 @@ def extra_notes(made_of: tuple[Any, ...] | dict[str, Any], readings: int) -> dic
     pickle is sent the notes)."""
     if isinstance(made_of, dict):
         return made_of
+    probe, states, failures, stopped = made_of
+    if probe is not None and not failures and not stopped:
+        # The common case, `_notes` without its other cases: the hooks that changed what the probe watches (an
+        # unchanged snapshot is the previous object), each noted with its changes alone.
+        notes: dict[str, dict[str, Any]] = {}
+        for i in compress(count(), map(is_not, states, islice(states, 1, None))):
+            if i < readings - 1:
+                changes, strategy = _changes(probe, states[i], states[i + 1])
+                note: dict[str, Any] = {} if strategy is None else {"strategy": strategy}
+                if changes:
+                    note["changes"] = changes
+                if note:
+                    notes[str(i)] = note
+        return notes
     extra = _Extra(made_of[0], None, ())
     extra.states = made_of[1] or []
     extra.failures = made_of[2]

@@ -38,7 +38,7 @@ HEADER = struct.Struct("<I")
 def pack(frames: list[Frame]) -> bytes:
     """`frames` as the bytes of one batch on the pipe (see the module's docstring): the sink's whole work for a
     batch, in C but for a frame whose data `marshal` cannot take (an odd value in a tool call's arguments, say),
-    which goes through JSON first, or extras `pickle` cannot take, which go as their notes. The texts go as
+    whose odd values go as JSON gives them, or extras `pickle` cannot take, which go as their notes. The texts go as
     `marshal` version 4 (ASCII strings copied as they are), the numbers as version 2 (no table of the objects
     seen, which the readings, shared with the live records, would all enter)."""
     texts = [frame[:2] for frame in frames]
@@ -69,8 +69,23 @@ def _marshallable(part: Any) -> Any:
     try:
         marshal.dumps(part, 2)
     except ValueError:
-        return json.loads(json.dumps(part, ensure_ascii=False, default=str))
+        return _plain(part)
     return part
+
+
+def _plain(value: Any) -> Any:
+    """`value` with what `marshal` cannot take as JSON gives it (`str()` of an odd object), its tuples kept: the
+    writer tells a model call's sections by their tuple."""
+    kind = type(value)
+    if kind is tuple:
+        return tuple(map(_plain, value))
+    if kind is list:
+        return list(map(_plain, value))
+    if kind is dict and all(type(key) is str for key in value):
+        return {key: _plain(item) for key, item in value.items()}
+    if kind in (str, int, float, bool, bytes) or value is None:
+        return value
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def _as_notes(frame: Frame) -> list[Any]:

@@ -1,6 +1,8 @@
 """The JSON-lines writer's lines, byte for byte: varied traces in the plain data the event loop hands over
 (`Trace.compact`) rendered by `FileWriter`, against lines the writer wrote before its rendering was rewritten
-(`writer_lines.jsonl`): a reader of older files and newer ones sees the same text."""
+(`writer_lines.jsonl`): a reader of older files and newer ones sees the same text. (One line differs from what the
+writer wrote then, on purpose: a batch holding a value `marshal` cannot take used to write its model calls' sections
+as a flat list of strings; they are numbered now, as in every other line.)"""
 
 from __future__ import annotations
 
@@ -138,7 +140,8 @@ def _frames() -> list:
     numbers = (T0, T0 + 130_500_700, records, [message_numbers])
     failed = ("t2", "event", "", None, 1_700_000_000_900_000, "failed", "RuntimeError: no", (), (), 0, [])
     later = (T0 + 10**9, T0 + 10**9 + 1000, [(2, _readings(10**6, 500, 500))], [])
-    # A value `marshal` cannot take sends its whole batch through JSON (tuples become lists).
+    # A value `marshal` cannot take is sent as JSON gives it, the rest of its batch as it is (a model call's sections
+    # still a tuple, so numbered as in every other trace).
     odd = {**items[1], "arguments": {"when": Path("/tmp/odd")}}
     odd_texts = ("t3", "turn", "odd", None, 1_700_000_001_000_000, "completed", None, [items[0], odd], (), 0, [])
     return [

@@ -329,6 +329,10 @@ class HookEngine(pluggy.PluginManager):
             if event.is_stopped and event.stopped_by is None and last is not outer and last is not None:
                 # The hook that ran last stopped it (a stopped event ends the chain right after its hook).
                 event.stopped_by = f"{last.plugin_id}.{last.hook_name}"
+        except BaseException:
+            if span is not None:  # trace: cancelled from outside (or a real Ctrl-C); free when nothing is raised
+                self.tracer.abandoned(span)
+            raise
         finally:
             record.entry = outer
             record.seq += 1

@@ -511,6 +511,19 @@ def end_record(record: list[Any], event: Any) -> _Extra:
     return extra
 
 
+def abandon_record(record: list[Any]) -> tuple[Any, Any] | None:
+    """A dispatch record whose dispatch ended by an exception (cancelled from outside): the event's strategy watched
+    as before the dispatch, the event and the request let go; its readings stay as they are, so the hook that was
+    running ends with the trace. Returns the (trace, context token) of a trace the dispatch started for itself."""
+    extra = record[1]
+    if extra is None:
+        return None
+    if type(record) is _StrategyRecord or type(record) is _RequestRecord:
+        record.close()
+    extra.obj = extra.args = None
+    return extra.owned
+
+
 def record_failure(record: list[Any], entry: HookLike, error: BaseException, timed_out: bool) -> bool:
     """Note that `entry` raised or passed its deadline; False when `entry` did not run in this dispatch."""
     chain = record[0]

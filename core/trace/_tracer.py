@@ -30,6 +30,7 @@ from core.trace._spans import (
     Trace,
     _Extra,
     _now,
+    abandon_record,
     clock,
     end_record,
     probed_record,
@@ -352,6 +353,15 @@ class Tracer:
             trace, token = owned
             _current.reset(token)
             self.finish(trace, "stopped" if event.is_stopped else "completed")
+
+    def abandoned(self, record: list[Any]) -> None:
+        """The dispatch of `record` ended by an exception (cancelled from outside): its event is watched as before and
+        let go, and a trace the dispatch started for itself is finished as cancelled."""
+        owned = abandon_record(record)
+        if owned is not None:
+            trace, token = owned
+            _current.reset(token)
+            self.finish(trace, "cancelled", "the dispatch was cancelled")
 
     def hook_failed(self, entry: HookLike, error: BaseException, timed_out: bool) -> None:
         """The engine reports a hook that raised or passed its deadline."""

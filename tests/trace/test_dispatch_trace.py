@@ -1,14 +1,16 @@
 """What the engine records of one dispatch: each hook with its plugin, outcome and timing, for an event outside any
-turn (it gets a trace of its own), while a hook is still running, and when the dispatch is cancelled from outside."""
+turn (it gets a trace of its own), while a hook is still running, and when the dispatch is cancelled from outside
+(the message it ran for let go, its own trace finished)."""
 
 import asyncio
 import itertools
 
 import pytest
 
-from core.chat.message_utils import KiraEvent
+from core.chat.message_utils import KiraEvent, KiraMessageEvent
 from core.plugin import HookEngine, on
-from core.trace import Tracer
+from core.testing import ChatHarness, ScriptedProvider
+from core.trace import Tracer, current_trace
 
 pytestmark = pytest.mark.anyio
 
@@ -98,3 +100,40 @@ async def test_a_hook_still_running_and_a_dispatch_cancelled_from_outside():
     assert outcomes(calls) == [("slow", "quick", "returned"), ("slow", "slow", "cancelled")]
     # The cancelled hook's end is the trace's end (no reading of its own): later than when it was seen running.
     assert calls[1].duration_ms > running[1].duration_ms, "the cancelled hook ran until the trace ended"
+
+
+async def test_a_cancelled_dispatch_lets_its_message_go_and_finishes_its_own_trace():
+    tracer = Tracer()
+    engine = HookEngine(default_deadline=10.0, tracer=tracer)
+
+    class Chooser:
+        @on.im_message(priority=1)
+        async def triggers(self, event, *_):
+            event.trigger()
+
+        @on.im_message(priority=0)
+        async def slow(self, event, *_):
+            await asyncio.sleep(5)
+
+    engine.register(Chooser(), name="chooser")
+    async with ChatHarness(plugins=[], provider=ScriptedProvider([])) as bot:
+        event = KiraMessageEvent(bot.message("hi"))
+    try:
+        # Outside any turn, the dispatch has a trace of its own.
+        task = asyncio.ensure_future(engine.dispatch("im_message", event))
+        await asyncio.sleep(0.02)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await engine.aclose()
+    [trace] = tracer.recent(kind="event")
+    assert (trace.outcome, trace.error) == ("cancelled", "the dispatch was cancelled")
+    assert current_trace() is None
+    calls = trace.hook_calls()
+    assert outcomes(calls) == [("chooser", "triggers", "returned"), ("chooser", "slow", "cancelled")]
+    assert calls[0].strategy == {"strategy": "trigger", "force": False}
+    # The event is no longer watched by the cancelled dispatch: a later change is not put on its hooks.
+    assert event.strategy_watcher is None
+    event.discard()
+    assert [c.strategy for c in trace.hook_calls()] == [c.strategy for c in calls]

@@ -69,19 +69,22 @@ async def test_an_event_outside_a_turn_gets_a_trace_with_every_hook_and_its_outc
     assert item["duration_ms"] == pytest.approx(sum(c.duration_ms for c in calls), abs=0.01)
 
 
+class Slow:
+    """A quick hook, then one that runs until it is cancelled."""
+
+    @on.im_message(priority=1)
+    async def quick(self, event, *_):
+        if isinstance(event, KiraMessageEvent):
+            event.trigger()
+
+    @on.im_message(priority=0)
+    async def slow(self, event, *_):
+        await asyncio.sleep(5)
+
+
 async def test_a_hook_still_running_and_a_dispatch_cancelled_from_outside():
     tracer = Tracer()
     engine = HookEngine(default_deadline=10.0, tracer=tracer)
-
-    class Slow:
-        @on.im_message(priority=1)
-        async def quick(self, event, *_):
-            pass
-
-        @on.im_message(priority=0)
-        async def slow(self, event, *_):
-            await asyncio.sleep(5)
-
     engine.register(Slow(), name="slow")
     trace = tracer.begin("turn", "cancelled turn")
     try:
@@ -105,17 +108,7 @@ async def test_a_hook_still_running_and_a_dispatch_cancelled_from_outside():
 async def test_a_cancelled_dispatch_lets_its_message_go_and_finishes_its_own_trace():
     tracer = Tracer()
     engine = HookEngine(default_deadline=10.0, tracer=tracer)
-
-    class Chooser:
-        @on.im_message(priority=1)
-        async def triggers(self, event, *_):
-            event.trigger()
-
-        @on.im_message(priority=0)
-        async def slow(self, event, *_):
-            await asyncio.sleep(5)
-
-    engine.register(Chooser(), name="chooser")
+    engine.register(Slow(), name="slow")
     async with ChatHarness(plugins=[], provider=ScriptedProvider([])) as bot:
         event = KiraMessageEvent(bot.message("hi"))
     try:
@@ -131,7 +124,7 @@ async def test_a_cancelled_dispatch_lets_its_message_go_and_finishes_its_own_tra
     assert (trace.outcome, trace.error) == ("cancelled", "the dispatch was cancelled")
     assert current_trace() is None
     calls = trace.hook_calls()
-    assert outcomes(calls) == [("chooser", "triggers", "returned"), ("chooser", "slow", "cancelled")]
+    assert outcomes(calls) == [("slow", "quick", "returned"), ("slow", "slow", "cancelled")]
     assert calls[0].strategy == {"strategy": "trigger", "force": False}
     # The event is no longer watched by the cancelled dispatch: a later change is not put on its hooks.
     assert event.strategy_watcher is None

@@ -13,7 +13,6 @@ import os
 import re
 import socket
 import time
-from _json import make_encoder
 from collections import deque
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -28,6 +27,7 @@ from nats.js.kv import KeyValue
 from core.cluster._publish import Publisher, subscribe_direct
 from core.config import ClusterConfig
 from core.utils.log import logger
+from core.utils.text import json_encoder
 
 __all__ = [
     "Entry",
@@ -43,23 +43,17 @@ __all__ = [
     "to_json",
 ]
 
-# The C encoder `json.dumps` builds anew at every call, with a table of the containers being encoded (its check for
-# circular references), made once: that setup is as long as encoding a reply itself.
-_encode_tree = make_encoder(
-    None, json.JSONEncoder().default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
-)
+_encode_tree = json_encoder()
 
 
 def to_json(value: object) -> str:
-    """`json.dumps(value, ensure_ascii=False)` for the cluster's own values, trees of dicts, lists and scalars: a
-    worker's turn encodes four of them (its reply, its stored turn, its answered ids, the history value's head), a
-    gateway's message one. `json.dumps` spends 1 to 3.5 us on each call's setup (a new `JSONEncoder` when given an
-    argument of its own, and a new C encoder, CPython's `_json.make_encoder`, with its circular-reference table),
-    as much as encoding a reply. A value that contains itself raises `RecursionError` here (`ValueError` from
-    `json.dumps`, which a plugin's store values go through)."""
+    """`json.dumps(value, ensure_ascii=False)` for the cluster's own values, trees of dicts, lists and scalars, from
+    an encoder made once (`json_encoder`): a worker's turn encodes four of them (its reply, its stored turn, its
+    answered ids, the history value's head), a gateway's message one. A value that contains itself raises
+    `RecursionError` (`ValueError` from `json.dumps`, which a plugin's store values go through)."""
     if isinstance(value, str):
         return json.encoder.encode_basestring(value)
-    return "".join(_encode_tree(value, 0))
+    return _encode_tree(value)
 
 
 #: What a NATS call raises when the server is away or refuses (callers retry or report, never crash a loop).

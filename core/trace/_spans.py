@@ -7,7 +7,6 @@ line, the changes a hook made) is worked out when the trace is read, from what w
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -22,6 +21,7 @@ from typing import Any, Protocol
 from core.chat.message_utils import KiraMessageEvent, MessageChain
 from core.prompt_manager import PROMPT_EDITS, Prompt, part_fields, section_fields
 from core.tag import TagSet
+from core.utils.text import json_encoder
 from core.utils.tool_utils import ToolSet
 
 __all__ = [
@@ -803,18 +803,9 @@ def render_compact(
     )
 
 
-def _encoder() -> Callable[[Any], str]:
-    """`json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))`, its C encoder made once (`dumps`
-    makes one at each call, which cost more than encoding a timeline item). No check for circular data: plain data
-    from the pipe has none (a value that held itself would end in a `RecursionError`, as an error of its trace)."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # a Python without the C accelerator
-        return json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":")).encode
-    encode = make(None, str, encode_basestring, None, ":", ",", False, False, True)
-    return lambda value: "".join(encode(value, 0))
-
-
-_json = _encoder()
+#: `json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))`, its C encoder made once (`dumps`
+#: makes one at each call, which cost more than encoding a timeline item). Plain data from the pipe holds no cycle.
+_json = json_encoder((",", ":"), str)
 
 
 #: The `%` format of a row by its number of readings (`_row_format`).

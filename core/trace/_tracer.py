@@ -43,8 +43,12 @@ _ids = itertools.count(1)
 
 _current: contextvars.ContextVar[Trace | None] = contextvars.ContextVar("hookchat_trace", default=None)
 
-#: Messages waiting in a buffer for their turn keep their trace open; past this many, the oldest are closed.
-MAX_PENDING_MESSAGES = 1_000
+#: Messages waiting in a buffer or a queue for their turn keep their trace open; past this many, the oldest are
+#: closed (as dropped: their turn's trace will not hold them). A bound on memory should a message never reach a turn
+#: nor be dropped (a waiting message's trace is some 3 KB), set well above the messages a busy bot has waiting: one
+#: per session talking at once, 10,000 in `bench/pipeline.py` (at 1,000, most turns there lost their messages' traces
+#: and paid for writing each as a trace of its own).
+MAX_PENDING_MESSAGES = 50_000
 
 
 def current_trace() -> Trace | None:

@@ -334,3 +334,17 @@ async def test_the_file_describes_a_repeated_prompt_section_once_and_writes_a_ne
     assert [i["system_prompt"] for t in written for i in t["timeline"] if i["type"] == "model"] == [
         i["system_prompt"] for t in shown for i in t["timeline"] if i["type"] == "model"
     ]
+
+
+async def test_a_turn_keeps_its_message_trace_while_thousands_of_sessions_wait():
+    # Every session's message waits for its turn at once: each turn still holds the trace of the message it answered
+    # (its `im_message` hooks), not a separate trace of a message dropped for waiting too long.
+    sessions = 1_500
+    provider = ScriptedProvider(["<msg>hi</msg>"] * sessions)
+    async with ChatHarness(provider=provider, config={"trace": {"ring_size": 2 * sessions, "file": ""}}) as bot:
+        app = bot.app
+        await asyncio.gather(*(app.respond(bot.message("hello", user_id=f"user{i}")) for i in range(sessions)))
+        turns = app.tracer.recent(2 * sessions, kind="turn")
+        dropped = app.tracer.recent(2 * sessions, kind="message")
+    assert len(turns) == sessions and dropped == []
+    assert all(len(turn.messages) == 1 for turn in turns)

@@ -68,13 +68,13 @@ class _Turn(dict[str, Any]):
         self.decoded: tuple[ChatMessage, ...] | None = None
 
 
-def _messages_of(turn: dict[str, Any]) -> list[ChatMessage]:
-    """A stored turn's messages, as new objects."""
+def _messages_of(turn: dict[str, Any]) -> Sequence[ChatMessage]:
+    """A stored turn's messages as decoded and kept, which a caller must not change (`copy_messages` copies)."""
     if not isinstance(turn, _Turn):  # read from the server: a `_Turn` once the value is written again
         return [ChatMessage.from_dict(m) for m in turn["messages"]]
     if turn.decoded is None:
         turn.decoded = tuple(ChatMessage.from_dict(m) for m in turn["messages"])
-    return copy_messages(turn.decoded)
+    return turn.decoded
 
 
 class _Done(list[str]):
@@ -496,7 +496,7 @@ class ClusterHistory:
             if self.max_tokens is not None and used > self.max_tokens:
                 break
             picked.append(turn)
-        return [m for turn in reversed(picked) for m in _messages_of(turn)]
+        return copy_messages([m for turn in reversed(picked) for m in _messages_of(turn)])  # copied in one go
 
     async def is_done(self, sid: str, message_id: str) -> bool:
         """Whether the message `message_id` of `sid` was answered by a stored turn."""

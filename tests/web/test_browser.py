@@ -56,13 +56,14 @@ def test_chat_trace_plugins_settings_and_logs_in_a_browser(live_console, browser
 
     box = browser.find_element(By.ID, "chat-input")
     box.send_keys("hi bot", Keys.ENTER)
-    wait_for(browser, text_in("#chat-log", "Here is a second message."))
+    wait_for(browser, text_in("#chat-log", "Here is a second message."))  # in the draft first, as it streams
+    # Read once the turn has ended: until then the draft is a `.msg.bot` too, removed when its message arrives.
+    wait_for(browser, EC.element_to_be_clickable((By.ID, "chat-send")))
     replies = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#chat-log .msg.bot")]
     assert [r.splitlines()[0] for r in replies] == ["Hello, I am the bot.", f"Here is a second message. {link}"], (
         "each <msg> of the streamed answer arrives as a message of its own"
     )
     assert browser.find_element(By.CSS_SELECTOR, "#chat-log .msg.user").text == "hi bot"
-    wait_for(browser, EC.element_to_be_clickable((By.ID, "chat-send")))  # the turn has ended
     links = browser.find_elements(By.CSS_SELECTOR, "#chat-log a.trace-link")
     assert len(links) == 2, "one trace link under each reply, and no bare one for the turn they already link to"
     shot(browser, "chat")

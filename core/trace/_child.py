@@ -41,11 +41,11 @@ def main(argv: list[str]) -> int:
             header = _read(stdin, HEADER.size)
             if len(header) < HEADER.size:
                 return 0
-            (size,) = HEADER.unpack(header)
-            body = _read(stdin, size)
-            if len(body) < size:
+            sizes = HEADER.unpack(header)
+            parts = [_read(stdin, size) for size in sizes]
+            if any(len(part) < size for part, size in zip(parts, sizes, strict=True)):
                 return 0
-            writer.write(unpack(body))
+            writer.write(unpack(*parts))
     finally:
         writer.close()
 

@@ -280,11 +280,11 @@ class _Child:
             return None
         return child
 
-    def send(self, data: bytes) -> None:
-        """Write `data` to the process (blocks while its pipe is full; OSError once it ended)."""
+    def send(self, parts: tuple[bytes, ...]) -> None:
+        """Write a batch's `parts` (`pack`'s) to the process (blocks while its pipe is full; OSError once it ended)."""
         stdin = self.process.stdin
         assert stdin is not None  # asked for in `start`
-        stdin.write(data)
+        stdin.writelines(parts)  # each large part straight to the pipe, none copied into another
         stdin.flush()
 
     def ended(self) -> str:

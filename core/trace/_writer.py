@@ -3,10 +3,12 @@
 (`core.trace._child`, fed by `JsonLinesSink` over its stdin), or in the sink's thread when
 that process cannot run.
 
-The pipe carries batches of frames: a 4-byte little-endian length, then `marshal` data `(texts, numbers, extras)`:
-the `marshal` of each frame's `(described, texts)` and of its numbers (plain types only: nothing is constructed but
-lists, tuples, dicts, strings and numbers) and the `pickle` of each frame's extras (what its notes are made of). The pipe is the parent's own (inherited,
-not a named pipe or a socket): nothing else can write to it.
+The pipe carries batches of frames, each batch three parts after a header of their lengths (three 4-byte
+little-endian numbers): the `marshal` of each frame's `(described, texts)`, the `marshal` of each frame's numbers
+(plain types only: nothing is constructed but lists, tuples, dicts, strings and numbers) and the `pickle` of each
+frame's extras (what its notes are made of). The parts are written as they are, not joined into one: a batch is
+some 5 KB a trace, copied once more for nothing. The pipe is the parent's own (inherited, not a named pipe or a
+socket): nothing else can write to it.
 """
 
 from __future__ import annotations
@@ -31,16 +33,17 @@ _log = logging.getLogger("hookchat.trace")
 #: None for a frame that only describes) and what the notes of its dispatches are made of (see `compact_record`).
 Frame = tuple[tuple[int, list[Any], int, list[Any]] | None, tuple[Any, ...] | None, tuple[Any, ...] | None, list[Any]]
 
-#: A batch's length before its bytes on the pipe.
-HEADER = struct.Struct("<I")
+#: The lengths of a batch's three parts, before their bytes on the pipe.
+HEADER = struct.Struct("<III")
 
 
-def pack(frames: list[Frame]) -> bytes:
-    """`frames` as the bytes of one batch on the pipe (see the module's docstring): the sink's whole work for a
-    batch, in C but for a frame whose data `marshal` cannot take (an odd value in a tool call's arguments, say),
-    whose odd values go as JSON gives them, or extras `pickle` cannot take, which go as their notes. The texts go as
-    `marshal` version 4 (ASCII strings copied as they are), the numbers as version 2 (no table of the objects
-    seen, which the readings, shared with the live records, would all enter)."""
+def pack(frames: list[Frame]) -> tuple[bytes, bytes, bytes, bytes]:
+    """`frames` as one batch on the pipe (see the module's docstring): the header, then the three parts, to be
+    written in this order. The sink's whole work for a batch, in C but for a frame whose data `marshal` cannot take
+    (an odd value in a tool call's arguments, say), whose odd values go as JSON gives them, or extras `pickle` cannot
+    take, which go as their notes. The texts go as `marshal` version 4 (ASCII strings copied as they are), the
+    numbers as version 2 (no table of the objects seen, which the readings, shared with the live records, would all
+    enter)."""
     texts = [frame[:2] for frame in frames]
     numbers = [frame[2] for frame in frames]
     try:
@@ -53,13 +56,12 @@ def pack(frames: list[Frame]) -> bytes:
         blob = pickle.dumps(extras, pickle.HIGHEST_PROTOCOL)
     except Exception:
         blob = pickle.dumps([_as_notes(frame) for frame in frames], pickle.HIGHEST_PROTOCOL)
-    body = marshal.dumps((*packed, blob), 2)
-    return HEADER.pack(len(body)) + body
+    texts_part, numbers_part = packed
+    return HEADER.pack(len(texts_part), len(numbers_part), len(blob)), texts_part, numbers_part, blob
 
 
-def unpack(body: bytes) -> list[Frame]:
-    """The frames of one batch's bytes (after its header)."""
-    texts, numbers, blob = marshal.loads(body)
+def unpack(texts: bytes, numbers: bytes, blob: bytes) -> list[Frame]:
+    """The frames of one batch, from its three parts (after its header)."""
     extras = pickle.loads(blob)  # from the parent process, over its own pipe
     parts = zip(marshal.loads(texts), marshal.loads(numbers), extras, strict=True)
     return [(described, text, number, extra) for (described, text), number, extra in parts]

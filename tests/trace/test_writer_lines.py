@@ -154,7 +154,9 @@ def _frames() -> list:
 def _written(path: Path, batches: list) -> bytes:
     writer = FileWriter(path, 1 << 30)
     for frames in batches:
-        writer.write(unpack(pack(frames)[HEADER.size :]))
+        header, *parts = pack(frames)  # as the writer process reads them: the header, then the parts it sizes
+        assert list(HEADER.unpack(header)) == [len(part) for part in parts]
+        writer.write(unpack(*parts))
     writer.close()
     return path.read_bytes()
 
